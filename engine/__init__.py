@@ -1,0 +1,13 @@
+"""netsweep's packet-level network engine.
+
+`run(config) -> rows` takes a plain nested mapping (or a validated `SimConfig`) and returns plain
+result rows. The engine imports nothing from the sweep layer, Hydra or Ray.
+"""
+
+from .config import ConfigError, SimConfig, load_config
+from .run import run
+
+__version__ = "0.1.0"
+ENGINE_VERSION = __version__
+
+__all__ = ["ConfigError", "ENGINE_VERSION", "SimConfig", "load_config", "run"]

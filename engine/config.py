@@ -1,0 +1,303 @@
+"""The engine's plain, validated configuration.
+
+`load_config(mapping)` turns a nested dict (as Hydra composes it, or as a test writes it) into frozen
+dataclasses, refusing anything that cannot run with a `ConfigError` that names the key, the value
+and what is allowed. Nothing here knows about Hydra.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "hierarchical")
+CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
+BACKENDS = ("packet", "analytical")
+WORKLOAD_TYPES = ("flows",)
+FLOW_PATTERNS = ("incast", "permutation", "all_to_all")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run: names the key, the offending value and what is allowed."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{key}={value!r} is not valid: {allowed}")
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """Topology and link parameters (`network.*`)."""
+
+    topology: str = "switch"
+    npus: int = 8
+    link_gbps: float = 100.0
+    link_latency_us: float = 1.0
+    buffer_kb: float | None = 512.0
+    ecn_threshold_kb: float | None = None
+    mtu_bytes: int = 1500
+    loss_rate: float = 0.0
+    bottleneck_gbps: float | None = None
+    bottleneck_latency_us: float | None = None
+    hosts_per_leaf: int | None = None
+    spines: int | None = None
+    uplink_gbps: float | None = None
+    npus_per_node: int | None = None
+    scaleup_gbps: float | None = None
+    scaleup_latency_us: float | None = None
+
+
+@dataclass(frozen=True)
+class TcpConfig:
+    """TCP parameters (`tcp.*`)."""
+
+    cc: str = "newreno"
+    mss_bytes: int | None = None
+    init_cwnd_pkts: int = 10
+    min_rto_ms: float = 200.0
+    max_rto_s: float = 60.0
+    initial_rto_ms: float = 1000.0
+    clock_granularity_us: float = 1.0
+    delayed_ack: bool = False
+    delayed_ack_timeout_ms: float = 40.0
+    sack: bool = True
+    ecn: bool = False
+    rcv_wnd_kb: float | None = None
+    slow_start_after_idle: bool = True
+    dctcp_g: float = 1.0 / 16
+    cubic_c: float = 0.4
+    cubic_beta: float = 0.7
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """One explicit flow of the `flows` workload."""
+
+    src: int
+    dst: int
+    bytes: int
+    start_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """What the network carries (`workload.*`)."""
+
+    type: str = "flows"
+    flows: tuple[FlowSpec, ...] = ()
+    pattern: str | None = None
+    senders: int | None = None
+    bytes_per_flow: int = 1_000_000
+    rounds: int = 1
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Backend choice and the simulated-time budget (`engine.*`)."""
+
+    backend: str = "packet"
+    max_sim_time_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything one run needs."""
+
+    seed: int = 0
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    tcp: TcpConfig = field(default_factory=TcpConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+
+    @property
+    def mss_bytes(self) -> int:
+        """The TCP payload per segment: `tcp.mss_bytes`, or MTU minus 40 bytes of IPv4 + TCP headers."""
+        return self.tcp.mss_bytes if self.tcp.mss_bytes is not None else self.network.mtu_bytes - 40
+
+
+# Keys outside the engine's sections that a composed config may carry (the sweep's own settings).
+_IGNORED_TOP_LEVEL = {"name", "results_dir", "ray", "hydra", "system", "sweep"}
+
+
+def _section(cls: type, mapping: Mapping[str, Any] | None, prefix: str) -> dict[str, Any]:
+    """Check a section's keys against the dataclass and coerce each value to the field's type."""
+    mapping = dict(mapping or {})
+    known = {f.name: f for f in fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if key not in known:
+            raise ConfigError(f"{prefix}.{key}", value, f"unknown key; known keys: {', '.join(sorted(known))}")
+        values[key] = _coerce(f"{prefix}.{key}", value, known[key].type)
+    return values
+
+
+def _coerce(key: str, value: Any, type_name: Any) -> Any:
+    """Coerce `value` to the annotated type (annotations are strings under `from __future__`)."""
+    type_text = str(type_name)
+    optional = "None" in type_text
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(key, value, f"a value of type {type_text} is required")
+    base = type_text.replace(" | None", "")
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(key, value, "true or false")
+    if base == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()
+        ):
+            raise ConfigError(key, value, "an integer")
+        return int(value)
+    if base == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(key, value, "a finite number")
+        return float(value)
+    if base == "str":
+        if not isinstance(value, str):
+            raise ConfigError(key, value, "a string")
+        return value
+    return value  # structured values (flow lists) are checked by their own validators
+
+
+def _require(condition: bool, key: str, value: Any, allowed: str) -> None:
+    if not condition:
+        raise ConfigError(key, value, allowed)
+
+
+def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
+    _require(value in options, key, value, f"one of {', '.join(options)}")
+
+
+def _positive(key: str, value: float | None) -> None:
+    _require(value is not None and value > 0, key, value, "a number > 0")
+
+
+def _non_negative(key: str, value: float | None) -> None:
+    _require(value is not None and value >= 0, key, value, "a number >= 0")
+
+
+def load_config(mapping: Mapping[str, Any]) -> SimConfig:
+    """Validate a nested mapping and return the engine's `SimConfig`; raise `ConfigError` if it
+    cannot run."""
+    mapping = dict(mapping)
+    for key in mapping:
+        if key not in {"seed", "engine", "network", "tcp", "workload"} | _IGNORED_TOP_LEVEL:
+            raise ConfigError(key, mapping[key], "unknown top-level key; known: seed, engine, network, tcp, workload, "
+                              + ", ".join(sorted(_IGNORED_TOP_LEVEL)))
+    seed = _coerce("seed", mapping.get("seed", 0), "int")
+    engine = EngineConfig(**_section(EngineConfig, mapping.get("engine"), "engine"))
+    network = NetworkConfig(**_section(NetworkConfig, mapping.get("network"), "network"))
+    tcp = TcpConfig(**_section(TcpConfig, mapping.get("tcp"), "tcp"))
+    workload_values = _section(WorkloadConfig, mapping.get("workload"), "workload")
+    workload_values["flows"] = _flow_specs(workload_values.get("flows", ()))
+    workload = WorkloadConfig(**workload_values)
+    config = SimConfig(seed=seed, engine=engine, network=network, tcp=tcp, workload=workload)
+    _validate(config)
+    return config
+
+
+def _flow_specs(raw: Any) -> tuple[FlowSpec, ...]:
+    if raw is None:
+        return ()
+    _require(isinstance(raw, (list, tuple)), "workload.flows", raw, "a list of {src, dst, bytes, start_us}")
+    specs = []
+    for index, item in enumerate(raw):
+        key = f"workload.flows[{index}]"
+        _require(isinstance(item, Mapping), key, item, "a mapping with src, dst, bytes and optional start_us")
+        values = _section(FlowSpec, item, key)
+        for needed in ("src", "dst", "bytes"):
+            _require(needed in values, f"{key}.{needed}", None, "required")
+        specs.append(FlowSpec(**values))
+    return tuple(specs)
+
+
+def _validate(config: SimConfig) -> None:
+    net, tcp, wl, eng = config.network, config.tcp, config.workload, config.engine
+    _one_of("engine.backend", eng.backend, BACKENDS)
+    _require(eng.backend == "packet", "engine.backend", eng.backend,
+             "packet (the analytical backend is not built yet)")
+    _positive("engine.max_sim_time_s", eng.max_sim_time_s)
+
+    _one_of("network.topology", net.topology, TOPOLOGIES)
+    _require(net.npus >= 2, "network.npus", net.npus, "an integer >= 2")
+    _positive("network.link_gbps", net.link_gbps)
+    _non_negative("network.link_latency_us", net.link_latency_us)
+    if net.buffer_kb is not None:
+        _non_negative("network.buffer_kb", net.buffer_kb)
+    if net.ecn_threshold_kb is not None:
+        _non_negative("network.ecn_threshold_kb", net.ecn_threshold_kb)
+    _require(net.mtu_bytes >= 68, "network.mtu_bytes", net.mtu_bytes, "an integer >= 68 (the IPv4 minimum)")
+    _require(0.0 <= net.loss_rate < 1.0, "network.loss_rate", net.loss_rate, "a probability in [0, 1)")
+    _validate_topology(net)
+
+    _one_of("tcp.cc", tcp.cc, CONGESTION_CONTROLS)
+    if tcp.mss_bytes is not None:
+        _require(0 < tcp.mss_bytes <= net.mtu_bytes - 40, "tcp.mss_bytes", tcp.mss_bytes,
+                 f"between 1 and network.mtu_bytes - 40 = {net.mtu_bytes - 40} (IPv4 + TCP headers)")
+    _require(tcp.init_cwnd_pkts >= 1, "tcp.init_cwnd_pkts", tcp.init_cwnd_pkts, "an integer >= 1")
+    _positive("tcp.min_rto_ms", tcp.min_rto_ms)
+    _require(tcp.max_rto_s * 1000 >= tcp.min_rto_ms, "tcp.max_rto_s", tcp.max_rto_s,
+             f"at least tcp.min_rto_ms = {tcp.min_rto_ms} ms")
+    _positive("tcp.initial_rto_ms", tcp.initial_rto_ms)
+    _positive("tcp.clock_granularity_us", tcp.clock_granularity_us)
+    _positive("tcp.delayed_ack_timeout_ms", tcp.delayed_ack_timeout_ms)
+    if tcp.rcv_wnd_kb is not None:
+        _require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
+                 f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")
+    _require(0 < tcp.dctcp_g <= 1, "tcp.dctcp_g", tcp.dctcp_g, "a number in (0, 1]")
+    _positive("tcp.cubic_c", tcp.cubic_c)
+    _require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
+
+    _one_of("workload.type", wl.type, WORKLOAD_TYPES)
+    _validate_flows(config)
+
+
+def _validate_topology(net: NetworkConfig) -> None:
+    if net.topology == "dumbbell":
+        _require(net.npus % 2 == 0, "network.npus", net.npus, "an even number for a dumbbell (half on each side)")
+        _positive("network.bottleneck_gbps", net.bottleneck_gbps)
+        _non_negative("network.bottleneck_latency_us", net.bottleneck_latency_us)
+    elif net.topology == "ring":
+        _require(net.npus >= 3, "network.npus", net.npus, "at least 3 for a ring")
+    elif net.topology == "leaf_spine":
+        _require(net.hosts_per_leaf is not None and net.hosts_per_leaf >= 1, "network.hosts_per_leaf",
+                 net.hosts_per_leaf, "an integer >= 1")
+        _require(net.spines is not None and net.spines >= 1, "network.spines", net.spines, "an integer >= 1")
+        _positive("network.uplink_gbps", net.uplink_gbps)
+        _require(net.npus % net.hosts_per_leaf == 0, "network.npus", net.npus,
+                 f"a multiple of network.hosts_per_leaf = {net.hosts_per_leaf}")
+    elif net.topology == "hierarchical":
+        _require(net.npus_per_node is not None and net.npus_per_node >= 1, "network.npus_per_node",
+                 net.npus_per_node, "an integer >= 1")
+        _require(net.npus % net.npus_per_node == 0, "network.npus", net.npus,
+                 f"a multiple of network.npus_per_node = {net.npus_per_node}")
+        _positive("network.scaleup_gbps", net.scaleup_gbps)
+        _non_negative("network.scaleup_latency_us", net.scaleup_latency_us)
+
+
+def _validate_flows(config: SimConfig) -> None:
+    wl, npus = config.workload, config.network.npus
+    _require(wl.flows or wl.pattern, "workload.flows", list(wl.flows),
+             "at least one flow, or a workload.pattern (incast, permutation, all_to_all)")
+    _require(not (wl.flows and wl.pattern), "workload.pattern", wl.pattern,
+             "null when workload.flows lists explicit flows (give one or the other)")
+    for index, flow in enumerate(wl.flows):
+        key = f"workload.flows[{index}]"
+        for end in ("src", "dst"):
+            host = getattr(flow, end)
+            _require(0 <= host < npus, f"{key}.{end}", host, f"a host in 0..{npus - 1} (network.npus = {npus})")
+        _require(flow.src != flow.dst, f"{key}.dst", flow.dst, "a host other than src")
+        _require(flow.bytes > 0, f"{key}.bytes", flow.bytes, "an integer > 0")
+        _non_negative(f"{key}.start_us", flow.start_us)
+    if wl.pattern is not None:
+        _one_of("workload.pattern", wl.pattern, FLOW_PATTERNS)
+        _require(wl.bytes_per_flow > 0, "workload.bytes_per_flow", wl.bytes_per_flow, "an integer > 0")
+        _require(wl.rounds >= 1, "workload.rounds", wl.rounds, "an integer >= 1")
+        if wl.pattern == "incast":
+            _require(wl.senders is not None and 1 <= wl.senders <= npus - 1, "workload.senders", wl.senders,
+                     f"an integer in 1..{npus - 1} (hosts 1..senders send to host 0)")

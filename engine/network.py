@@ -1,0 +1,202 @@
+"""Packets, links and the packet-sink interface of the hot path.
+
+A route is an immutable tuple of sinks (links, then the receiving endpoint). A packet carries its
+route and the index of the hop it is at, and each link hands it on to `route[hop + 1]`.
+
+A `Link` is an egress port: a FIFO drop-tail queue, the serialiser at the link rate and the wire's
+propagation delay, in one component. Because the queue is FIFO and work-conserving, a packet's
+departure time is known when it is enqueued (`busy_until_ps`), so the link needs no event per
+departure: it keeps the packets on the wire in arrival order and holds at most one pending event,
+for the head's arrival at the next hop.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from random import Random
+from typing import Callable, Protocol
+
+from .eventlist import EventList
+from .units import BITS_PER_BYTE, PS_PER_S, bytes_in_duration
+
+# IPv4 (20 bytes) + TCP (20 bytes) headers, no options; the overhead a full segment carries on the wire.
+TCP_IP_HEADER_BYTES = 40
+
+
+class PacketSink(Protocol):
+    """Anything a packet can be handed to."""
+
+    def receive_packet(self, pkt: "Packet") -> None: ...
+
+
+class Packet:
+    """One IP packet: a TCP data segment or a pure ACK.
+
+    `seq` and `ack` are byte sequence numbers; `size_bytes` is the size on the wire (headers
+    included); `payload_bytes` the TCP payload. `sent_ps` and `is_retransmit` are what the receiver
+    echoes for RTT sampling (Karn's rule: no sample from a retransmitted segment).
+    """
+
+    __slots__ = (
+        "route", "hop", "size_bytes", "payload_bytes", "seq", "ack", "sack_blocks",
+        "sent_ps", "is_retransmit", "ecn_capable", "ce", "ece", "cwr",
+    )
+
+    def __init__(
+        self,
+        route: tuple,
+        size_bytes: int,
+        payload_bytes: int,
+        seq: int,
+        ack: int,
+        sent_ps: int,
+        is_retransmit: bool,
+        ecn_capable: bool,
+    ) -> None:
+        self.route = route
+        self.hop = 0
+        self.size_bytes = size_bytes
+        self.payload_bytes = payload_bytes
+        self.seq = seq
+        self.ack = ack
+        self.sack_blocks: tuple = ()
+        self.sent_ps = sent_ps
+        self.is_retransmit = is_retransmit
+        self.ecn_capable = ecn_capable
+        self.ce = False
+        self.ece = False
+        self.cwr = False
+
+    def send_on(self) -> None:
+        """Hand the packet to the first sink of its route."""
+        self.hop = 0
+        self.route[0].receive_packet(self)
+
+
+class Link:
+    """An egress port: drop-tail FIFO of `buffer_bytes`, serialisation at `rate_bps`, then
+    `latency_ps` of propagation to the next sink of each packet's route.
+
+    Queue occupancy seen by an arriving packet is the number of bytes still to be serialised ahead
+    of it (the unsent part of the packet on the wire included). A packet is dropped when that
+    occupancy exceeds `buffer_bytes` (so a zero buffer still accepts a packet on an idle port) and
+    CE-marked, if ECN-capable, when it exceeds `ecn_threshold_bytes`. Both comparisons are done in
+    picoseconds of backlog, which is exact for a FIFO and needs no per-packet conversion.
+    """
+
+    __slots__ = (
+        "name", "eventlist", "rate_bps", "latency_ps", "buffer_bytes", "ecn_threshold_bytes",
+        "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "busy_until_ps", "_wire",
+        "_loss_rate", "_rng", "packets_sent", "bytes_sent", "drops", "ecn_marks", "max_backlog_ps",
+    )
+
+    def __init__(
+        self,
+        eventlist: EventList,
+        name: str,
+        rate_bps: int,
+        latency_ps: int,
+        buffer_bytes: int | None = None,
+        ecn_threshold_bytes: int | None = None,
+        loss_rate: float = 0.0,
+        rng: Random | None = None,
+    ) -> None:
+        if rate_bps <= 0:
+            raise ValueError(f"link {name}: rate_bps must be positive, got {rate_bps}")
+        self.name = name
+        self.eventlist = eventlist
+        self.rate_bps = rate_bps
+        self.latency_ps = latency_ps
+        self.buffer_bytes = buffer_bytes
+        self.ecn_threshold_bytes = ecn_threshold_bytes
+        # bytes * 8 bits/byte * 1e12 ps/s / rate = picoseconds; the numerator factor is precomputed.
+        self._ps_per_byte_num = BITS_PER_BYTE * PS_PER_S
+        no_limit = 1 << 62  # larger than any simulated time, so the comparison never triggers
+        self._buffer_ps = no_limit if buffer_bytes is None else self._duration_ps(buffer_bytes)
+        self._ecn_threshold_ps = (
+            no_limit if ecn_threshold_bytes is None else self._duration_ps(ecn_threshold_bytes)
+        )
+        self.busy_until_ps = 0
+        self._wire: deque = deque()  # (arrival_ps at next hop, packet), in order
+        if loss_rate > 0.0 and rng is None:
+            raise ValueError(f"link {name}: random loss needs a seeded rng")
+        self._loss_rate = loss_rate
+        self._rng = rng
+        self.packets_sent = 0
+        self.bytes_sent = 0
+        self.drops = 0
+        self.ecn_marks = 0
+        self.max_backlog_ps = 0
+
+    def _duration_ps(self, size_bytes: int) -> int:
+        return size_bytes * self._ps_per_byte_num // self.rate_bps
+
+    def receive_packet(self, pkt: Packet) -> None:
+        """Enqueue `pkt` (or drop it), fixing its departure and its arrival at the next hop."""
+        now = self.eventlist.now_ps
+        busy_until = self.busy_until_ps
+        backlog_ps = busy_until - now
+        if backlog_ps < 0:
+            backlog_ps = 0
+            busy_until = now
+        if backlog_ps > self._buffer_ps:
+            self.drops += 1
+            return
+        if self._loss_rate and self._rng.random() < self._loss_rate:
+            self.drops += 1
+            return
+        if backlog_ps > self._ecn_threshold_ps and pkt.ecn_capable:
+            pkt.ce = True
+            self.ecn_marks += 1
+        if backlog_ps > self.max_backlog_ps:
+            self.max_backlog_ps = backlog_ps
+        size = pkt.size_bytes
+        busy_until += size * self._ps_per_byte_num // self.rate_bps  # serialisation, inlined
+        self.busy_until_ps = busy_until
+        self.packets_sent += 1
+        self.bytes_sent += size
+        wire = self._wire
+        wire.append((busy_until + self.latency_ps, pkt))
+        if len(wire) == 1:
+            self.eventlist.schedule(self, busy_until + self.latency_ps)
+
+    def do_next_event(self) -> None:
+        """The head packet reaches the next hop; schedule the next head, if any."""
+        wire = self._wire
+        pkt = wire.popleft()[1]
+        if wire:
+            self.eventlist.schedule(self, wire[0][0])
+        hop = pkt.hop + 1
+        pkt.hop = hop
+        pkt.route[hop].receive_packet(pkt)
+
+    @property
+    def max_queue_bytes(self) -> int:
+        """Largest backlog an arriving packet saw, in bytes."""
+        return bytes_in_duration(self.max_backlog_ps, self.rate_bps)
+
+
+class PacketDropper:
+    """A sink placed in a route (by tests and loss experiments) that drops chosen data packets.
+
+    `should_drop(index, pkt)` is asked for every data packet (payload > 0), `index` counting them
+    from 0 in arrival order; ACKs always pass.
+    """
+
+    __slots__ = ("should_drop", "data_seen", "drops")
+
+    def __init__(self, should_drop: Callable[[int, Packet], bool]) -> None:
+        self.should_drop = should_drop
+        self.data_seen = 0
+        self.drops = 0
+
+    def receive_packet(self, pkt: Packet) -> None:
+        if pkt.payload_bytes:
+            index = self.data_seen
+            self.data_seen += 1
+            if self.should_drop(index, pkt):
+                self.drops += 1
+                return
+        hop = pkt.hop + 1
+        pkt.hop = hop
+        pkt.route[hop].receive_packet(pkt)

@@ -1,0 +1,57 @@
+"""One packet-level simulation: the event list, the topology and the TCP connections on it."""
+
+from __future__ import annotations
+
+from .config import SimConfig
+from .eventlist import EventList
+from .topology import BYTES_PER_KB, Topology, build_topology
+from .transport import TcpConnection, TcpSettings, make_congestion_control
+from .units import ms_to_ps, s_to_ps, us_to_ps
+
+
+def tcp_settings(config: SimConfig) -> TcpSettings:
+    """Translate `tcp.*` (milliseconds, KiB) into the transport's picosecond/byte settings."""
+    tcp = config.tcp
+    return TcpSettings(
+        mss_bytes=config.mss_bytes,
+        init_cwnd_pkts=tcp.init_cwnd_pkts,
+        min_rto_ps=ms_to_ps(tcp.min_rto_ms),
+        max_rto_ps=s_to_ps(tcp.max_rto_s),
+        initial_rto_ps=ms_to_ps(tcp.initial_rto_ms),
+        clock_granularity_ps=us_to_ps(tcp.clock_granularity_us),
+        delayed_ack=tcp.delayed_ack,
+        delayed_ack_timeout_ps=ms_to_ps(tcp.delayed_ack_timeout_ms),
+        sack=tcp.sack,
+        rcv_wnd_bytes=None if tcp.rcv_wnd_kb is None else int(tcp.rcv_wnd_kb * BYTES_PER_KB),
+        slow_start_after_idle=tcp.slow_start_after_idle,
+        ecn=tcp.ecn or tcp.cc == "dctcp",
+        dctcp_echo=tcp.cc == "dctcp",
+    )
+
+
+class Simulation:
+    """Holds everything of one run; workloads open connections through it."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.eventlist = EventList()
+        self.topology: Topology = build_topology(self.eventlist, config.network, config.seed)
+        self.settings = tcp_settings(config)
+        self.connections: list[TcpConnection] = []
+
+    def open_connection(self, src: int, dst: int) -> TcpConnection:
+        """A new TCP connection from host `src` to host `dst`, with a fresh congestion state."""
+        tcp = self.config.tcp
+        flow_id = len(self.connections)
+        cc = make_congestion_control(tcp.cc, self.settings.mss_bytes, tcp.init_cwnd_pkts,
+                                     dctcp_g=tcp.dctcp_g, cubic_c=tcp.cubic_c, cubic_beta=tcp.cubic_beta)
+        connection = TcpConnection(
+            self.eventlist, self.settings, cc, flow_id, src, dst,
+            self.topology.path(src, dst, flow_id), self.topology.path(dst, src, flow_id),
+        )
+        self.connections.append(connection)
+        return connection
+
+    def run(self) -> bool:
+        """Run until no event is left or `engine.max_sim_time_s`; True if the event list drained."""
+        return self.eventlist.run(s_to_ps(self.config.engine.max_sim_time_s))

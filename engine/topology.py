@@ -1,0 +1,176 @@
+"""Topologies: the links of a network and the route between any two hosts.
+
+Hosts are numbered 0..npus-1. A host's NIC (its first link) has an unlimited buffer, as a host
+qdisc backs up into TCP rather than dropping; every switch egress port has `network.buffer_kb` of
+drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several equal-cost paths
+exist (leaf_spine, the two directions of an even ring), a flow hash picks one per flow (ECMP).
+Sizes in `_kb` are KiB (1024 bytes).
+"""
+
+from __future__ import annotations
+
+from random import Random
+
+from .config import NetworkConfig
+from .eventlist import EventList
+from .network import Link
+from .units import gbps_to_bps, us_to_ps
+
+BYTES_PER_KB = 1024  # configuration sizes in _kb are KiB
+
+
+def flow_hash(*values: int) -> int:
+    """A deterministic 64-bit mix (splitmix64) of integers; Python's hash() of ints is not mixed."""
+    state = 0x9E3779B97F4A7C15
+    for value in values:
+        state = (state ^ (value & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        state = (state ^ (state >> 27)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+        state ^= state >> 31
+    return state
+
+
+class Topology:
+    """Links of one network and routing between hosts; built by `build_topology`."""
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+        self.eventlist = eventlist
+        self.config = net
+        self.npus = net.npus
+        self.links: list[Link] = []
+        self.switch_ports: list[Link] = []
+        self._seed = seed
+        self._buffer_bytes = None if net.buffer_kb is None else int(net.buffer_kb * BYTES_PER_KB)
+        self._ecn_bytes = None if net.ecn_threshold_kb is None else int(net.ecn_threshold_kb * BYTES_PER_KB)
+
+    def add_link(self, name: str, rate_gbps: float, latency_us: float, switch_port: bool) -> Link:
+        """Create a link; switch ports get the configured buffer and ECN threshold."""
+        net = self.config
+        rng = Random(flow_hash(self._seed, len(self.links), 0x1055)) if net.loss_rate > 0 else None
+        link = Link(
+            self.eventlist, name, gbps_to_bps(rate_gbps), us_to_ps(latency_us),
+            buffer_bytes=self._buffer_bytes if switch_port else None,
+            ecn_threshold_bytes=self._ecn_bytes if switch_port else None,
+            loss_rate=net.loss_rate, rng=rng,
+        )
+        self.links.append(link)
+        if switch_port:
+            self.switch_ports.append(link)
+        return link
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        """The links a packet of flow `flow_id` crosses from host `src` to host `dst`."""
+        raise NotImplementedError
+
+
+class SwitchTopology(Topology):
+    """Every host on one switch: host -> switch -> host."""
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+        super().__init__(eventlist, net, seed)
+        self.up = [self.add_link(f"h{i}->sw", net.link_gbps, net.link_latency_us, False) for i in range(net.npus)]
+        self.down = [self.add_link(f"sw->h{i}", net.link_gbps, net.link_latency_us, True) for i in range(net.npus)]
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        return (self.up[src], self.down[dst])
+
+
+class DumbbellTopology(Topology):
+    """Hosts [0, n/2) on the left switch, [n/2, n) on the right, joined by a bottleneck pair."""
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+        super().__init__(eventlist, net, seed)
+        self.half = net.npus // 2
+        self.up = [self.add_link(f"h{i}->sw", net.link_gbps, net.link_latency_us, False) for i in range(net.npus)]
+        self.down = [self.add_link(f"sw->h{i}", net.link_gbps, net.link_latency_us, True) for i in range(net.npus)]
+        assert net.bottleneck_gbps is not None and net.bottleneck_latency_us is not None
+        self.left_to_right = self.add_link("L->R", net.bottleneck_gbps, net.bottleneck_latency_us, True)
+        self.right_to_left = self.add_link("R->L", net.bottleneck_gbps, net.bottleneck_latency_us, True)
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        src_left, dst_left = src < self.half, dst < self.half
+        if src_left == dst_left:
+            return (self.up[src], self.down[dst])
+        middle = self.left_to_right if src_left else self.right_to_left
+        return (self.up[src], middle, self.down[dst])
+
+
+class RingTopology(Topology):
+    """NPUs in a bidirectional ring, each forwarding for others; the shorter direction is taken
+    (a flow hash breaks the tie half-way round)."""
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+        super().__init__(eventlist, net, seed)
+        n = net.npus
+        self.clockwise = [self.add_link(f"n{i}->n{(i + 1) % n}", net.link_gbps, net.link_latency_us, True)
+                          for i in range(n)]
+        self.counter = [self.add_link(f"n{i}->n{(i - 1) % n}", net.link_gbps, net.link_latency_us, True)
+                        for i in range(n)]
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        n = self.npus
+        forward = (dst - src) % n
+        backward = n - forward
+        if forward < backward or (forward == backward and flow_hash(self._seed, src, dst, flow_id) & 1):
+            return tuple(self.clockwise[(src + k) % n] for k in range(forward))
+        return tuple(self.counter[(src - k) % n] for k in range(backward))
+
+
+class LeafSpineTopology(Topology):
+    """Leaves of `hosts_per_leaf` hosts, each leaf joined to every spine by `uplink_gbps` links;
+    ECMP over spines by flow hash. Oversubscription = hosts_per_leaf * link_gbps / (spines * uplink_gbps)."""
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+        super().__init__(eventlist, net, seed)
+        assert net.hosts_per_leaf and net.spines and net.uplink_gbps
+        self.hosts_per_leaf = net.hosts_per_leaf
+        leaves = net.npus // net.hosts_per_leaf
+        self.up = [self.add_link(f"h{i}->leaf", net.link_gbps, net.link_latency_us, False) for i in range(net.npus)]
+        self.down = [self.add_link(f"leaf->h{i}", net.link_gbps, net.link_latency_us, True) for i in range(net.npus)]
+        self.leaf_up = [[self.add_link(f"leaf{l}->spine{s}", net.uplink_gbps, net.link_latency_us, True)
+                         for s in range(net.spines)] for l in range(leaves)]
+        self.spine_down = [[self.add_link(f"spine{s}->leaf{l}", net.uplink_gbps, net.link_latency_us, True)
+                            for l in range(leaves)] for s in range(net.spines)]
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
+        if src_leaf == dst_leaf:
+            return (self.up[src], self.down[dst])
+        # ECMP: both directions of a connection hash the same (unordered) pair, so ACKs share the spine
+        spine = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id) % len(self.spine_down)
+        return (self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst])
+
+
+class HierarchicalTopology(Topology):
+    """Nodes of `npus_per_node` NPUs on a scale-up switch (`scaleup_gbps`, `scaleup_latency_us`);
+    every NPU also has a NIC of `link_gbps` to one scale-out switch joining the nodes."""
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+        super().__init__(eventlist, net, seed)
+        assert net.npus_per_node and net.scaleup_gbps is not None and net.scaleup_latency_us is not None
+        self.npus_per_node = net.npus_per_node
+        n = net.npus
+        self.scaleup_up = [self.add_link(f"npu{i}->node", net.scaleup_gbps, net.scaleup_latency_us, False)
+                           for i in range(n)]
+        self.scaleup_down = [self.add_link(f"node->npu{i}", net.scaleup_gbps, net.scaleup_latency_us, True)
+                             for i in range(n)]
+        self.nic_up = [self.add_link(f"npu{i}->sw", net.link_gbps, net.link_latency_us, False) for i in range(n)]
+        self.nic_down = [self.add_link(f"sw->npu{i}", net.link_gbps, net.link_latency_us, True) for i in range(n)]
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        if src // self.npus_per_node == dst // self.npus_per_node:
+            return (self.scaleup_up[src], self.scaleup_down[dst])
+        return (self.nic_up[src], self.nic_down[dst])
+
+
+_TOPOLOGIES: dict[str, type[Topology]] = {
+    "switch": SwitchTopology,
+    "dumbbell": DumbbellTopology,
+    "ring": RingTopology,
+    "leaf_spine": LeafSpineTopology,
+    "hierarchical": HierarchicalTopology,
+}
+
+
+def build_topology(eventlist: EventList, net: NetworkConfig, seed: int) -> Topology:
+    """Build the topology named by `net.topology` (already validated)."""
+    return _TOPOLOGIES[net.topology](eventlist, net, seed)

@@ -1,0 +1,555 @@
+"""TCP over the packet network: byte sequence numbers, cumulative ACKs with SACK, NewReno fast
+retransmit and recovery (RFC 6582; RFC 6675-style with SACK), RFC 6298 retransmission timer with
+Karn's rule and exponential backoff, delayed ACKs, a receive window, restart after idle, and ECN
+(RFC 3168 ECE/CWR, or DCTCP's per-segment echo).
+
+A `TcpConnection` is one sender and one receiver joined by two routes. The application writes
+messages into the byte stream (`send_message`); the receiver calls back when the last byte of a
+message has been delivered in order.
+
+Timers are deadlines, not heap entries: each endpoint keeps at most one pending wake-up and, when
+it fires, re-arms itself if the deadline has moved later (lazy cancellation).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from ..eventlist import EventList
+from ..network import TCP_IP_HEADER_BYTES, Packet
+from .cc import CongestionControl
+
+_NO_EVENT = -1  # `timer_event_ps` when the endpoint has no wake-up in the heap
+_DUPACK_THRESHOLD = 3  # RFC 5681 DupThresh
+_MAX_SACK_BLOCKS = 3  # what fits in the TCP option space next to nothing else (RFC 2018)
+
+
+@dataclass(frozen=True, slots=True)
+class TcpSettings:
+    """Per-connection TCP parameters, all times in picoseconds, sizes in bytes."""
+
+    mss_bytes: int = 1460
+    init_cwnd_pkts: int = 10
+    min_rto_ps: int = 200_000_000_000  # 200 ms (Linux)
+    max_rto_ps: int = 60_000_000_000_000  # 60 s (RFC 6298 allows a cap >= 60 s)
+    initial_rto_ps: int = 1_000_000_000_000  # 1 s before any RTT sample (RFC 6298)
+    clock_granularity_ps: int = 1_000_000  # G of RFC 6298: 1 us timers
+    delayed_ack: bool = False
+    delayed_ack_timeout_ps: int = 40_000_000_000  # 40 ms (Linux TCP_DELACK_MIN)
+    sack: bool = True
+    rcv_wnd_bytes: int | None = None
+    slow_start_after_idle: bool = True
+    ecn: bool = False  # ECN-capable transport; DCTCP forces it on
+    dctcp_echo: bool = False  # receiver echoes CE per segment (DCTCP) instead of latching ECE
+
+
+class RttEstimator:
+    """RFC 6298 round-trip estimator in integer picoseconds.
+
+    First sample R: SRTT = R, RTTVAR = R / 2. Later: RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R|, then
+    SRTT = 7/8 SRTT + 1/8 R. RTO = SRTT + max(G, 4 RTTVAR), kept within [min_rto, max_rto].
+    Each expiry doubles the RTO (`back_off`) until the next valid sample recomputes it.
+    """
+
+    __slots__ = ("srtt_ps", "rttvar_ps", "rto_ps", "min_rto_ps", "max_rto_ps", "granularity_ps",
+                 "samples")
+
+    def __init__(self, initial_rto_ps: int, min_rto_ps: int, max_rto_ps: int,
+                 granularity_ps: int) -> None:
+        self.srtt_ps = 0
+        self.rttvar_ps = 0
+        self.min_rto_ps = min_rto_ps
+        self.max_rto_ps = max_rto_ps
+        self.granularity_ps = granularity_ps
+        self.rto_ps = min(max(initial_rto_ps, min_rto_ps), max_rto_ps)
+        self.samples = 0
+
+    def sample(self, rtt_ps: int) -> None:
+        """Feed one RTT measurement (never from a retransmitted segment: Karn's rule)."""
+        if self.samples:
+            srtt = self.srtt_ps
+            self.rttvar_ps = (3 * self.rttvar_ps + abs(srtt - rtt_ps)) // 4
+            self.srtt_ps = (7 * srtt + rtt_ps) // 8
+        else:
+            self.srtt_ps = rtt_ps
+            self.rttvar_ps = rtt_ps // 2
+        self.samples += 1
+        four_var = 4 * self.rttvar_ps
+        rto = self.srtt_ps + (four_var if four_var > self.granularity_ps else self.granularity_ps)
+        if rto < self.min_rto_ps:
+            rto = self.min_rto_ps
+        elif rto > self.max_rto_ps:
+            rto = self.max_rto_ps
+        self.rto_ps = rto
+
+    def back_off(self) -> None:
+        """The timer expired: double the RTO, up to its cap."""
+        self.rto_ps = min(2 * self.rto_ps, self.max_rto_ps)
+
+
+class TcpSender:
+    """The sending half of a connection: windows, retransmissions, the RTO timer.
+
+    Sequence space: [snd_una, snd_max) is sent and unacknowledged, snd_nxt the next byte to send
+    (below snd_max after a timeout: go-back-N), stream_end the end of what the application wrote.
+    `sacked` is the SACK scoreboard, a sorted list of disjoint [start, end) blocks above snd_una.
+    """
+
+    __slots__ = (
+        "eventlist", "settings", "cc", "rtt", "data_route", "mss_bytes", "rwnd_bytes",
+        "snd_una", "snd_nxt", "snd_max", "stream_end",
+        "in_recovery", "recover_seq", "dupacks", "sacked", "high_rxt",
+        "ecn_recover_seq", "cwr_pending",
+        "rto_deadline_ps", "timer_event_ps", "last_send_ps",
+        "packets_sent", "bytes_sent", "retransmits", "timeouts", "fast_retransmits", "ece_received",
+    )
+
+    def __init__(self, eventlist: EventList, settings: TcpSettings, cc: CongestionControl) -> None:
+        self.eventlist = eventlist
+        self.settings = settings
+        self.cc = cc
+        self.rtt = RttEstimator(settings.initial_rto_ps, settings.min_rto_ps, settings.max_rto_ps,
+                                settings.clock_granularity_ps)
+        self.data_route: tuple = ()
+        self.mss_bytes = settings.mss_bytes
+        self.rwnd_bytes = settings.rcv_wnd_bytes if settings.rcv_wnd_bytes else 1 << 62
+        self.snd_una = 0
+        self.snd_nxt = 0
+        self.snd_max = 0
+        self.stream_end = 0
+        self.in_recovery = False
+        self.recover_seq = 0
+        self.dupacks = 0
+        self.sacked: list[list[int]] = []
+        self.high_rxt = 0
+        self.ecn_recover_seq = 0
+        self.cwr_pending = False
+        self.rto_deadline_ps = 0  # 0: timer not armed
+        self.timer_event_ps = _NO_EVENT
+        self.last_send_ps = -1
+        self.packets_sent = 0
+        self.bytes_sent = 0
+        self.retransmits = 0
+        self.timeouts = 0
+        self.fast_retransmits = 0
+        self.ece_received = 0
+
+    # -- application side -------------------------------------------------------------------
+
+    def write(self, nbytes: int) -> None:
+        """Append `nbytes` to the stream and send what the windows allow."""
+        if (self.settings.slow_start_after_idle and self.snd_una == self.snd_max
+                and self.last_send_ps >= 0
+                and self.eventlist.now_ps - self.last_send_ps > self.rtt.rto_ps):
+            self.cc.on_idle_restart()
+        self.stream_end += nbytes
+        self.send_more()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send_more(self) -> None:
+        """Send new or go-back-N segments while the congestion and receive windows allow."""
+        if self.in_recovery and self.settings.sack:
+            self._send_in_sack_recovery()
+            return
+        window = self.cc.cwnd_bytes
+        if window > self.rwnd_bytes:
+            window = self.rwnd_bytes
+        limit = self.snd_una + window
+        mss = self.mss_bytes
+        stream_end = self.stream_end
+        snd_nxt = self.snd_nxt
+        while snd_nxt < stream_end:
+            length = stream_end - snd_nxt
+            if length > mss:
+                length = mss
+            if snd_nxt + length > limit:
+                break
+            self._transmit(snd_nxt, length)
+            snd_nxt += length
+            self.snd_nxt = snd_nxt
+
+    def _transmit(self, seq: int, length: int) -> None:
+        now = self.eventlist.now_ps
+        is_retransmit = seq < self.snd_max
+        pkt = Packet(self.data_route, length + TCP_IP_HEADER_BYTES, length, seq, 0, now,
+                     is_retransmit, self.settings.ecn)
+        if self.cwr_pending:
+            pkt.cwr = True
+            self.cwr_pending = False
+        self.packets_sent += 1
+        self.bytes_sent += length + TCP_IP_HEADER_BYTES
+        if is_retransmit:
+            self.retransmits += 1
+        else:
+            self.snd_max = seq + length
+        self.last_send_ps = now
+        if not self.rto_deadline_ps:
+            self._arm_rto(now)
+        pkt.route[0].receive_packet(pkt)
+
+    def _send_in_sack_recovery(self) -> None:
+        """RFC 6675-style recovery: while cwnd - pipe >= 1 MSS, retransmit the next hole below the
+        highest SACKed byte, else send new data. Holes below the highest SACK count as lost."""
+        mss = self.mss_bytes
+        cwnd = self.cc.cwnd_bytes
+        while cwnd - self._pipe_bytes() >= mss:
+            hole_start, hole_end = self._next_hole()
+            if hole_start < hole_end:
+                length = min(mss, hole_end - hole_start)
+                self._transmit(hole_start, length)
+                self.high_rxt = hole_start + length
+                continue
+            length = min(mss, self.stream_end - self.snd_max)
+            if length <= 0 or self.snd_max + length > self.snd_una + self.rwnd_bytes:
+                return
+            self._transmit(self.snd_max, length)
+            self.snd_nxt = self.snd_max
+
+    def _next_hole(self) -> tuple[int, int]:
+        """First un-SACKed range at or above max(snd_una, high_rxt) and below the highest SACK."""
+        start = self.high_rxt if self.high_rxt > self.snd_una else self.snd_una
+        for block_start, block_end in self.sacked:
+            if start < block_start:
+                return start, block_start
+            if start < block_end:
+                start = block_end
+        return start, start
+
+    def _pipe_bytes(self) -> int:
+        """Bytes estimated in the network (RFC 6675 'pipe'): everything sent above the highest SACK,
+        plus the holes below it that have been retransmitted (those below high_rxt)."""
+        sacked = self.sacked
+        if not sacked:
+            return self.snd_max - self.snd_una
+        pipe = self.snd_max - sacked[-1][1]
+        hole_start = self.snd_una
+        high_rxt = self.high_rxt
+        for block_start, block_end in sacked:
+            retransmitted_end = block_start if block_start < high_rxt else high_rxt
+            if retransmitted_end > hole_start:
+                pipe += retransmitted_end - hole_start
+            hole_start = block_end
+        return pipe
+
+    # -- receiving ACKs ---------------------------------------------------------------------
+
+    def receive_packet(self, pkt: Packet) -> None:
+        """An ACK arrives from the receiver."""
+        ack = pkt.ack
+        snd_una = self.snd_una
+        cc = self.cc
+        if pkt.ece:
+            self.ece_received += 1
+        if ack > snd_una:
+            now = self.eventlist.now_ps
+            if not pkt.is_retransmit:  # Karn's rule: only segments sent once give samples
+                self.rtt.sample(now - pkt.sent_ps)
+            acked = ack - snd_una
+            self.snd_una = ack
+            if self.snd_nxt < ack:
+                self.snd_nxt = ack
+            if self.sacked:
+                self._forget_sacked_below(ack)
+            if pkt.sack_blocks:
+                self._merge_sack(pkt.sack_blocks)
+            if cc.wants_ecn_feedback:
+                cc.on_ecn_feedback(acked, pkt.ece, ack, self.snd_nxt)
+            if pkt.ece:
+                self._react_to_ece(now)
+            if self.in_recovery:
+                if ack >= self.recover_seq:
+                    self.in_recovery = False
+                    self.dupacks = 0
+                    cc.on_recovery_exit()
+                elif not self.settings.sack:
+                    # RFC 6582 partial ACK: retransmit the next unacknowledged segment and deflate
+                    # the window by the amount acknowledged, adding back one MSS.
+                    cc.cwnd_bytes = max(cc.cwnd_bytes - acked + self.mss_bytes, float(self.mss_bytes))
+                    self._transmit(ack, min(self.mss_bytes, self.snd_max - ack))
+            else:
+                self.dupacks = 0
+                cc.on_ack(acked, now, self.rtt.srtt_ps)
+            if ack >= self.snd_max:
+                self.rto_deadline_ps = 0
+            else:
+                self._arm_rto(now)  # RFC 6298 (5.3): restart the timer on new data acknowledged
+            self.send_more()
+        elif ack == snd_una and not pkt.payload_bytes and self.snd_max > snd_una:
+            self._on_duplicate_ack(pkt)
+
+    def _on_duplicate_ack(self, pkt: Packet) -> None:
+        self.dupacks += 1
+        if pkt.sack_blocks:
+            self._merge_sack(pkt.sack_blocks)
+        if pkt.ece:
+            self._react_to_ece(self.eventlist.now_ps)
+        if self.in_recovery:
+            if not self.settings.sack:
+                self.cc.cwnd_bytes += self.mss_bytes  # RFC 6582: inflate by one MSS per dupACK
+            self.send_more()
+        elif self.dupacks == _DUPACK_THRESHOLD and self.snd_una >= self.recover_seq:
+            self._enter_fast_recovery()
+
+    def _enter_fast_recovery(self) -> None:
+        now = self.eventlist.now_ps
+        snd_una = self.snd_una
+        self.fast_retransmits += 1
+        self.cc.on_loss(self.snd_max - snd_una, now)
+        self.in_recovery = True
+        self.recover_seq = self.snd_max
+        self.ecn_recover_seq = self.snd_max  # the loss response covers this window's ECN too
+        if self.settings.sack:
+            self.high_rxt = snd_una
+            self._transmit(snd_una, min(self.mss_bytes, self.snd_max - snd_una))
+            self.high_rxt = snd_una + min(self.mss_bytes, self.snd_max - snd_una)
+            self.send_more()
+        else:
+            self.cc.cwnd_bytes += _DUPACK_THRESHOLD * self.mss_bytes
+            self._transmit(snd_una, min(self.mss_bytes, self.snd_max - snd_una))
+
+    def _react_to_ece(self, now_ps: int) -> None:
+        """ECE: reduce once per window of data (RFC 3168), and tell the receiver with CWR."""
+        if self.snd_una >= self.ecn_recover_seq and not self.in_recovery:
+            self.cc.on_ecn_echo(self.snd_max - self.snd_una, now_ps)
+            self.ecn_recover_seq = self.snd_max
+            self.cwr_pending = True
+
+    def _merge_sack(self, blocks: tuple) -> None:
+        snd_una = self.snd_una
+        sacked = self.sacked
+        for start, end in blocks:
+            if end <= snd_una:
+                continue
+            if start < snd_una:
+                start = snd_una
+            merged: list[list[int]] = []
+            placed = False
+            for block in sacked:
+                if block[1] < start:
+                    merged.append(block)
+                elif end < block[0]:
+                    if not placed:
+                        merged.append([start, end])
+                        placed = True
+                    merged.append(block)
+                else:
+                    start = min(start, block[0])
+                    end = max(end, block[1])
+            if not placed:
+                merged.append([start, end])
+            sacked = merged
+        self.sacked = sacked
+
+    def _forget_sacked_below(self, ack: int) -> None:
+        sacked = self.sacked
+        while sacked and sacked[0][1] <= ack:
+            sacked.pop(0)
+        if sacked and sacked[0][0] < ack:
+            sacked[0][0] = ack
+
+    # -- retransmission timer ---------------------------------------------------------------
+
+    def _arm_rto(self, now_ps: int) -> None:
+        deadline = now_ps + self.rtt.rto_ps
+        self.rto_deadline_ps = deadline
+        if self.timer_event_ps == _NO_EVENT or self.timer_event_ps > deadline:
+            self.timer_event_ps = deadline
+            self.eventlist.schedule(self, deadline)
+
+    def do_next_event(self) -> None:
+        """A timer wake-up: fire the RTO if its deadline has come, else sleep until it."""
+        now = self.eventlist.now_ps
+        if self.timer_event_ps != now:
+            return  # an older wake-up superseded by an earlier one
+        self.timer_event_ps = _NO_EVENT
+        deadline = self.rto_deadline_ps
+        if not deadline:
+            return
+        if now < deadline:
+            self.timer_event_ps = deadline
+            self.eventlist.schedule(self, deadline)
+            return
+        self._on_timeout(now)
+
+    def _on_timeout(self, now_ps: int) -> None:
+        """RFC 6298 (5.4-5.6) and RFC 5681: back off, collapse cwnd, go back to snd_una."""
+        self.timeouts += 1
+        self.cc.on_timeout(self.snd_max - self.snd_una, now_ps)
+        self.rtt.back_off()
+        self.in_recovery = False
+        self.dupacks = 0
+        self.recover_seq = self.snd_max  # RFC 6582 (4.1): no fast retransmit for this window
+        self.sacked = []  # RFC 2018: SACK information is discarded after a timeout
+        self.high_rxt = self.snd_una
+        self.snd_nxt = self.snd_una
+        self.rto_deadline_ps = 0
+        self.send_more()
+
+
+class TcpReceiver:
+    """The receiving half: in-order delivery, out-of-order blocks, (delayed) ACKs with SACK and ECE.
+
+    ACKs go at once for out-of-order data, for data that fills a hole, and when the ECN state
+    changes (DCTCP); otherwise every second full segment, or when the delayed-ACK timer expires.
+    """
+
+    __slots__ = (
+        "eventlist", "settings", "ack_route", "rcv_nxt", "out_of_order", "unacked_segments",
+        "delack_deadline_ps", "timer_event_ps", "ce_state", "ece_latched", "echo_sent_ps",
+        "echo_retransmit", "last_block", "message_ends", "ce_received", "acks_sent",
+    )
+
+    def __init__(self, eventlist: EventList, settings: TcpSettings) -> None:
+        self.eventlist = eventlist
+        self.settings = settings
+        self.ack_route: tuple = ()
+        self.rcv_nxt = 0
+        self.out_of_order: list[list[int]] = []  # sorted disjoint [start, end) above rcv_nxt
+        self.unacked_segments = 0
+        self.delack_deadline_ps = 0
+        self.timer_event_ps = _NO_EVENT
+        self.ce_state = False
+        self.ece_latched = False
+        self.echo_sent_ps = 0
+        self.echo_retransmit = False
+        self.last_block: list[int] | None = None
+        self.message_ends: deque = deque()  # (end_seq, callback), in stream order
+        self.ce_received = 0
+        self.acks_sent = 0
+
+    def expect_message_end(self, end_seq: int, on_delivered: Callable[[], None]) -> None:
+        """Call `on_delivered` once every byte below `end_seq` has arrived in order."""
+        self.message_ends.append((end_seq, on_delivered))
+
+    def receive_packet(self, pkt: Packet) -> None:
+        """A data segment arrives."""
+        if pkt.ce:
+            self.ce_received += 1
+        if self.settings.dctcp_echo:
+            if pkt.ce != self.ce_state:
+                if self.unacked_segments:
+                    self._send_ack()  # RFC 8257 3.2: ACK the earlier segments with the old state
+                self.ce_state = pkt.ce
+        else:
+            if pkt.cwr:
+                self.ece_latched = False
+            if pkt.ce:
+                self.ece_latched = True
+        self.echo_sent_ps = pkt.sent_ps
+        self.echo_retransmit = pkt.is_retransmit
+        seq = pkt.seq
+        end = seq + pkt.payload_bytes
+        rcv_nxt = self.rcv_nxt
+        if seq <= rcv_nxt < end:
+            rcv_nxt = end
+            immediate = False
+            if self.out_of_order:
+                immediate = True  # RFC 5681: ACK at once when a segment fills (part of) a hole
+                ooo = self.out_of_order
+                while ooo and ooo[0][0] <= rcv_nxt:
+                    block_end = ooo.pop(0)[1]
+                    if block_end > rcv_nxt:
+                        rcv_nxt = block_end
+                self.last_block = None
+            self.rcv_nxt = rcv_nxt
+            message_ends = self.message_ends
+            while message_ends and message_ends[0][0] <= rcv_nxt:
+                message_ends.popleft()[1]()
+            if immediate or not self.settings.delayed_ack:
+                self._send_ack()
+                return
+            self.unacked_segments += 1
+            if self.unacked_segments >= 2:
+                self._send_ack()
+            elif self.unacked_segments == 1:
+                self._arm_delack()
+        elif seq > rcv_nxt:
+            self._store_out_of_order(seq, end)
+            self._send_ack()
+        else:
+            self._send_ack()  # an old duplicate: re-announce where we are
+
+    def _store_out_of_order(self, start: int, end: int) -> None:
+        ooo = self.out_of_order
+        index = 0
+        while index < len(ooo) and ooo[index][1] < start:
+            index += 1
+        block = [start, end]
+        while index < len(ooo) and ooo[index][0] <= end:
+            neighbour = ooo.pop(index)
+            block[0] = min(block[0], neighbour[0])
+            block[1] = max(block[1], neighbour[1])
+        ooo.insert(index, block)
+        self.last_block = block
+
+    def _sack_blocks(self) -> tuple:
+        """Up to three SACK blocks, the one holding the latest segment first (RFC 2018)."""
+        ooo = self.out_of_order
+        first = self.last_block
+        blocks = [] if first is None else [(first[0], first[1])]
+        for block in ooo:
+            if len(blocks) == _MAX_SACK_BLOCKS:
+                break
+            if block is not first:
+                blocks.append((block[0], block[1]))
+        return tuple(blocks)
+
+    def _send_ack(self) -> None:
+        sack_blocks = self._sack_blocks() if (self.out_of_order and self.settings.sack) else ()
+        # SACK option: 2 bytes + 8 per block, padded to a multiple of 4 bytes
+        option_bytes = (2 + 8 * len(sack_blocks) + 3) // 4 * 4 if sack_blocks else 0
+        pkt = Packet(self.ack_route, TCP_IP_HEADER_BYTES + option_bytes, 0, 0, self.rcv_nxt,
+                     self.echo_sent_ps, self.echo_retransmit, False)
+        pkt.sack_blocks = sack_blocks
+        pkt.ece = self.ce_state if self.settings.dctcp_echo else self.ece_latched
+        self.unacked_segments = 0
+        self.acks_sent += 1
+        pkt.route[0].receive_packet(pkt)
+
+    def _arm_delack(self) -> None:
+        deadline = self.eventlist.now_ps + self.settings.delayed_ack_timeout_ps
+        self.delack_deadline_ps = deadline
+        if self.timer_event_ps == _NO_EVENT:
+            self.timer_event_ps = deadline
+            self.eventlist.schedule(self, deadline)
+
+    def do_next_event(self) -> None:
+        """Delayed-ACK timer wake-up."""
+        now = self.eventlist.now_ps
+        self.timer_event_ps = _NO_EVENT
+        if not self.unacked_segments:
+            return
+        if now < self.delack_deadline_ps:
+            self.timer_event_ps = self.delack_deadline_ps
+            self.eventlist.schedule(self, self.delack_deadline_ps)
+            return
+        self._send_ack()
+
+
+class TcpConnection:
+    """A sender and a receiver joined by a data route and an ACK route (tuples of links).
+
+    The connection persists: messages written one after another share its window and timers.
+    """
+
+    __slots__ = ("flow_id", "src", "dst", "sender", "receiver")
+
+    def __init__(self, eventlist: EventList, settings: TcpSettings, cc: CongestionControl,
+                 flow_id: int, src: int, dst: int, data_links: tuple, ack_links: tuple) -> None:
+        self.flow_id = flow_id
+        self.src = src
+        self.dst = dst
+        self.sender = TcpSender(eventlist, settings, cc)
+        self.receiver = TcpReceiver(eventlist, settings)
+        self.sender.data_route = tuple(data_links) + (self.receiver,)
+        self.receiver.ack_route = tuple(ack_links) + (self.sender,)
+
+    def send_message(self, nbytes: int, on_delivered: Callable[[], None]) -> None:
+        """Write `nbytes` into the stream; `on_delivered` runs when the receiver has all of them."""
+        if nbytes <= 0:
+            raise ValueError(f"message size must be positive, got {nbytes} bytes")
+        self.receiver.expect_message_end(self.sender.stream_end + nbytes, on_delivered)
+        self.sender.write(nbytes)
