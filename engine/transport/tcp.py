@@ -104,6 +104,7 @@ class TcpSender:
         "ecn_recover_seq", "cwr_pending",
         "rto_deadline_ps", "timer_event_ps", "last_send_ps",
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "fast_retransmits", "ece_received",
+        "acks_received",
     )
 
     def __init__(self, eventlist: EventList, settings: TcpSettings, cc: CongestionControl) -> None:
@@ -135,6 +136,7 @@ class TcpSender:
         self.timeouts = 0
         self.fast_retransmits = 0
         self.ece_received = 0
+        self.acks_received = 0
 
     # -- application side -------------------------------------------------------------------
 
@@ -241,6 +243,7 @@ class TcpSender:
         ack = pkt.ack
         snd_una = self.snd_una
         cc = self.cc
+        self.acks_received += 1
         if pkt.ece:
             self.ece_received += 1
         if ack > snd_una:
@@ -400,6 +403,7 @@ class TcpReceiver:
         "eventlist", "settings", "ack_route", "rcv_nxt", "out_of_order", "unacked_segments",
         "delack_deadline_ps", "timer_event_ps", "ce_state", "ece_latched", "echo_sent_ps",
         "echo_retransmit", "last_block", "message_ends", "ce_received", "acks_sent",
+        "segments_received",
     )
 
     def __init__(self, eventlist: EventList, settings: TcpSettings) -> None:
@@ -419,6 +423,7 @@ class TcpReceiver:
         self.message_ends: deque = deque()  # (end_seq, callback), in stream order
         self.ce_received = 0
         self.acks_sent = 0
+        self.segments_received = 0
 
     def expect_message_end(self, end_seq: int, on_delivered: Callable[[], None]) -> None:
         """Call `on_delivered` once every byte below `end_seq` has arrived in order."""
@@ -426,6 +431,7 @@ class TcpReceiver:
 
     def receive_packet(self, pkt: Packet) -> None:
         """A data segment arrives."""
+        self.segments_received += 1
         if pkt.ce:
             self.ce_received += 1
         if self.settings.dctcp_echo:
