@@ -1,0 +1,5 @@
+"""`python -m sweep [overrides]`: see `sweep.cli`."""
+
+from .cli import main
+
+main()

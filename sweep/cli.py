@@ -1,0 +1,121 @@
+"""`python -m sweep [overrides]`: compose a config with Hydra, run it once in process, store the rows.
+
+Exit codes: 0 for a run that finished (status `ok` or `timeout`) or was already done; 1 for a run
+that failed (status `error`, stored with a repro command); 2 for a config that cannot run, refused
+before anything is launched with one line `error: <message>` on stderr. A config Hydra itself cannot
+compose (an unknown preset, a bad override) is reported by Hydra, without a traceback, with exit 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Mapping, TextIO
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+import engine
+
+from .runner import execute, run_id
+from .store import ResultStore
+
+# An absolute path: given "../conf", Hydra would look for a Python package `conf` whenever the
+# entry point is imported as `sweep.cli` (as under `python -m sweep`) rather than run as a file.
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+# Exit codes (see the module docstring).
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+EXIT_BAD_CONFIG = 2
+
+
+def validate(config: Mapping[str, Any]) -> None:
+    """Raise `engine.ConfigError` if `config` cannot run: the engine's checks plus the sweep's own
+    keys (`name` becomes a directory, so it must be one plain path component)."""
+    name = config.get("name")
+    if not isinstance(name, str) or not name or name in {".", ".."} or "/" in name or "\\" in name:
+        raise engine.ConfigError("name", name, "a non-empty dataset name without path separators")
+    if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
+        raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
+    engine.load_config(config)
+
+
+def _number(value: Any, digits: int = 3, scale: float = 1.0) -> str:
+    """`value * scale` with `digits` significant digits, or `n/a` if the engine did not report it."""
+    return "n/a" if value is None else f"{value * scale:.{digits}g}"
+
+
+def _count(value: Any) -> str:
+    """An integer count with thousands separators, or `n/a`."""
+    return "n/a" if value is None else f"{round(value):,}"
+
+
+def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> str:
+    """A short human summary of one run's rows and of where they were stored."""
+    run = rows["runs"][0]
+    lines = [
+        f"run {run['run_id']}  status {run['status']}  "
+        f"(network={run.get('network.topology')} npus={run.get('network.npus')}, "
+        f"tcp={run.get('tcp.cc')}, workload={run.get('workload.pattern') or run.get('workload.type')})",
+    ]
+    if run["status"] == "error":
+        lines += ["  " + line for line in str(run.get("error")).splitlines()]
+        lines.append(f"  reproduce with: {run.get('repro')}")
+    else:
+        lines += [
+            f"  sim_time_s       {_number(run.get('sim_time_s'), 4)}",
+            f"  flows completed  {_count(run.get('flows_completed'))}/{_count(run.get('flows'))}",
+            f"  FCT mean / max   {_number(run.get('mean_fct_s'), scale=1e3)} / "
+            f"{_number(run.get('max_fct_s'), scale=1e3)} ms",
+            f"  retransmits      {_count(run.get('retransmits'))}   timeouts {_count(run.get('timeouts'))}",
+            f"  drops            {_count(run.get('drops'))}   ecn_marks {_count(run.get('ecn_marks'))}",
+            f"  max_queue_kb     {_number(run.get('max_queue_kb'), 4)}",
+            f"  events/s         {_count(run.get('events_per_s'))}   "
+            f"({_count(run.get('events'))} events, wall {_number(run.get('wall_s'))} s)",
+        ]
+    stored = ", ".join(f"{table} +{len(table_rows)}" for table, table_rows in rows.items())
+    lines.append(f"rows appended to {dataset}/: {stored}")
+    return "\n".join(lines)
+
+
+def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None = None,
+            err: TextIO | None = None) -> int:
+    """Validate, resume-check, run and store one resolved config; print a summary; return the exit
+    code. A run already stored with status `ok` is skipped unless `force`."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    config = dict(config)
+    try:
+        validate(config)
+    except engine.ConfigError as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_BAD_CONFIG
+
+    dataset = Path(config["results_dir"]) / config["name"]
+    store = ResultStore(dataset)
+    identity = run_id(config)
+    if not force and identity in store.completed_run_ids():
+        print(f"run {identity} is already done (status ok) in {dataset}/; not running it again "
+              "(add +force=true to rerun)", file=out)
+        return EXIT_OK
+
+    rows = execute(config)
+    store.append(rows)
+    store.flush()
+    print(format_summary(rows, dataset), file=out)
+    return EXIT_RUN_FAILED if rows["runs"][0]["status"] == "error" else EXIT_OK
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point of `python -m sweep`; `+force=true` reruns a run that is already done."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)  # the root config is a mapping
+    force = config.pop("force", False)
+    if not isinstance(force, bool):
+        print(f"error: {engine.ConfigError('force', force, 'true or false')}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+    code = run_one(config, force=force)
+    if code != EXIT_OK:
+        sys.exit(code)  # SystemExit passes through Hydra's error reporting untouched

@@ -1,0 +1,167 @@
+"""One run, from a plain config dict to result rows with identity and provenance.
+
+`execute(config)` is the unit of work of the sweep: the CLI calls it in process, and Ray tasks will
+call it on workers. It never raises for a failing run; the failure becomes a `runs` row with
+status `error`, the tail of the traceback and a command line that reproduces the run. It imports
+nothing from Hydra or Ray, so a worker only needs the engine and this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import re
+import shlex
+import subprocess
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import engine
+
+# Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
+NON_IDENTITY_KEYS = ("name", "results_dir", "ray")
+# Keys left out of the repro command: a single in-process run does not use Ray.
+_NON_REPRO_KEYS = ("ray",)
+# Lines of the traceback kept in the `error` column: enough for the failing frame and the message.
+ERROR_TAIL_LINES = 12
+
+_PLAIN_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+_HYDRA_WORDS = {"true", "false", "null", "inf", "nan"}  # Hydra parses these, unquoted, as non-strings
+
+
+def _canonical(value: Any) -> Any:
+    """`value` with integral floats written as ints, so `link_gbps=100` and `100.0` hash alike."""
+    if isinstance(value, Mapping):
+        return {str(key): _canonical(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def run_id(config: Mapping[str, Any]) -> str:
+    """The identity of a run: first 16 hex digits of the SHA-256 of the canonical JSON of the
+    resolved config (seed included; `name`, `results_dir` and `ray` left out)."""
+    identity = {key: value for key, value in config.items() if key not in NON_IDENTITY_KEYS}
+    text = json.dumps(_canonical(identity), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Config leaves as `{"network.link_gbps": 100.0, ...}`; lists (and empty mappings) become JSON
+    strings so every leaf fits one Parquet column of a scalar type."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, dotted + "."))
+        elif isinstance(value, (list, tuple, Mapping)):
+            flat[dotted] = json.dumps(value, sort_keys=True)
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _override_value(value: Any) -> str:
+    """`value` in Hydra's override grammar."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{key}:{_override_value(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_value(item) for item in value) + "]"
+    text = str(value)
+    if _PLAIN_STRING.fullmatch(text) and text.lower() not in _HYDRA_WORDS:
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _leaves(config: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) for every leaf, keeping lists whole (unlike `flatten`, no JSON)."""
+    leaves: list[tuple[str, Any]] = []
+    for key, value in config.items():
+        if isinstance(value, Mapping) and value:
+            leaves.extend(_leaves(value, f"{prefix}{key}."))
+        else:
+            leaves.append((f"{prefix}{key}", value))
+    return leaves
+
+
+def repro_command(config: Mapping[str, Any]) -> str:
+    """A shell command line that runs exactly this config again: every leaf as a `++key=value`
+    override (add or override), so it does not depend on the presets staying as they are."""
+    overrides = [
+        f"++{key}={_override_value(value)}"
+        for key, value in _leaves({k: v for k, v in config.items() if k not in _NON_REPRO_KEYS})
+    ]
+    return shlex.join(["python", "-m", "sweep", *overrides])
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """HEAD of the repository holding this code (looked up once per process); None outside git."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+            capture_output=True, text=True, timeout=10, check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def _error_tail(exc: BaseException) -> str:
+    """The last `ERROR_TAIL_LINES` lines of the formatted traceback of `exc`."""
+    lines = "".join(traceback.format_exception(exc)).rstrip().splitlines()
+    return "\n".join(lines[-ERROR_TAIL_LINES:])
+
+
+def execute(config: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Run one simulation and return its rows by table (`runs`: one row; `flows`: one per flow).
+
+    Every row gets `run_id`; the runs row also gets every config leaf (flattened with dots),
+    `repro`, `wall_s`, `engine_version`, `git_commit` and `started_at` (UTC, ISO 8601). An exception
+    from the engine (including an invalid config) becomes a runs row with status `error` and no
+    other table rows; nothing is raised.
+    """
+    config = dict(config)
+    identity = run_id(config)
+    started_at = datetime.now(timezone.utc).isoformat()
+    wall_start = time.perf_counter()
+    try:
+        rows = engine.run(config)
+        run_row = dict(rows["runs"][0])
+        other_tables = {table: table_rows for table, table_rows in rows.items() if table != "runs"}
+    except Exception as exc:  # noqa: BLE001 - any engine failure must become a row, not kill a sweep
+        run_row = {"status": "error", "error": _error_tail(exc)}
+        other_tables = {}
+    # The engine times its own run (events_per_s is based on it); keep that figure when present.
+    run_row.setdefault("wall_s", time.perf_counter() - wall_start)
+
+    runs_row = {
+        "run_id": identity,
+        "status": run_row.pop("status"),
+        "error": run_row.pop("error", None),
+        **flatten(config),
+        **run_row,
+        "repro": repro_command(config),
+        "engine_version": engine.ENGINE_VERSION,
+        "git_commit": git_commit(),
+        "started_at": started_at,
+    }
+    result = {"runs": [runs_row]}
+    for table, table_rows in other_tables.items():
+        result[table] = [{"run_id": identity, **row} for row in table_rows]
+    return result

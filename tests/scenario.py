@@ -1,0 +1,88 @@
+"""Small hand-built networks for the TCP scenario tests: one connection over a chain of links,
+with optional droppers and taps that record what passes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from engine.eventlist import EventList
+from engine.network import Link, Packet, PacketDropper
+from engine.transport import TcpConnection, TcpSettings, make_congestion_control
+from engine.units import PS_PER_S, gbps_to_bps, us_to_ps
+
+
+class Tap:
+    """A route sink that records (time_ps, seq, ack, payload, is_retransmit) of each packet and
+    passes it on unchanged."""
+
+    def __init__(self, eventlist: EventList) -> None:
+        self.eventlist = eventlist
+        self.seen: list[tuple[int, int, int, int, bool]] = []
+
+    def receive_packet(self, pkt: Packet) -> None:
+        self.seen.append((self.eventlist.now_ps, pkt.seq, pkt.ack, pkt.payload_bytes, pkt.is_retransmit))
+        pkt.hop += 1
+        pkt.route[pkt.hop].receive_packet(pkt)
+
+
+@dataclass
+class Path:
+    """One TCP connection from a sender host over a NIC link and a bottleneck link to a receiver.
+
+    Data: sender -> data_tap -> NIC (nic_gbps, latency_us) -> [dropper] -> bottleneck (gbps, buffer)
+    -> receiver. ACKs: receiver -> reverse link (latency_us, nic_gbps) -> ack_tap -> sender.
+    The round-trip propagation is 2 * latency_us (the bottleneck link adds no propagation).
+    """
+
+    eventlist: EventList
+    connection: TcpConnection
+    nic: Link
+    bottleneck: Link
+    data_tap: Tap
+    ack_tap: Tap
+    dropper: PacketDropper | None
+    delivered_ps: list[int] = field(default_factory=list)
+
+    @property
+    def sender(self):
+        return self.connection.sender
+
+    @property
+    def receiver(self):
+        return self.connection.receiver
+
+    def send(self, nbytes: int) -> None:
+        self.connection.send_message(nbytes, lambda: self.delivered_ps.append(self.eventlist.now_ps))
+
+    def run_s(self, seconds: float) -> None:
+        self.eventlist.run(round(seconds * PS_PER_S))
+
+
+def build_path(
+    *,
+    cc: str = "newreno",
+    bottleneck_gbps: float = 10.0,
+    nic_gbps: float | None = None,
+    latency_us: float = 10.0,
+    buffer_bytes: int | None = None,
+    ecn_threshold_bytes: int | None = None,
+    should_drop: Callable[[int, Packet], bool] | None = None,
+    **settings,
+) -> Path:
+    """Build a `Path`; `settings` go to `TcpSettings` (mss_bytes, delayed_ack, sack, min_rto_ps...)."""
+    eventlist = EventList()
+    nic_gbps = bottleneck_gbps if nic_gbps is None else nic_gbps
+    nic = Link(eventlist, "nic", gbps_to_bps(nic_gbps), us_to_ps(latency_us))
+    bottleneck = Link(eventlist, "bottleneck", gbps_to_bps(bottleneck_gbps), 0,
+                      buffer_bytes=buffer_bytes, ecn_threshold_bytes=ecn_threshold_bytes)
+    reverse = Link(eventlist, "reverse", gbps_to_bps(nic_gbps), us_to_ps(latency_us))
+    tcp = TcpSettings(**settings)
+    if cc == "dctcp":
+        tcp = TcpSettings(**{**settings, "ecn": True, "dctcp_echo": True})
+    data_tap, ack_tap = Tap(eventlist), Tap(eventlist)
+    dropper = PacketDropper(should_drop) if should_drop else None
+    data_links = (data_tap, nic) + ((dropper,) if dropper else ()) + (bottleneck,)
+    connection = TcpConnection(eventlist, tcp, make_congestion_control(cc, tcp.mss_bytes, tcp.init_cwnd_pkts),
+                               0, 0, 1, data_links, (reverse, ack_tap))
+    return Path(eventlist, connection, nic, bottleneck, data_tap, ack_tap, dropper)

@@ -1,0 +1,119 @@
+"""Throughput of long TCP flows against the sawtooth model, Mathis' square-root law, Jain's
+fairness index and the header-overhead ceiling (THEORY.md)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scenario import build_path
+
+import engine
+from engine.simulation import Simulation
+from engine.units import PS_PER_S
+from engine.workload import FlowsWorkload
+
+MSS = 1460
+WIRE = MSS + 40  # a full segment on the wire: IPv4 + TCP headers
+
+
+def fluid_sawtooth_utilisation(buffer_over_bdp: float, beta: float = 0.5) -> float:
+    """THEORY.md: one Reno flow, window cycling between beta (BDP + B) and BDP + B; the link idles
+    while W < BDP. In units of BDP = 1."""
+    bdp = 1.0
+    w_max = bdp + buffer_over_bdp
+    w_min = beta * w_max
+    if w_min >= bdp:
+        return 1.0
+    a1 = (w_min + bdp) * (bdp - w_min) / 2
+    a2 = (bdp + w_max) * (w_max - bdp) / 2
+    return (a1 + a2) / (bdp * (bdp - w_min) + a2)
+
+
+def test_fluid_model_reproduces_the_published_table():
+    # THEORY.md: B/BDP = 0, 0.1, 0.25, 0.5, 0.75, 1 gives U = 0.750, 0.818, 0.893, 0.964, 0.993, 1
+    expected = [0.750, 0.818, 0.893, 0.964, 0.993, 1.0]
+    for fraction, value in zip([0, 0.1, 0.25, 0.5, 0.75, 1.0], expected):
+        assert fluid_sawtooth_utilisation(fraction) == pytest.approx(value, abs=0.001)
+
+
+def _delivered_between(path, start_s: float, end_s: float) -> int:
+    path.run_s(start_s)
+    before = path.receiver.rcv_nxt
+    path.run_s(end_s)
+    return path.receiver.rcv_nxt - before
+
+
+# 2 packets is the smallest buffer that holds the two back-to-back segments an ACK releases when
+# the window grows; it is the packet-level counterpart of the fluid model's B = 0.
+@pytest.mark.parametrize("buffer_bytes", [2 * WIRE, 15_000, 37_500, 75_000, 150_000])
+def test_reno_utilisation_follows_the_sawtooth_model(buffer_bytes):
+    # 1 Gb/s bottleneck, 1.2 ms RTT: BDP = 1e9 b/s * 1.2e-3 s / 8 = 150,000 bytes = 100 packets.
+    bdp_bytes = 150_000
+    path = build_path(bottleneck_gbps=1, nic_gbps=2, latency_us=600, buffer_bytes=buffer_bytes)
+    path.send(10**10)
+    delivered = _delivered_between(path, 0.5, 2.5)  # skip slow start, then ~10 sawtooth cycles
+    payload_capacity = 2.0 * 1e9 / 8 * MSS / WIRE  # bytes of payload the link can carry in 2 s
+    utilisation = delivered / payload_capacity
+    # the fluid model ignores the discreteness of packets: allow 0.02
+    assert utilisation == pytest.approx(fluid_sawtooth_utilisation(buffer_bytes / bdp_bytes), abs=0.02)
+    assert path.sender.timeouts == 0
+
+
+def _periodic_loss_rate_bps(loss_probability: float, delayed_ack: bool) -> float:
+    period = round(1 / loss_probability)
+    path = build_path(bottleneck_gbps=10, latency_us=500, delayed_ack=delayed_ack,
+                      should_drop=lambda index, pkt: index % period == period - 1)
+    path.send(10**11)
+    return _delivered_between(path, 0.5, 3.0) * 8 / 2.5
+
+
+@pytest.mark.parametrize("delayed_ack, constant", [(False, math.sqrt(3 / 2)), (True, math.sqrt(3 / 4))])
+def test_mathis_square_root_law_under_periodic_loss(delayed_ack, constant):
+    # Mathis et al. 1997: rate = (MSS / RTT) * sqrt(3 / (2b)) / sqrt(p); b = 1 with an ACK per
+    # segment (C = 1.22), b = 2 with delayed ACKs (C = 0.87). RTT = 1 ms propagation plus two
+    # 1.2 us serialisations; the 10 Gb/s link is never the bottleneck (rate ~ 0.45 Gb/s).
+    loss = 1e-3
+    rtt_s = 1e-3 + 2 * WIRE * 8 / 10e9
+    expected_bps = MSS * 8 / rtt_s * constant / math.sqrt(loss)
+    measured = _periodic_loss_rate_bps(loss, delayed_ack)
+    # the model neglects the RTT spent in fast recovery per loss: measured sits up to ~8 % below
+    assert 0.88 * expected_bps <= measured <= 1.02 * expected_bps
+
+
+def test_throughput_scales_as_one_over_sqrt_loss():
+    # rate(p) / rate(p / 10) = 1 / sqrt(10) by the square-root law
+    ratio = _periodic_loss_rate_bps(1e-3, False) / _periodic_loss_rate_bps(1e-4, False)
+    assert ratio == pytest.approx(1 / math.sqrt(10), rel=0.08)
+
+
+def test_goodput_ceiling_of_a_long_transfer_on_an_idle_link():
+    # THEORY.md: a full segment carries MSS of MSS + 40 bytes: 1460 / 1500 of 10 Gb/s = 9.733 Gb/s.
+    # 100 MB takes ~82 ms; start-up (a few 4 us RTTs of slow start) costs well under 0.5 %.
+    rows = engine.run({
+        "network": {"topology": "switch", "npus": 2, "link_gbps": 10, "link_latency_us": 1},
+        "workload": {"flows": [{"src": 0, "dst": 1, "bytes": 100_000_000}]},
+    })
+    goodput = rows["flows"][0]["goodput_gbps"]
+    ceiling = 10 * MSS / WIRE
+    assert 0.995 * ceiling <= goodput <= ceiling
+
+
+def test_identical_flows_share_a_bottleneck_fairly():
+    # Four Reno flows with equal RTTs through one drop-tail bottleneck converge to equal shares:
+    # Jain's index J = (sum x)^2 / (N sum x^2) near 1 (1 = perfectly equal, 1/N = one flow takes all).
+    config = engine.load_config({
+        "network": {"topology": "dumbbell", "npus": 8, "link_gbps": 10, "link_latency_us": 50,
+                    "bottleneck_gbps": 1, "bottleneck_latency_us": 50, "buffer_kb": 50},
+        "workload": {"flows": [{"src": i, "dst": 4 + i, "bytes": 10**10} for i in range(4)]},
+    })
+    sim = Simulation(config)
+    FlowsWorkload(sim, config.workload).start()
+    sim.eventlist.run(1 * PS_PER_S)
+    before = [c.receiver.rcv_nxt for c in sim.connections]
+    sim.eventlist.run(4 * PS_PER_S)
+    shares = [c.receiver.rcv_nxt - b for c, b in zip(sim.connections, before)]
+    jain = sum(shares) ** 2 / (len(shares) * sum(x * x for x in shares))
+    assert jain > 0.98
+    # and together they keep the bottleneck busy (buffer of ~1 BDP: 1 Gb/s x 400 us = 50 KB)
+    assert sum(shares) * 8 / 3.0 > 0.95 * 1e9 * MSS / WIRE
