@@ -1,0 +1,117 @@
+"""Packet-engine benchmark, side by side with the references in ../shared/bench/ (run on demand).
+
+Scenarios:
+  bulk    one TCP NewReno+SACK flow of --bytes over a 10 Gb/s point-to-point link with 10 us one-way
+          delay; MSS 1448, 128 KiB send/receive windows, delayed ACKs: the settings of ns-3's
+          `ns3_tcp_bulk` (its defaults), so both simulators carry the same packets.
+  incast  16 hosts each sending 64 KiB to one host through a switch port with a 64 KiB buffer,
+          10 rounds, 200 ms minimum RTO: drops, timeouts and retransmissions on the hot path.
+
+References (same bulk transfer): ns-3.44 compiled C++ (built with ../shared/bench/build_ns3_tcp_bulk.sh;
+pass --ns3 PATH to the binary, or --build-ns3 DIR to build it) and the bare heapq loop with no TCP
+logic (../shared/bench/lean_loop_ceiling.py), the ceiling for pure Python.
+
+Usage: python benchmarks/bench_engine.py [--bytes 1e8] [--ns3 /tmp/ns3-bench/ns3_tcp_bulk]
+Prints one table: packets and events per wall second, and the ratio to ns-3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine import run
+from engine.eventlist import EventList
+from engine.network import Link
+from engine.transport import TcpConnection, TcpSettings, make_congestion_control
+from engine.units import PS_PER_MS, PS_PER_S, gbps_to_bps, us_to_ps
+
+SHARED_BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench"
+
+
+def bench_bulk(nbytes: int) -> dict:
+    """One bulk transfer over a point-to-point link, built from engine parts like ns-3's program."""
+    eventlist = EventList()
+    forward = Link(eventlist, "a->b", gbps_to_bps(10), us_to_ps(10))
+    reverse = Link(eventlist, "b->a", gbps_to_bps(10), us_to_ps(10))
+    settings = TcpSettings(mss_bytes=1448, rcv_wnd_bytes=131072, delayed_ack=True,
+                           delayed_ack_timeout_ps=200 * PS_PER_MS, sack=True)
+    connection = TcpConnection(eventlist, settings, make_congestion_control("newreno", 1448, 10),
+                               0, 0, 1, (forward,), (reverse,))
+    finished_ps: list[int] = []
+    connection.send_message(nbytes, lambda: (finished_ps.append(eventlist.now_ps), eventlist.stop()))
+    start = time.perf_counter()
+    eventlist.run(100 * PS_PER_S)
+    wall_s = time.perf_counter() - start
+    packets = connection.receiver.segments_received
+    return {"sim": "netsweep bulk (pure Python)", "packets": packets, "events": eventlist.events_run,
+            "wall_s": wall_s, "sim_time_s": finished_ps[0] / PS_PER_S}
+
+
+def bench_incast() -> dict:
+    """The 16-host incast through the public `engine.run` (config validation and topology included)."""
+    start = time.perf_counter()
+    row = run({
+        "network": {"topology": "switch", "npus": 17, "link_gbps": 10, "link_latency_us": 5, "buffer_kb": 64},
+        "tcp": {"min_rto_ms": 200},
+        "engine": {"max_sim_time_s": 60},
+        "workload": {"pattern": "incast", "senders": 16, "bytes_per_flow": 64 * 1024, "rounds": 10},
+    })["runs"][0]
+    wall_s = time.perf_counter() - start
+    return {"sim": "netsweep incast 16->1", "packets": row["packets_sent"], "events": row["events"],
+            "wall_s": wall_s, "sim_time_s": row["sim_time_s"],
+            "note": f"drops={row['drops']} retransmits={row['retransmits']} timeouts={row['timeouts']}"}
+
+
+def _result_line(command: list[str]) -> dict[str, str]:
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+def bench_ns3(binary: str, nbytes: int) -> dict:
+    """ns-3's bulk transfer; packets are the data segments its receiver's device saw."""
+    fields = _result_line([binary, f"--bytes={nbytes}"])
+    return {"sim": "ns-3.44 C++ bulk", "packets": int(fields["rx_pkts"]), "events": int(fields["events"]),
+            "wall_s": float(fields["run_s"]), "sim_time_s": float(fields["sim_time_s"])}
+
+
+def bench_bare_loop(nbytes: int) -> dict:
+    """The pure-Python ceiling: a bare heapq loop with no TCP logic."""
+    fields = _result_line([sys.executable, str(SHARED_BENCH / "lean_loop_ceiling.py"), str(nbytes)])
+    return {"sim": "bare heapq loop (no TCP)", "packets": int(fields["pkts"]), "events": int(fields["events"]),
+            "wall_s": float(fields["run_s"]), "sim_time_s": float(fields["sim_time_s"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bytes", type=float, default=1e8, help="bulk transfer size (default 1e8)")
+    parser.add_argument("--ns3", help="path to the built ns3_tcp_bulk binary")
+    parser.add_argument("--build-ns3", metavar="DIR", help="build ns3_tcp_bulk into DIR first")
+    args = parser.parse_args()
+    nbytes = int(args.bytes)
+    ns3_binary = args.ns3
+    if args.build_ns3:
+        subprocess.run(["sh", str(SHARED_BENCH / "build_ns3_tcp_bulk.sh"), args.build_ns3], check=True)
+        ns3_binary = str(Path(args.build_ns3) / "ns3_tcp_bulk")
+
+    results = [bench_bulk(nbytes), bench_incast(), bench_bare_loop(nbytes)]
+    if ns3_binary:
+        results.append(bench_ns3(ns3_binary, nbytes))
+    ns3_rate = next((r["packets"] / r["wall_s"] for r in results if r["sim"].startswith("ns-3")), None)
+
+    print(f"{'simulator':32} {'packets':>9} {'events':>10} {'sim_s':>9} {'wall_s':>8} "
+          f"{'pkts/s':>10} {'events/s':>11} {'x ns-3':>7}")
+    for r in results:
+        rate = r["packets"] / r["wall_s"]
+        ratio = f"{rate / ns3_rate:7.2f}" if ns3_rate else "      -"
+        print(f"{r['sim']:32} {r['packets']:9d} {r['events']:10d} {r['sim_time_s']:9.4f} {r['wall_s']:8.3f} "
+              f"{rate:10.0f} {r['events'] / r['wall_s']:11.0f} {ratio}  {r.get('note', '')}")
+
+
+if __name__ == "__main__":
+    main()
