@@ -59,7 +59,7 @@ def bench_incast() -> dict:
         "network": {"topology": "switch", "npus": 17, "link_gbps": 10, "link_latency_us": 5, "buffer_kb": 64},
         "tcp": {"min_rto_ms": 200},
         "engine": {"max_sim_time_s": 60},
-        "workload": {"pattern": "incast", "senders": 16, "bytes_per_flow": 64 * 1024, "rounds": 10},
+        "workload": {"type": "flows", "pattern": "incast", "senders": 16, "bytes_per_flow": 64 * 1024, "rounds": 10},
     })["runs"][0]
     wall_s = time.perf_counter() - start
     return {"sim": "netsweep incast 16->1", "packets": row["packets_sent"], "events": row["events"],

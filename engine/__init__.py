@@ -5,9 +5,9 @@ result rows. The engine imports nothing from the sweep layer, Hydra or Ray.
 """
 
 from .config import ConfigError, SimConfig, load_config
-from .run import run
+from .run import PreparedRun, prepare, run
 
 __version__ = "0.1.0"
 ENGINE_VERSION = __version__
 
-__all__ = ["ConfigError", "ENGINE_VERSION", "SimConfig", "load_config", "run"]
+__all__ = ["ConfigError", "ENGINE_VERSION", "PreparedRun", "SimConfig", "load_config", "prepare", "run"]

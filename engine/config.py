@@ -14,7 +14,14 @@ from typing import Any, Mapping
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 BACKENDS = ("packet", "analytical")
-WORKLOAD_TYPES = ("flows",)
+WORKLOAD_TYPES = ("dlrm", "astra", "collective", "flows")
+COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
+SYSTEM_ALGORITHMS = {
+    "all_reduce": ("ring", "halving_doubling", "double_binary_tree", "direct"),
+    "all_to_all": ("direct", "ring"),
+    "all_gather": ("ring", "halving_doubling", "direct"),
+    "reduce_scatter": ("ring", "halving_doubling", "direct"),
+}
 FLOW_PATTERNS = ("incast", "permutation", "all_to_all")
 
 
@@ -73,6 +80,20 @@ class TcpConfig:
 
 
 @dataclass(frozen=True)
+class SystemConfig:
+    """Collective algorithms and their scheduling (`system.*`)."""
+
+    all_reduce: str = "ring"
+    all_to_all: str = "direct"
+    all_gather: str = "ring"
+    reduce_scatter: str = "ring"
+    splits: int = 1
+    scheduling: str = "lifo"
+    hierarchy: str = "baseline"
+    endpoint_delay_ns: float = 10.0
+
+
+@dataclass(frozen=True)
 class FlowSpec:
     """One explicit flow of the `flows` workload."""
 
@@ -86,12 +107,31 @@ class FlowSpec:
 class WorkloadConfig:
     """What the network carries (`workload.*`)."""
 
-    type: str = "flows"
+    type: str = "dlrm"
+    # flows
     flows: tuple[FlowSpec, ...] = ()
     pattern: str | None = None
     senders: int | None = None
     bytes_per_flow: int = 1_000_000
     rounds: int = 1
+    # dlrm, astra, collective
+    iterations: int = 1
+    # dlrm (a model description; compute times from a roofline on npu_tflops and hbm_gbps)
+    num_tables: int = 8
+    emb_dim: int = 64
+    dense_features: int = 13
+    bottom_mlp: tuple[int, ...] = (512, 256, 64)
+    top_mlp: tuple[int, ...] = (512, 256, 1)
+    batch_per_npu: int = 128
+    dtype_bytes: int = 4
+    npu_tflops: float = 100.0
+    hbm_gbps: float = 8000.0
+    # astra (an ASTRA-sim 1.0 text workload)
+    path: str | None = None
+    cycle_ns: float = 1.0
+    # collective (a microbenchmark)
+    op: str = "all_reduce"
+    bytes: int = 1_048_576
 
 
 @dataclass(frozen=True)
@@ -110,6 +150,7 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     tcp: TcpConfig = field(default_factory=TcpConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
     @property
@@ -119,12 +160,15 @@ class SimConfig:
 
 
 # Keys outside the engine's sections that a composed config may carry (the sweep's own settings).
-_IGNORED_TOP_LEVEL = {"name", "results_dir", "ray", "hydra", "system", "sweep"}
+_IGNORED_TOP_LEVEL = {"name", "results_dir", "ray", "hydra", "sweep"}
 
 
 def _section(cls: type, mapping: Mapping[str, Any] | None, prefix: str) -> dict[str, Any]:
     """Check a section's keys against the dataclass and coerce each value to the field's type."""
-    mapping = dict(mapping or {})
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(prefix, mapping, f"a mapping of keys ({', '.join(f.name for f in fields(cls))})")
     known = {f.name: f for f in fields(cls)}
     values: dict[str, Any] = {}
     for key, value in mapping.items():
@@ -161,6 +205,10 @@ def _coerce(key: str, value: Any, type_name: Any) -> Any:
         if not isinstance(value, str):
             raise ConfigError(key, value, "a string")
         return value
+    if base == "tuple[int, ...]":
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ConfigError(key, value, "a non-empty list of integers")
+        return tuple(_coerce(f"{key}[{i}]", item, "int") for i, item in enumerate(value))
     return value  # structured values (flow lists) are checked by their own validators
 
 
@@ -186,17 +234,18 @@ def load_config(mapping: Mapping[str, Any]) -> SimConfig:
     cannot run."""
     mapping = dict(mapping)
     for key in mapping:
-        if key not in {"seed", "engine", "network", "tcp", "workload"} | _IGNORED_TOP_LEVEL:
-            raise ConfigError(key, mapping[key], "unknown top-level key; known: seed, engine, network, tcp, workload, "
+        if key not in {"seed", "engine", "network", "tcp", "system", "workload"} | _IGNORED_TOP_LEVEL:
+            raise ConfigError(key, mapping[key], "unknown top-level key; known: seed, engine, network, tcp, system, workload, "
                               + ", ".join(sorted(_IGNORED_TOP_LEVEL)))
     seed = _coerce("seed", mapping.get("seed", 0), "int")
     engine = EngineConfig(**_section(EngineConfig, mapping.get("engine"), "engine"))
     network = NetworkConfig(**_section(NetworkConfig, mapping.get("network"), "network"))
     tcp = TcpConfig(**_section(TcpConfig, mapping.get("tcp"), "tcp"))
+    system = SystemConfig(**_section(SystemConfig, mapping.get("system"), "system"))
     workload_values = _section(WorkloadConfig, mapping.get("workload"), "workload")
     workload_values["flows"] = _flow_specs(workload_values.get("flows", ()))
     workload = WorkloadConfig(**workload_values)
-    config = SimConfig(seed=seed, engine=engine, network=network, tcp=tcp, workload=workload)
+    config = SimConfig(seed=seed, engine=engine, network=network, tcp=tcp, system=system, workload=workload)
     _validate(config)
     return config
 
@@ -219,8 +268,6 @@ def _flow_specs(raw: Any) -> tuple[FlowSpec, ...]:
 def _validate(config: SimConfig) -> None:
     net, tcp, wl, eng = config.network, config.tcp, config.workload, config.engine
     _one_of("engine.backend", eng.backend, BACKENDS)
-    _require(eng.backend == "packet", "engine.backend", eng.backend,
-             "packet (the analytical backend is not built yet)")
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
@@ -253,8 +300,50 @@ def _validate(config: SimConfig) -> None:
     _positive("tcp.cubic_c", tcp.cubic_c)
     _require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
 
+    _validate_system(config)
     _one_of("workload.type", wl.type, WORKLOAD_TYPES)
-    _validate_flows(config)
+    if wl.type == "flows":
+        _require(eng.backend == "packet", "engine.backend", eng.backend,
+                 "packet for workload.type=flows (TCP flows need the packet backend)")
+        _validate_flows(config)
+    else:
+        _require(wl.iterations >= 1, "workload.iterations", wl.iterations, "an integer >= 1")
+    if wl.type == "dlrm":
+        for key in ("num_tables", "emb_dim", "dense_features", "batch_per_npu", "dtype_bytes"):
+            _require(getattr(wl, key) >= 1, f"workload.{key}", getattr(wl, key), "an integer >= 1")
+        for key in ("bottom_mlp", "top_mlp"):
+            _require(all(width >= 1 for width in getattr(wl, key)), f"workload.{key}", list(getattr(wl, key)),
+                     "a list of layer widths >= 1")
+        _positive("workload.npu_tflops", wl.npu_tflops)
+        _positive("workload.hbm_gbps", wl.hbm_gbps)
+    elif wl.type == "astra":
+        _require(wl.path is not None, "workload.path", wl.path, "the path of an ASTRA-sim 1.0 workload file")
+        _positive("workload.cycle_ns", wl.cycle_ns)
+        from .workload.layers import parse_astra  # reading the file is part of validating it
+
+        parse_astra(wl.path, 1)
+    elif wl.type == "collective":
+        _one_of("workload.op", wl.op, COLLECTIVE_OPS)
+        _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
+
+
+def _validate_system(config: SimConfig) -> None:
+    system, net = config.system, config.network
+    for op, algorithms in SYSTEM_ALGORITHMS.items():
+        _one_of(f"system.{op}", getattr(system, op), algorithms)
+    _require(system.splits >= 1, "system.splits", system.splits, "an integer >= 1 (chunks per collective)")
+    _one_of("system.scheduling", system.scheduling, ("lifo", "fifo"))
+    _one_of("system.hierarchy", system.hierarchy, ("baseline", "local_bw_aware"))
+    _non_negative("system.endpoint_delay_ns", system.endpoint_delay_ns)
+    group_sizes = [net.npus]
+    if net.topology == "hierarchical" and net.npus_per_node:
+        group_sizes = [net.npus_per_node, net.npus // net.npus_per_node]
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        if getattr(system, op) == "halving_doubling":
+            for size in group_sizes:
+                _require(size & (size - 1) == 0, f"system.{op}", "halving_doubling",
+                         f"ring or direct: halving_doubling needs power-of-two groups, and this network has "
+                         f"groups of {size} NPUs")
 
 
 def _validate_topology(net: NetworkConfig) -> None:

@@ -3,30 +3,92 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .config import SimConfig, load_config
 from .simulation import Simulation
-from .units import ps_to_s
-from .workload import FlowsWorkload
+from .system import AnalyticalTransport, Dimension, PacketTransport, SystemLayer
+from .units import ns_to_ps, ps_to_s
+from .workload import FlowsWorkload, TrainingLoop, workload_spec
+
+
+@dataclass
+class PreparedRun:
+    """A simulation with its workload wired up and not yet started: `start()`, then run the event
+    list (all at once with `sim.run()`, or in steps to observe it), then `rows()`."""
+
+    config: SimConfig
+    sim: Simulation
+    transport: PacketTransport | AnalyticalTransport
+    flows: FlowsWorkload | None = None
+    system: SystemLayer | None = None
+    training: TrainingLoop | None = None
+
+    @property
+    def finished(self) -> bool:
+        """True once the workload has done all its work."""
+        driver = self.flows if self.flows is not None else self.training
+        assert driver is not None
+        return driver.finished
+
+    def start(self) -> None:
+        """Schedule the workload's first actions at time 0."""
+        (self.flows if self.flows is not None else self.training).start()
+
+    def rows(self, wall_s: float) -> dict[str, list[dict]]:
+        """Result rows per table; `wall_s` is the wall time the caller measured."""
+        tables: dict[str, list[dict]] = {"collectives": [], "layers": []}
+        workload_summary: dict = {}
+        if self.training is not None and self.system is not None:
+            tables["collectives"] = [record.row() for record in self.system.records]
+            tables["layers"] = self.training.layer_rows()
+            workload_summary = self.training.summary()
+        tables["flows"] = [record.row() for record in self.transport.records]
+        run_row = {**summary_row(self.sim, self.finished, wall_s, tables["flows"]), **workload_summary}
+        return {"runs": [run_row], **tables}
+
+
+def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
+    """Validate the config and build the network, transport, system layer and workload."""
+    cfg = config if isinstance(config, SimConfig) else load_config(config)
+    sim = Simulation(cfg)
+    if cfg.engine.backend == "packet":
+        transport: PacketTransport | AnalyticalTransport = PacketTransport(sim.eventlist, sim.open_connection)
+    else:
+        transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.mss_bytes)
+    if cfg.workload.type == "flows":
+        assert isinstance(transport, PacketTransport)
+        flows = FlowsWorkload(sim.eventlist, transport, cfg.workload, cfg.network.npus, cfg.seed)
+        return PreparedRun(cfg, sim, transport, flows=flows)
+    system = build_system_layer(cfg, sim, transport)
+    training = TrainingLoop(sim.eventlist, system, workload_spec(cfg), cfg.workload.iterations)
+    return PreparedRun(cfg, sim, transport, system=system, training=training)
 
 
 def run(config: Mapping[str, Any] | SimConfig) -> dict[str, list[dict]]:
-    """Run one simulation. Returns {"runs": [one row], "flows": [one row per flow]}.
+    """Run one simulation. Returns rows per table: {"runs": [one row], "flows": [...],
+    "collectives": [...], "layers": [...]} (the last two empty for the `flows` workload).
 
     The run row holds the engine's measurements only; the caller adds run_id, the config columns
     and provenance. `status` is `ok`, or `timeout` if work was left at `engine.max_sim_time_s`.
     Raises `ConfigError` before simulating anything if the config cannot run.
     """
-    sim_config = config if isinstance(config, SimConfig) else load_config(config)
     wall_start = time.perf_counter()
-    sim = Simulation(sim_config)
-    workload = FlowsWorkload(sim, sim_config.workload)
-    workload.start()
-    sim.run()
-    wall_s = time.perf_counter() - wall_start
-    flow_rows = [record.row() for record in workload.records]
-    return {"runs": [summary_row(sim, workload.finished, wall_s, flow_rows)], "flows": flow_rows}
+    prepared = prepare(config)
+    prepared.start()
+    prepared.sim.run()
+    return prepared.rows(time.perf_counter() - wall_start)
+
+
+def build_system_layer(cfg: SimConfig, sim: Simulation, transport) -> SystemLayer:
+    """The system layer on the topology's dimensions with the configured algorithms."""
+    system = cfg.system
+    dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(sim.topology.dimensions())]
+    flat = Dimension("flat", (tuple(range(cfg.network.npus)),))
+    algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
+    return SystemLayer(sim.eventlist, transport, dimensions, flat, algorithms, system.splits,
+                       system.scheduling, system.hierarchy, ns_to_ps(system.endpoint_delay_ns))
 
 
 def summary_row(sim: Simulation, finished: bool, wall_s: float, flow_rows: list[dict]) -> dict:

@@ -61,6 +61,11 @@ class Topology:
         """The links a packet of flow `flow_id` crosses from host `src` to host `dst`."""
         raise NotImplementedError
 
+    def dimensions(self) -> list[tuple[tuple[int, ...], ...]]:
+        """The network's dimensions for collectives, each a tuple of disjoint NPU groups; a flat
+        network has one dimension holding every NPU."""
+        return [(tuple(range(self.npus)),)]
+
 
 class SwitchTopology(Topology):
     """Every host on one switch: host -> switch -> host."""
@@ -155,6 +160,13 @@ class HierarchicalTopology(Topology):
                              for i in range(n)]
         self.nic_up = [self.add_link(f"npu{i}->sw", net.link_gbps, net.link_latency_us, False) for i in range(n)]
         self.nic_down = [self.add_link(f"sw->npu{i}", net.link_gbps, net.link_latency_us, True) for i in range(n)]
+
+    def dimensions(self) -> list[tuple[tuple[int, ...], ...]]:
+        """Scale-up (NPUs of one node), then scale-out (the NPUs of equal local index in every node)."""
+        per_node, nodes = self.npus_per_node, self.npus // self.npus_per_node
+        local = tuple(tuple(node * per_node + i for i in range(per_node)) for node in range(nodes))
+        across = tuple(tuple(node * per_node + i for node in range(nodes)) for i in range(per_node))
+        return [dims for dims in (local, across) if len(dims[0]) > 1] or [local]
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         if src // self.npus_per_node == dst // self.npus_per_node:

@@ -7,23 +7,21 @@ import math
 import statistics
 
 import engine
-from engine.simulation import Simulation
 from engine.units import PS_PER_S, PS_PER_US
-from engine.workload import FlowsWorkload
 
 WIRE = 1500
 
 
 def _queue_samples(cc: str, k_packets: int, flows: int, duration_s: float = 0.1):
-    config = engine.load_config({
+    prepared = engine.prepare({
         "network": {"topology": "dumbbell", "npus": 2 * flows, "link_gbps": 40, "link_latency_us": 20,
                     "bottleneck_gbps": 10, "bottleneck_latency_us": 10, "buffer_kb": 1000,
                     "ecn_threshold_kb": k_packets * WIRE / 1024},
         "tcp": {"cc": cc},
-        "workload": {"flows": [{"src": i, "dst": flows + i, "bytes": 10**10} for i in range(flows)]},
+        "workload": {"type": "flows", "flows": [{"src": i, "dst": flows + i, "bytes": 10**10} for i in range(flows)]},
     })
-    sim = Simulation(config)
-    FlowsWorkload(sim, config.workload).start()
+    prepared.start()
+    sim = prepared.sim
     eventlist, port = sim.eventlist, sim.topology.left_to_right
     eventlist.run(PS_PER_S // 10)  # past slow start and alpha's convergence
     before = [c.receiver.rcv_nxt for c in sim.connections]
@@ -65,7 +63,7 @@ def _incast(min_rto_ms: float) -> dict:
         "network": {"topology": "switch", "npus": 17, "link_gbps": 10, "link_latency_us": 5, "buffer_kb": 64},
         "tcp": {"min_rto_ms": min_rto_ms},
         "engine": {"max_sim_time_s": 30},
-        "workload": {"pattern": "incast", "senders": 16, "bytes_per_flow": 64 * 1024, "rounds": 10},
+        "workload": {"type": "flows", "pattern": "incast", "senders": 16, "bytes_per_flow": 64 * 1024, "rounds": 10},
     })["runs"][0]
 
 

@@ -9,9 +9,7 @@ import pytest
 from scenario import build_path
 
 import engine
-from engine.simulation import Simulation
 from engine.units import PS_PER_S
-from engine.workload import FlowsWorkload
 
 MSS = 1460
 WIRE = MSS + 40  # a full segment on the wire: IPv4 + TCP headers
@@ -92,7 +90,7 @@ def test_goodput_ceiling_of_a_long_transfer_on_an_idle_link():
     # 100 MB takes ~82 ms; start-up (a few 4 us RTTs of slow start) costs well under 0.5 %.
     rows = engine.run({
         "network": {"topology": "switch", "npus": 2, "link_gbps": 10, "link_latency_us": 1},
-        "workload": {"flows": [{"src": 0, "dst": 1, "bytes": 100_000_000}]},
+        "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 100_000_000}]},
     })
     goodput = rows["flows"][0]["goodput_gbps"]
     ceiling = 10 * MSS / WIRE
@@ -102,13 +100,13 @@ def test_goodput_ceiling_of_a_long_transfer_on_an_idle_link():
 def test_identical_flows_share_a_bottleneck_fairly():
     # Four Reno flows with equal RTTs through one drop-tail bottleneck converge to equal shares:
     # Jain's index J = (sum x)^2 / (N sum x^2) near 1 (1 = perfectly equal, 1/N = one flow takes all).
-    config = engine.load_config({
+    prepared = engine.prepare({
         "network": {"topology": "dumbbell", "npus": 8, "link_gbps": 10, "link_latency_us": 50,
                     "bottleneck_gbps": 1, "bottleneck_latency_us": 50, "buffer_kb": 50},
-        "workload": {"flows": [{"src": i, "dst": 4 + i, "bytes": 10**10} for i in range(4)]},
+        "workload": {"type": "flows", "flows": [{"src": i, "dst": 4 + i, "bytes": 10**10} for i in range(4)]},
     })
-    sim = Simulation(config)
-    FlowsWorkload(sim, config.workload).start()
+    prepared.start()
+    sim = prepared.sim
     sim.eventlist.run(1 * PS_PER_S)
     before = [c.receiver.rcv_nxt for c in sim.connections]
     sim.eventlist.run(4 * PS_PER_S)

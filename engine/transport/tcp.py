@@ -272,6 +272,13 @@ class TcpSender:
                     # the window by the amount acknowledged, adding back one MSS.
                     cc.cwnd_bytes = max(cc.cwnd_bytes - acked + self.mss_bytes, float(self.mss_bytes))
                     self._transmit(ack, min(self.mss_bytes, self.snd_max - ack))
+                elif not self.sacked and self.high_rxt <= ack:
+                    # With no SACK block above it the scoreboard shows no hole, but a partial ACK
+                    # still says the segment at snd_una is lost (RFC 6582's rule; without it a lost
+                    # tail segment would wait for the RTO).
+                    length = min(self.mss_bytes, self.snd_max - ack)
+                    self._transmit(ack, length)
+                    self.high_rxt = ack + length
             else:
                 self.dupacks = 0
                 cc.on_ack(acked, now, self.rtt.srtt_ps)

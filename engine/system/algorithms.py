@@ -1,0 +1,144 @@
+"""Collective algorithms as step programs (Thakur, Rabenseifner and Gropp 2005; NCCL's double
+binary tree), independent of the topology they run on.
+
+A program gives every rank of a group (ranks 0..p-1) a list of steps. At a step a rank issues its
+sends, then waits for the messages that step needs; the next step starts once they have all
+arrived. Each send names the receiving rank, the bytes and the receiver's step that consumes it.
+`chunk_bytes` is the per-NPU data of the collective (for all-gather: the gathered result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
+ALGORITHMS = {
+    "all_reduce": ("ring", "halving_doubling", "double_binary_tree", "direct"),
+    "all_to_all": ("direct", "ring"),
+    "all_gather": ("ring", "halving_doubling", "direct"),
+    "reduce_scatter": ("ring", "halving_doubling", "direct"),
+}
+
+
+@dataclass(frozen=True)
+class Send:
+    """One message of a step: to `peer`, `size_bytes` long, consumed by the peer's step `peer_step`."""
+
+    peer: int
+    size_bytes: int
+    peer_step: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a rank sends at this step and how many messages it must receive before moving on."""
+
+    sends: tuple[Send, ...]
+    receives: int
+
+
+Program = list[list[Step]]  # one list of steps per rank
+
+
+def _share(total_bytes: int, parts: int) -> int:
+    """Bytes of one of `parts` equal pieces, rounded up (at least one byte)."""
+    return max(1, -(-total_bytes // parts))
+
+
+def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> Program:
+    """Turn raw steps ((peer, bytes) sends, sender list of receives) into `Step`s whose sends know the
+    receiver's step: the k-th message from a to b is consumed by b's k-th receive naming a."""
+    consuming_steps: dict[tuple[int, int], list[int]] = {}
+    for rank, steps in enumerate(raw):
+        for index, (_, receives_from) in enumerate(steps):
+            for source in receives_from:
+                consuming_steps.setdefault((source, rank), []).append(index)
+    used: dict[tuple[int, int], int] = {}
+    program: Program = []
+    for rank, steps in enumerate(raw):
+        linked = []
+        for sends, receives_from in steps:
+            sends_linked = []
+            for peer, size in sends:
+                k = used.get((rank, peer), 0)
+                used[(rank, peer)] = k + 1
+                sends_linked.append(Send(peer, size, consuming_steps[(rank, peer)][k]))
+            linked.append(Step(tuple(sends_linked), len(receives_from)))
+        program.append(linked)
+    return program
+
+
+def _ring_steps(p: int, sizes: list[int]) -> Program:
+    return _link([[([((r + 1) % p, size)], [(r - 1) % p]) for size in sizes] for r in range(p)])
+
+
+def _direct_steps(p: int, sizes: list[int]) -> Program:
+    others = lambda r: [q for q in range(p) if q != r]  # noqa: E731
+    return _link([[([(q, size) for q in others(r)], others(r)) for size in sizes] for r in range(p)])
+
+
+def _halving_doubling_steps(p: int, chunk_bytes: int, reduce: bool, gather: bool) -> Program:
+    """Rabenseifner: recursive halving (partner r XOR p/2, p/4, ...; sizes c/2, c/4, ..., c/p), then
+    recursive doubling back (partner r XOR 1, 2, ...; sizes c/p, 2c/p, ..., c/2)."""
+    levels = p.bit_length() - 1
+    raw = []
+    for r in range(p):
+        steps = []
+        if reduce:
+            for k in range(levels):
+                partner = r ^ (p >> (k + 1))
+                steps.append(([(partner, _share(chunk_bytes, 2 ** (k + 1)))], [partner]))
+        if gather:
+            for k in range(levels):
+                partner = r ^ (1 << k)
+                steps.append(([(partner, _share(chunk_bytes * 2 ** k, p))], [partner]))
+        raw.append(steps)
+    return _link(raw)
+
+
+def _binary_tree_steps(p: int, half_bytes: int, mirrored: bool) -> Program:
+    """Reduce to the root then broadcast back, on a heap-shaped binary tree (node i has children
+    2i+1, 2i+2). The mirrored tree maps rank r to node p-1-r, so the leaves of one tree are the inner
+    nodes of the other (the two trees of NCCL's double binary tree)."""
+    node_of = (lambda r: p - 1 - r) if mirrored else (lambda r: r)
+    rank_of = node_of  # the mapping is its own inverse
+    raw = []
+    for r in range(p):
+        node = node_of(r)
+        parent = rank_of((node - 1) // 2) if node else None
+        children = [rank_of(c) for c in (2 * node + 1, 2 * node + 2) if c < p]
+        to_children = [(child, half_bytes) for child in children]
+        if parent is None:  # root: gather the children's partial sums, send the result down
+            steps = [([], children), (to_children, [])]
+        elif not children:  # leaf: send up, wait for the result
+            steps = [([(parent, half_bytes)], [parent])]
+        else:
+            steps = [([], children), ([(parent, half_bytes)], [parent]), (to_children, [])]
+        raw.append(steps)
+    return _link(raw)
+
+
+def plan(op: str, algorithm: str, p: int, chunk_bytes: int) -> list[Program]:
+    """Programs (run concurrently) that perform collective `op` with `algorithm` on p ranks."""
+    if algorithm not in ALGORITHMS.get(op, ()):
+        raise ValueError(f"{op} has no algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS.get(op, ()))}")
+    if p == 1:
+        return []
+    block = _share(chunk_bytes, p)
+    if algorithm == "ring":
+        if op == "all_reduce":
+            return [_ring_steps(p, [block] * (2 * (p - 1)))]
+        if op == "all_to_all":
+            # step s forwards the blocks still on their way: p-1-s of them
+            return [_ring_steps(p, [block * (p - 1 - s) for s in range(p - 1)])]
+        return [_ring_steps(p, [block] * (p - 1))]
+    if algorithm == "direct":
+        steps = 2 if op == "all_reduce" else 1  # all-reduce: direct reduce-scatter, then all-gather
+        return [_direct_steps(p, [block] * steps)]
+    if algorithm == "halving_doubling":
+        if p & (p - 1):
+            raise ValueError(f"halving_doubling needs a power-of-two group, got {p} NPUs")
+        return [_halving_doubling_steps(p, chunk_bytes, reduce=op != "all_gather", gather=op != "reduce_scatter")]
+    # double_binary_tree (all_reduce): two trees, each carrying half of the data
+    half = _share(chunk_bytes, 2)
+    return [_binary_tree_steps(p, half, mirrored=False), _binary_tree_steps(p, half, mirrored=True)]

@@ -1,0 +1,253 @@
+"""The system layer: collectives split into chunks, chunks into phases (one per network dimension),
+each phase an algorithm's step programs driven by message completions (as ASTRA-sim's system layer).
+
+Each dimension runs one chunk phase at a time (ASTRA-sim's default of one active chunk per
+dimension); ready chunks wait in the dimension's queue and are taken in `fifo` or `lifo` order,
+so concurrent collectives compete for the network in a defined order, and chunks of one
+collective pipeline across dimensions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from ..eventlist import EventList
+from ..units import ps_to_s
+from .algorithms import Program, plan
+
+
+class MessageTransport(Protocol):
+    """What collectives send through (the packet or the analytical backend)."""
+
+    def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One level of the network: disjoint groups of NPUs that talk among themselves."""
+
+    name: str
+    groups: tuple[tuple[int, ...], ...]
+
+    @property
+    def size(self) -> int:
+        """NPUs per group."""
+        return len(self.groups[0])
+
+
+@dataclass
+class CollectiveRecord:
+    """One collective instance (a `collectives` table row)."""
+
+    op: str
+    size_bytes: int
+    start_ps: int
+    layer: str = ""
+    iteration: int = 0
+    end_ps: int = -1
+    exposed_ps: int = 0
+
+    def row(self) -> dict:
+        """The `collectives` table row (DESIGN.md); times in seconds."""
+        return {
+            "iteration": self.iteration, "layer": self.layer, "op": self.op, "bytes": self.size_bytes,
+            "start_s": ps_to_s(self.start_ps), "end_s": ps_to_s(self.end_ps) if self.end_ps >= 0 else None,
+            "duration_s": ps_to_s(self.end_ps - self.start_ps) if self.end_ps >= 0 else None,
+            "exposed_s": ps_to_s(self.exposed_ps),
+        }
+
+
+class _ProgramRun:
+    """One step program executing on one group of NPUs."""
+
+    __slots__ = ("system", "group", "program", "position", "received", "ranks_left", "on_done")
+
+    def __init__(self, system: "SystemLayer", group: tuple[int, ...], program: Program,
+                 on_done: Callable[[], None]) -> None:
+        self.system = system
+        self.group = group
+        self.program = program
+        self.position = [0] * len(group)
+        self.received = [[0] * len(steps) for steps in program]
+        self.ranks_left = len(group)
+        self.on_done = on_done
+
+    def start(self) -> None:
+        for rank in range(len(self.group)):
+            self._enter(rank)
+
+    def _enter(self, rank: int) -> None:
+        if self.position[rank] == len(self.program[rank]):
+            self.ranks_left -= 1
+            if self.ranks_left == 0:
+                self.on_done()
+            return
+        delay_ps = self.system.endpoint_delay_ps
+        if delay_ps:
+            self.system.eventlist.call_at(self.system.eventlist.now_ps + delay_ps, lambda: self._issue(rank))
+        else:
+            self._issue(rank)
+
+    def _issue(self, rank: int) -> None:
+        step_index = self.position[rank]
+        step = self.program[rank][step_index]
+        src = self.group[rank]
+        for send in step.sends:
+            self.system.transport.send(src, self.group[send.peer], send.size_bytes,
+                                       self._receiver(send.peer, send.peer_step))
+        self._try_advance(rank)
+
+    def _receiver(self, rank: int, step_index: int) -> Callable[[], None]:
+        def received() -> None:
+            self.received[rank][step_index] += 1
+            if self.position[rank] == step_index:
+                self._try_advance(rank)
+        return received
+
+    def _try_advance(self, rank: int) -> None:
+        step_index = self.position[rank]
+        if step_index < len(self.program[rank]) and \
+                self.received[rank][step_index] >= self.program[rank][step_index].receives:
+            self.position[rank] = step_index + 1
+            self._enter(rank)
+
+
+@dataclass
+class _Phase:
+    dimension: int
+    op: str
+    chunk_bytes: int
+
+
+class _Chunk:
+    """A piece of a collective making its way through its phases."""
+
+    __slots__ = ("collective", "phases", "next_phase", "issued_seq")
+
+    def __init__(self, collective: "_Collective", phases: list[_Phase], issued_seq: int) -> None:
+        self.collective = collective
+        self.phases = phases
+        self.next_phase = 0
+        self.issued_seq = issued_seq
+
+
+class _Collective:
+    __slots__ = ("record", "chunks_left", "on_done")
+
+    def __init__(self, record: CollectiveRecord, chunks: int, on_done: Callable[[], None] | None) -> None:
+        self.record = record
+        self.chunks_left = chunks
+        self.on_done = on_done
+
+
+class SystemLayer:
+    """Runs collectives over `transport` on the given network dimensions.
+
+    `algorithms` maps each op to its algorithm name; `hierarchy` is `baseline` (the whole collective
+    in every dimension in turn) or `local_bw_aware` (reduce-scatter up the dimensions, all-reduce on
+    the last, all-gather back down). All-to-all always runs flat over all NPUs (`flat_dimension`).
+    """
+
+    def __init__(self, eventlist: EventList, transport: MessageTransport, dimensions: list[Dimension],
+                 flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
+                 hierarchy: str, endpoint_delay_ps: int) -> None:
+        self.eventlist = eventlist
+        self.transport = transport
+        self.dimensions = dimensions + ([flat_dimension] if len(dimensions) > 1 else [])
+        self.flat_index = len(self.dimensions) - 1
+        self.algorithms = algorithms
+        self.splits = splits
+        self.lifo = scheduling == "lifo"
+        self.hierarchy = hierarchy
+        self.endpoint_delay_ps = endpoint_delay_ps
+        self.records: list[CollectiveRecord] = []
+        self._ready: list[list[_Chunk]] = [[] for _ in self.dimensions]
+        self._busy = [False] * len(self.dimensions)
+        self._issued = 0
+
+    def _phases(self, op: str, chunk_bytes: int) -> list[_Phase]:
+        dims = len(self.dimensions) - (1 if len(self.dimensions) > 1 else 0)  # real dimensions
+        if op == "all_to_all" or dims == 1:
+            return [_Phase(self.flat_index if op == "all_to_all" else 0, op, chunk_bytes)]
+        sizes = [self.dimensions[d].size for d in range(dims)]
+        if op == "all_reduce" and self.hierarchy == "local_bw_aware":
+            phases, data = [], chunk_bytes
+            for d in range(dims - 1):  # reduce-scatter up: each level keeps 1/size of the data
+                phases.append(_Phase(d, "reduce_scatter", data))
+                data = max(1, data // sizes[d])
+            phases.append(_Phase(dims - 1, "all_reduce", data))
+            for d in reversed(range(dims - 1)):  # all-gather back down
+                data *= sizes[d]
+                phases.append(_Phase(d, "all_gather", data))
+            return phases
+        if op == "all_reduce":  # baseline: the full all-reduce in each dimension
+            return [_Phase(d, op, chunk_bytes) for d in range(dims)]
+        if op == "reduce_scatter":
+            phases, data = [], chunk_bytes
+            for d in range(dims):
+                phases.append(_Phase(d, op, data))
+                data = max(1, data // sizes[d])
+            return phases
+        # all_gather: the result of size chunk_bytes is gathered from the last dimension down
+        phases, data = [], chunk_bytes
+        for d in range(dims):
+            phases.append(_Phase(d, op, data))
+            data = max(1, data // sizes[d])
+        return list(reversed(phases))
+
+    def collective(self, op: str, size_bytes: int, on_done: Callable[[], None] | None = None,
+                   layer: str = "", iteration: int = 0) -> CollectiveRecord:
+        """Start collective `op` of `size_bytes` per NPU; `on_done` runs when every chunk finished."""
+        record = CollectiveRecord(op, size_bytes, self.eventlist.now_ps, layer, iteration)
+        self.records.append(record)
+        chunks = max(1, min(self.splits, size_bytes))
+        collective = _Collective(record, chunks, on_done)
+        chunk_bytes = -(-size_bytes // chunks)
+        for _ in range(chunks):
+            self._issued += 1
+            chunk = _Chunk(collective, self._phases(op, chunk_bytes), self._issued)
+            self._enqueue(chunk)
+        return record
+
+    def _enqueue(self, chunk: _Chunk) -> None:
+        dimension = chunk.phases[chunk.next_phase].dimension
+        self._ready[dimension].append(chunk)
+        self._dispatch(dimension)
+
+    def _dispatch(self, dimension: int) -> None:
+        if self._busy[dimension] or not self._ready[dimension]:
+            return
+        chunk = self._ready[dimension].pop() if self.lifo else self._ready[dimension].pop(0)
+        self._busy[dimension] = True
+        phase = chunk.phases[chunk.next_phase]
+        dim = self.dimensions[dimension]
+        programs = plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes)
+        runs_left = len(programs) * len(dim.groups)
+        if runs_left == 0:
+            self._phase_done(chunk, dimension)
+            return
+        state = {"left": runs_left}
+
+        def run_done() -> None:
+            state["left"] -= 1
+            if state["left"] == 0:
+                self._phase_done(chunk, dimension)
+
+        for group in dim.groups:
+            for program in programs:
+                _ProgramRun(self, group, program, run_done).start()
+
+    def _phase_done(self, chunk: _Chunk, dimension: int) -> None:
+        self._busy[dimension] = False
+        chunk.next_phase += 1
+        if chunk.next_phase < len(chunk.phases):
+            self._enqueue(chunk)
+        else:
+            collective = chunk.collective
+            collective.chunks_left -= 1
+            if collective.chunks_left == 0:
+                collective.record.end_ps = self.eventlist.now_ps
+                if collective.on_done is not None:
+                    collective.on_done()
+        self._dispatch(dimension)

@@ -1,0 +1,164 @@
+"""Layer descriptions of a training workload: read from ASTRA-sim 1.0 text files, or derived
+from a DLRM model description with a roofline compute model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ConfigError, SimConfig
+from ..units import ns_to_ps
+
+COMM_TYPES = {"NONE": None, "ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather",
+              "REDUCESCATTER": "reduce_scatter", "ALLTOALL": "all_to_all"}
+PARALLELISM = ("DATA", "HYBRID_DLRM", "MICRO")
+
+
+@dataclass(frozen=True)
+class Comm:
+    """A collective a pass issues: `op` (None = none) and its bytes per NPU."""
+
+    op: str | None = None
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer: compute time of each pass (ps) and the collective each pass issues."""
+
+    name: str
+    fwd_compute_ps: int
+    fwd_comm: Comm
+    ig_compute_ps: int
+    ig_comm: Comm
+    wg_compute_ps: int
+    wg_comm: Comm
+    update_ps: int = 0
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A parallelism strategy and its layers, in execution order."""
+
+    parallelism: str
+    layers: tuple[Layer, ...]
+
+    @property
+    def last_bottom_layer(self) -> int:
+        """HYBRID_DLRM: index of the last bottom-MLP layer (the interaction follows it)."""
+        bottoms = [i for i, layer in enumerate(self.layers) if "bottom" in layer.name.lower()]
+        return bottoms[-1] if bottoms else 0
+
+
+def parse_astra(path: str, cycle_ps: int) -> WorkloadSpec:
+    """Read an ASTRA-sim 1.0 text workload: line 1 the parallelism, line 2 the layer count, then a
+    line per layer: name, -1, fwd cycles, fwd type, fwd bytes, ig cycles, type, bytes, wg cycles,
+    type, bytes, update delay. Errors name the file, the line and what was expected."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError("workload.path", path, "an existing ASTRA-sim 1.0 workload file")
+    lines = [line.split() for line in file.read_text(errors="replace").splitlines()]
+    numbered = [(n + 1, fields) for n, fields in enumerate(lines) if fields]
+    if len(numbered) < 2:
+        raise ConfigError("workload.path", path, "a workload file with a parallelism line, a layer count "
+                          "and one line per layer (this one is empty or truncated)")
+    (_, header), (count_line, count_fields) = numbered[0], numbered[1]
+    parallelism = header[0]
+    if parallelism not in PARALLELISM:
+        raise ConfigError("workload.path", path, f"line 1: parallelism {parallelism!r} is not one of "
+                          f"{', '.join(PARALLELISM)}")
+    if not count_fields[0].isdigit() or int(count_fields[0]) < 1:
+        raise ConfigError("workload.path", path, f"line {count_line}: a positive layer count, got {count_fields[0]!r}")
+    count = int(count_fields[0])
+    body = numbered[2:]
+    if len(body) != count:
+        raise ConfigError("workload.path", path, f"{count} layer lines after line {count_line}, found {len(body)}")
+    layers = []
+    for line_number, fields in body:
+        if len(fields) != 12:
+            raise ConfigError("workload.path", path, f"line {line_number}: 12 fields (name, -1, then three "
+                              f"compute/type/bytes triples and an update delay), found {len(fields)}")
+
+        def number(index: int, what: str) -> int:
+            text = fields[index]
+            if not text.lstrip("-").isdigit() or int(text) < 0:
+                raise ConfigError("workload.path", path, f"line {line_number}: {what} must be a non-negative "
+                                  f"integer, got {text!r}")
+            return int(text)
+
+        def comm(index: int) -> Comm:
+            kind = fields[index]
+            if kind not in COMM_TYPES:
+                raise ConfigError("workload.path", path, f"line {line_number}: comm type {kind!r} is not one "
+                                  f"of {', '.join(COMM_TYPES)}")
+            size = number(index + 1, "comm bytes")
+            return Comm(COMM_TYPES[kind], size) if COMM_TYPES[kind] and size else Comm()
+
+        layers.append(Layer(
+            name=fields[0],
+            fwd_compute_ps=number(2, "forward compute cycles") * cycle_ps, fwd_comm=comm(3),
+            ig_compute_ps=number(5, "input-grad compute cycles") * cycle_ps, ig_comm=comm(6),
+            wg_compute_ps=number(8, "weight-grad compute cycles") * cycle_ps, wg_comm=comm(9),
+            update_ps=number(11, "update delay") * cycle_ps,
+        ))
+    return WorkloadSpec(parallelism, tuple(layers))
+
+
+def _roofline_ps(flops: float, memory_bytes: float, tflops: float, hbm_gbps: float) -> int:
+    """Compute time of a kernel: the slower of its arithmetic and its memory traffic."""
+    compute_s = flops / (tflops * 1e12)  # TFLOP/s -> FLOP/s
+    memory_s = memory_bytes / (hbm_gbps * 1e9 / 8)  # Gb/s -> bytes/s
+    return round(max(compute_s, memory_s) * 1e12)  # s -> ps
+
+
+def dlrm_layers(num_tables: int, emb_dim: int, dense_features: int, bottom_mlp: list[int],
+                top_mlp: list[int], batch_per_npu: int, dtype_bytes: int, npus: int,
+                npu_tflops: float, hbm_gbps: float) -> WorkloadSpec:
+    """A hybrid-parallel DLRM (Naumov et al. 2019): embedding tables split across NPUs (model
+    parallel, all-to-all of looked-up vectors), bottom and top MLPs replicated (data parallel,
+    weight-gradient all-reduce).
+
+    Per NPU: the embedding all-to-all moves batch_per_npu x num_tables x emb_dim x dtype bytes; an
+    MLP layer of `fan_in` -> `fan_out` does 2 x batch x fan_in x fan_out FLOPs per pass and
+    all-reduces (fan_in x fan_out + fan_out) x dtype bytes of gradient. The bottom MLP ends at
+    emb_dim; the top MLP's input is the dot interaction: emb_dim + (T+1) T / 2 features.
+    """
+    layers = []
+    batch = batch_per_npu
+    tables_here = math.ceil(num_tables / npus)
+    lookup_bytes = npus * batch * tables_here * emb_dim * dtype_bytes  # the global batch's rows for local tables
+    emb_ps = _roofline_ps(0, lookup_bytes, npu_tflops, hbm_gbps)
+    a2a_bytes = batch * num_tables * emb_dim * dtype_bytes
+    layers.append(Layer("embedding", emb_ps, Comm("all_to_all", a2a_bytes), emb_ps,
+                        Comm("all_to_all", a2a_bytes), emb_ps, Comm()))
+
+    def mlp(name: str, fan_in: int, fan_out: int) -> Layer:
+        flops = 2.0 * batch * fan_in * fan_out
+        weights = (fan_in * fan_out + fan_out) * dtype_bytes
+        activations = batch * (fan_in + fan_out) * dtype_bytes
+        ps = _roofline_ps(flops, weights + activations, npu_tflops, hbm_gbps)
+        return Layer(name, ps, Comm(), ps, Comm(), ps, Comm("all_reduce", weights))
+
+    widths = [dense_features] + list(bottom_mlp)
+    for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
+        layers.append(mlp(f"mlp_bottom_{i}", fan_in, fan_out))
+    interaction = emb_dim + (num_tables + 1) * num_tables // 2
+    widths = [interaction] + list(top_mlp)
+    for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
+        layers.append(mlp(f"mlp_top_{i}", fan_in, fan_out))
+    return WorkloadSpec("HYBRID_DLRM", tuple(layers))
+
+
+def workload_spec(config: SimConfig) -> WorkloadSpec:
+    """The layers of the configured `dlrm`, `astra` or `collective` workload."""
+    wl = config.workload
+    if wl.type == "dlrm":
+        return dlrm_layers(wl.num_tables, wl.emb_dim, wl.dense_features, list(wl.bottom_mlp), list(wl.top_mlp),
+                           wl.batch_per_npu, wl.dtype_bytes, config.network.npus, wl.npu_tflops, wl.hbm_gbps)
+    if wl.type == "astra":
+        assert wl.path is not None
+        return parse_astra(wl.path, ns_to_ps(wl.cycle_ns))
+    if wl.type == "collective":
+        return WorkloadSpec("MICRO", (Layer("collective", 0, Comm(wl.op, wl.bytes), 0, Comm(), 0, Comm()),))
+    raise ValueError(f"workload type {wl.type!r} has no layers")
