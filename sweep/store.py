@@ -24,6 +24,13 @@ import pyarrow.parquet as pq
 
 PART_GLOB = "part-*.parquet"
 
+# Integer and boolean columns read as pandas' nullable dtypes, so a null (a column a part lacks, a
+# metric an error row has not) does not turn counts into floats.
+_NULLABLE_DTYPES = {
+    pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype(),
+}
+
 
 def _part_name() -> str:
     """A part file name that sorts by creation time and never collides between processes."""
@@ -62,8 +69,9 @@ def read_table(dataset: str | os.PathLike[str], table: str,
     """All parts of `table` in `dataset` as one DataFrame (empty if there are none).
 
     Schemas are unified by column name: a column missing from a part is null there, a null-typed
-    column takes the type of the other parts, and int64 and double meet as double. `columns`
-    restricts the read to those columns (those a part lacks are null).
+    column takes the type of the other parts, and int64 and double meet as double. Integer and
+    boolean columns use pandas' nullable dtypes (`Int64`, `boolean`). `columns` restricts the read
+    to those columns (those a part lacks are null).
     """
     wanted = list(columns) if columns is not None else None
     tables = []
@@ -78,7 +86,8 @@ def read_table(dataset: str | os.PathLike[str], table: str,
         tables.append(pa.table({name: part[name] if name in present else pa.nulls(rows) for name in wanted}))
     if not tables:
         return pd.DataFrame(columns=wanted or [])
-    return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+    unified = pa.concat_tables(tables, promote_options="permissive")
+    return unified.to_pandas(types_mapper=_NULLABLE_DTYPES.get)
 
 
 class ResultStore:

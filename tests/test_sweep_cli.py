@@ -1,0 +1,126 @@
+"""The command line: `python -m sweep` runs, summarises, stores, resumes and refuses bad configs."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+import engine
+from sweep.cli import EXIT_BAD_CONFIG, EXIT_OK, EXIT_RUN_FAILED, run_one
+from sweep.runner import run_id
+from sweep.store import read_table
+from sweep_support import small_config
+
+_REAL_ENGINE_RUN = engine.run
+
+
+def _count_engine_runs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Wrap `engine.run` so the test sees every call."""
+    calls: list[Any] = []
+
+    def counting_run(config: Any) -> dict:
+        calls.append(config)
+        return _REAL_ENGINE_RUN(config)
+
+    monkeypatch.setattr(engine, "run", counting_run)
+    return calls
+
+
+def test_run_one_stores_rows_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_engine_runs(monkeypatch)
+    config = small_config(tmp_path)
+    dataset = tmp_path / "results" / "test"
+
+    first = io.StringIO()
+    assert run_one(config, out=first) == EXIT_OK
+    assert len(calls) == 1
+    assert f"run {run_id(config)}  status ok" in first.getvalue()
+
+    second = io.StringIO()
+    assert run_one(config, out=second) == EXIT_OK
+    assert len(calls) == 1  # already done: not run again
+    assert "already done" in second.getvalue()
+    assert len(read_table(dataset, "runs")) == 1
+
+    assert run_one(config, force=True, out=io.StringIO()) == EXIT_OK
+    assert len(calls) == 2
+    assert len(read_table(dataset, "runs")) == 2
+
+
+def test_failed_run_is_stored_and_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_engine(config: Any) -> dict:
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr(engine, "run", broken_engine)
+    config = small_config(tmp_path)
+    out = io.StringIO()
+    assert run_one(config, out=out) == EXIT_RUN_FAILED
+    assert "RuntimeError: engine bug" in out.getvalue()
+    assert "reproduce with: python -m sweep" in out.getvalue()
+
+    calls = _count_engine_runs(monkeypatch)
+    assert run_one(config, out=io.StringIO()) == EXIT_OK  # an error row does not count as done
+    assert len(calls) == 1
+    runs = read_table(tmp_path / "results" / "test", "runs")
+    assert runs["status"].tolist() == ["error", "ok"]
+    assert runs["repro"].str.startswith("python -m sweep ").all()
+
+
+def test_run_one_refuses_an_invalid_config_before_running(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_engine_runs(monkeypatch)
+    err = io.StringIO()
+    assert run_one(small_config(tmp_path, ["tcp.cc=vegas"]), err=err) == EXIT_BAD_CONFIG
+    assert err.getvalue().startswith("error: tcp.cc='vegas' is not valid")
+    assert run_one(small_config(tmp_path, ["name=../escape"]), err=io.StringIO()) == EXIT_BAD_CONFIG
+    assert calls == []
+    assert not (tmp_path / "results").exists()
+
+
+def _sweep(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """`python -m sweep overrides...` in `cwd`, as a user would type it."""
+    env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-m", "sweep", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_runs_summarises_and_leaves_no_litter(tmp_path: Path) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    results = tmp_path / "results"
+    done = _sweep(cwd, "name=cli", f"results_dir={results}")
+    assert done.returncode == 0, done.stderr
+    assert "status ok" in done.stdout and "FCT mean / max" in done.stdout
+    assert f"rows appended to {results / 'cli'}/" in done.stdout
+    assert list(cwd.iterdir()) == []  # no outputs/, .hydra/ or log files
+    runs = duckdb.sql(f"select run_id, status, \"network.topology\" from "
+                      f"read_parquet('{results}/cli/runs/*.parquet', union_by_name=true)").fetchall()
+    assert [(status, topology) for _, status, topology in runs] == [("ok", "switch")]
+    assert len(read_table(results / "cli", "flows")) == 8
+
+    again = _sweep(cwd, "name=cli", f"results_dir={results}")
+    assert again.returncode == 0 and "already done" in again.stdout
+
+
+@pytest.mark.parametrize(("override", "key"), [("network.link_gbps=-5", "network.link_gbps"),
+                                               ("tcp.mss_bytes=9000", "tcp.mss_bytes")])
+def test_cli_refuses_invalid_value_in_one_line(tmp_path: Path, override: str, key: str) -> None:
+    refused = _sweep(tmp_path, "name=bad", f"results_dir={tmp_path / 'results'}", override)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(f"error: {key}=") and len(refused.stderr.strip().splitlines()) == 1
+    assert refused.stdout == ""
+    assert not (tmp_path / "results").exists()
+
+
+def test_cli_refuses_unknown_preset_without_traceback(tmp_path: Path) -> None:
+    refused = _sweep(tmp_path, "name=bad", f"results_dir={tmp_path / 'results'}", "network=nonexistent")
+    assert refused.returncode != 0
+    assert "network/nonexistent" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,119 @@
+"""The result store: atomic part files, buffered appends, schema unification, resume ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from sweep import store as store_module
+from sweep.store import ResultStore, part_files, read_table, write_part
+
+
+def _files(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
+
+
+def test_write_part_is_atomic_and_readable(tmp_path: Path) -> None:
+    path = write_part(tmp_path / "runs", [{"run_id": "a", "status": "ok", "x": 1.5}])
+    assert _files(tmp_path / "runs") == [path.name]  # no temporary file left behind
+    assert path.name.startswith("part-") and path.suffix == ".parquet"
+    assert pq.read_table(path).to_pylist() == [{"run_id": "a", "status": "ok", "x": 1.5}]
+
+
+def test_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(store_module.pq, "write_table", crash)
+    with pytest.raises(OSError):
+        write_part(tmp_path / "runs", [{"run_id": "a"}])
+    assert _files(tmp_path / "runs") == []  # neither a torn part nor a temporary file
+
+
+def test_part_names_do_not_collide(tmp_path: Path) -> None:
+    paths = {write_part(tmp_path / "t", [{"i": i}]) for i in range(20)}
+    assert len(paths) == 20
+    assert read_table(tmp_path, "t")["i"].tolist() == list(range(20))  # parts sort oldest first
+
+
+def test_store_buffers_until_flush(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path, flush_rows=100, flush_interval_s=3600)
+    store.append({"runs": [{"run_id": "a", "status": "ok"}], "flows": [{"run_id": "a", "flow_id": 0}]})
+    assert part_files(tmp_path, "runs") == []
+    written = store.flush()
+    assert set(written) == {"runs", "flows"}
+    assert len(part_files(tmp_path, "runs")) == len(part_files(tmp_path, "flows")) == 1
+    assert store.flush() == {}  # nothing buffered: no empty parts
+
+
+def test_store_flushes_by_row_count_and_age(tmp_path: Path) -> None:
+    by_rows = ResultStore(tmp_path / "rows", flush_rows=3, flush_interval_s=3600)
+    by_rows.append({"runs": [{"run_id": "a"}, {"run_id": "b"}]})
+    assert part_files(tmp_path / "rows", "runs") == []
+    by_rows.append({"runs": [{"run_id": "c"}]})
+    assert len(part_files(tmp_path / "rows", "runs")) == 1
+
+    by_age = ResultStore(tmp_path / "age", flush_rows=1000, flush_interval_s=0.0)
+    by_age.append({"runs": [{"run_id": "a"}]})
+    assert len(part_files(tmp_path / "age", "runs")) == 1
+
+
+def test_store_context_manager_flushes(tmp_path: Path) -> None:
+    with ResultStore(tmp_path) as store:
+        store.append({"runs": [{"run_id": "a", "status": "ok"}]})
+    assert read_table(tmp_path, "runs")["run_id"].tolist() == ["a"]
+
+
+def _write_mismatched_parts(dataset: Path) -> None:
+    """Three parts of `runs`: a column added later, an all-null column, int meeting double."""
+    write_part(dataset / "runs", [{"run_id": "a", "status": "ok", "error": None, "drops": 3, "fct_s": None}])
+    write_part(dataset / "runs", [{"run_id": "b", "status": "error", "error": "boom", "fct_s": None}])
+    write_part(dataset / "runs", [{"run_id": "c", "status": "ok", "error": None, "drops": 0, "fct_s": 0.5,
+                                   "new_metric": 2.5, "drop_rate": 1}])
+    write_part(dataset / "runs", [{"run_id": "d", "status": "ok", "drop_rate": 0.25}])
+
+
+def test_read_table_unifies_schemas(tmp_path: Path) -> None:
+    _write_mismatched_parts(tmp_path)
+    runs = read_table(tmp_path, "runs")
+    assert runs["run_id"].tolist() == ["a", "b", "c", "d"]
+    assert runs["error"].isna().tolist() == [True, False, True, True]
+    assert runs["drops"].dtype == "Int64"  # counts stay integers next to a missing value
+    assert runs["drops"].tolist()[:1] == [3] and pd.isna(runs["drops"][1])
+    assert runs["fct_s"].tolist()[2] == 0.5 and runs["fct_s"].isna().tolist() == [True, True, False, True]
+    assert runs["new_metric"].isna().tolist() == [True, True, False, True]
+    assert runs["drop_rate"].tolist()[2:] == [1.0, 0.25]  # int64 and double meet as double
+
+
+def test_read_table_selected_columns_and_empty(tmp_path: Path) -> None:
+    _write_mismatched_parts(tmp_path)
+    subset = read_table(tmp_path, "runs", columns=["run_id", "new_metric"])
+    assert list(subset.columns) == ["run_id", "new_metric"]
+    assert len(subset) == 4
+    assert read_table(tmp_path, "flows").empty
+    assert list(read_table(tmp_path, "flows", columns=["run_id"]).columns) == ["run_id"]
+
+
+def test_duckdb_reads_mismatched_parts(tmp_path: Path) -> None:
+    _write_mismatched_parts(tmp_path)
+    # pyarrow hides the temporary names from datasets; DuckDB's glob must not pick them up either
+    (tmp_path / "runs" / ".part-x.parquet.tmp").write_bytes(b"torn")
+    pattern = str(tmp_path / "runs" / "*.parquet")
+    rows = duckdb.sql(
+        f"select run_id, error, drops, fct_s, new_metric, drop_rate "
+        f"from read_parquet('{pattern}', union_by_name=true) order by run_id").fetchall()
+    assert rows == [("a", None, 3, None, None, None), ("b", "boom", None, None, None, None),
+                    ("c", None, 0, 0.5, 2.5, 1.0), ("d", None, None, None, None, 0.25)]
+
+
+def test_completed_run_ids_counts_only_ok_runs(tmp_path: Path) -> None:
+    _write_mismatched_parts(tmp_path)
+    store = ResultStore(tmp_path, flush_interval_s=3600)
+    assert store.completed_run_ids() == {"a", "c", "d"}
+    store.append({"runs": [{"run_id": "e", "status": "ok"}, {"run_id": "f", "status": "timeout"}]})
+    assert store.completed_run_ids() == {"a", "c", "d", "e"}  # buffered rows count too
+    assert ResultStore(tmp_path / "empty").completed_run_ids() == set()
