@@ -96,24 +96,35 @@ def _halving_doubling_steps(p: int, chunk_bytes: int, reduce: bool, gather: bool
     return _link(raw)
 
 
+TREE_PIPELINE_BLOCKS = 8  # blocks each tree's data is cut into, so tree levels work in parallel
+
+
 def _binary_tree_steps(p: int, half_bytes: int, mirrored: bool) -> Program:
-    """Reduce to the root then broadcast back, on a heap-shaped binary tree (node i has children
-    2i+1, 2i+2). The mirrored tree maps rank r to node p-1-r, so the leaves of one tree are the inner
-    nodes of the other (the two trees of NCCL's double binary tree)."""
+    """Reduce to the root, then broadcast back, on a heap-shaped binary tree (node i has children
+    2i+1, 2i+2), pipelined in `TREE_PIPELINE_BLOCKS` blocks: a node passes block b up as soon as
+    its children's block b has arrived, while they already send block b+1. The mirrored tree maps
+    rank r to node p-1-r, so the leaves of one tree are inner nodes of the other (the two trees of
+    NCCL's double binary tree); each carries half of the data."""
     node_of = (lambda r: p - 1 - r) if mirrored else (lambda r: r)
     rank_of = node_of  # the mapping is its own inverse
+    blocks = TREE_PIPELINE_BLOCKS
+    block_bytes = _share(half_bytes, blocks)
     raw = []
     for r in range(p):
         node = node_of(r)
-        parent = rank_of((node - 1) // 2) if node else None
+        parent = [rank_of((node - 1) // 2)] if node else []
         children = [rank_of(c) for c in (2 * node + 1, 2 * node + 2) if c < p]
-        to_children = [(child, half_bytes) for child in children]
-        if parent is None:  # root: gather the children's partial sums, send the result down
-            steps = [([], children), (to_children, [])]
-        elif not children:  # leaf: send up, wait for the result
-            steps = [([(parent, half_bytes)], [parent])]
-        else:
-            steps = [([], children), ([(parent, half_bytes)], [parent]), (to_children, [])]
+        steps = []
+        for _ in range(blocks):  # reduce: wait for the children's block, then pass the sum up
+            if children:
+                steps.append(([], children))
+            if parent:
+                steps.append(([(parent[0], block_bytes)], []))
+        for _ in range(blocks):  # broadcast: wait for the parent's block, then pass it down
+            if parent:
+                steps.append(([], parent))
+            if children:
+                steps.append(([(child, block_bytes) for child in children], []))
         raw.append(steps)
     return _link(raw)
 

@@ -7,6 +7,7 @@ the `flows` table.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -101,7 +102,8 @@ class AnalyticalTransport:
     """Alpha-beta messages with max-min fair sharing of links (a fluid, flow-level model).
 
     A message of n payload bytes puts n + 40 bytes of IPv4/TCP headers per MSS segment on the wire;
-    it is transmitted at its max-min fair share of every link it crosses (recomputed whenever a
+    messages between one pair of NPUs are sent one after another (as on a TCP stream); each is
+    transmitted at its max-min fair share of every link it crosses (recomputed whenever a
     message starts or finishes), then arrives after the path's propagation delay plus the
     store-and-forward serialisation of one full packet per hop after the first. No TCP dynamics:
     no slow start, no losses, no queues. That is where it parts from the packet backend.
@@ -115,6 +117,7 @@ class AnalyticalTransport:
         self._active: list[_FluidMessage] = []
         self._last_update_ps = 0
         self._next_wake_ps = -1  # time of the pending wake-up, -1 if none
+        self._pair_queues: dict[tuple[int, int], deque[_FluidMessage]] = {}
 
     def wire_bytes(self, nbytes: int) -> int:
         """Payload plus one IPv4+TCP header per MSS-sized segment."""
@@ -130,8 +133,15 @@ class AnalyticalTransport:
         # propagation of every hop + one packet's serialisation at each hop after the first
         latency_ps = sum(link.latency_ps for link in links) + sum(
             packet_bytes * BITS_PER_BYTE * PS_PER_S // link.rate_bps for link in links[1:])
+        message = _FluidMessage(record, links, self.wire_bytes(nbytes), latency_ps, on_delivered)
+        queue = self._pair_queues.setdefault((src, dst), deque())
+        queue.append(message)
+        if len(queue) == 1:  # messages of one pair go one after another, as on one TCP stream
+            self._activate(message)
+
+    def _activate(self, message: _FluidMessage) -> None:
         self._advance()
-        self._active.append(_FluidMessage(record, links, self.wire_bytes(nbytes), latency_ps, on_delivered))
+        self._active.append(message)
         # many messages start at the same instant (a collective step): share the links once for all
         self._wake_at(self.eventlist.now_ps)
 
@@ -188,6 +198,10 @@ class AnalyticalTransport:
             self._active = [m for m in self._active if m.remaining_bits > 1.0]
             for message in finished:
                 self.eventlist.call_at(now + message.latency_ps, self._deliverer(message))
+                queue = self._pair_queues[(message.record.src, message.record.dst)]
+                queue.popleft()
+                if queue:
+                    self._active.append(queue[0])
         self._reshare()
         if self._active:
             # at least 1 ps ahead, so float rounding can never spin at one instant

@@ -66,6 +66,9 @@ class CongestionControl:
         self.ssthresh_bytes = self._halved(flight_bytes)
         self.cwnd_bytes = float(self.mss_bytes)
 
+    def on_resume_after_idle(self, idle_ps: int) -> None:
+        """Sending resumes after `idle_ps` with nothing outstanding (application-limited time)."""
+
     def on_idle_restart(self) -> None:
         """Sending resumes after an idle period longer than the RTO (RFC 5681 section 4.1)."""
         if self.cwnd_bytes > self.init_cwnd_bytes:
@@ -132,6 +135,11 @@ class Cubic(CongestionControl):
         elif target > 1.5 * cwnd_segments:
             target = 1.5 * cwnd_segments
         self.cwnd_bytes += (target - cwnd_segments) / cwnd_segments * acked_segments * mss
+
+    def on_resume_after_idle(self, idle_ps: int) -> None:
+        # RFC 9438 section 5.8: time spent application-limited does not count in t of W_cubic(t)
+        if self.epoch_start_ps >= 0:
+            self.epoch_start_ps += idle_ps
 
     def _reduce(self) -> None:
         cwnd_segments = self.cwnd_bytes / self.mss_bytes

@@ -142,10 +142,11 @@ class TcpSender:
 
     def write(self, nbytes: int) -> None:
         """Append `nbytes` to the stream and send what the windows allow."""
-        if (self.settings.slow_start_after_idle and self.snd_una == self.snd_max
-                and self.last_send_ps >= 0
-                and self.eventlist.now_ps - self.last_send_ps > self.rtt.rto_ps):
-            self.cc.on_idle_restart()
+        if self.snd_una == self.snd_max and self.last_send_ps >= 0:  # resuming after an idle period
+            idle_ps = self.eventlist.now_ps - self.last_send_ps
+            self.cc.on_resume_after_idle(idle_ps)
+            if self.settings.slow_start_after_idle and idle_ps > self.rtt.rto_ps:
+                self.cc.on_idle_restart()
         self.stream_end += nbytes
         self.send_more()
 

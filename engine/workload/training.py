@@ -244,21 +244,34 @@ class TrainingLoop:
         return rows
 
     def summary(self) -> dict:
-        """Per-iteration means: iteration time, compute, communication, exposed communication."""
+        """Per-iteration means: iteration time, compute, communication, exposed communication.
+
+        `comm_s` is the time during which at least one collective was in flight (the union of their
+        intervals), so exposed communication never exceeds it and equals it when compute is zero;
+        `all_to_all_s` and `all_reduce_s` are the same union for one kind of collective.
+        """
         done = [it for it in self.stats if it.end_ps >= 0]
         n = len(done) or 1
         compute_ps = sum(s.fwd_compute_ps + s.ig_compute_ps + s.wg_compute_ps for it in done for s in it.layers)
         exposed_ps = sum(s.fwd_exposed_ps + s.ig_exposed_ps + s.wg_exposed_ps for it in done for s in it.layers)
-        durations = {"all_to_all": 0, "all_reduce": 0, "all_gather": 0, "reduce_scatter": 0}
-        for record in self.system.records:
-            if record.end_ps >= 0:
-                durations[record.op] += record.end_ps - record.start_ps
+        finished = [r for r in self.system.records if r.end_ps >= 0]
         return {
             "iterations_done": len(done),
             "iteration_time_s": ps_to_s(sum(it.end_ps - it.start_ps for it in done)) / n if done else None,
             "compute_s": ps_to_s(compute_ps) / n,
-            "comm_s": ps_to_s(sum(durations.values())) / n,
+            "comm_s": ps_to_s(_union_ps(finished)) / n,
             "exposed_comm_s": ps_to_s(exposed_ps) / n,
-            "all_to_all_s": ps_to_s(durations["all_to_all"]) / n,
-            "all_reduce_s": ps_to_s(durations["all_reduce"]) / n,
+            "all_to_all_s": ps_to_s(_union_ps([r for r in finished if r.op == "all_to_all"])) / n,
+            "all_reduce_s": ps_to_s(_union_ps([r for r in finished if r.op == "all_reduce"])) / n,
         }
+
+
+def _union_ps(records: list[CollectiveRecord]) -> int:
+    """Total length of the union of the records' [start, end] intervals."""
+    total, covered_until = 0, -1
+    for record in sorted(records, key=lambda r: r.start_ps):
+        start = max(record.start_ps, covered_until)
+        if record.end_ps > start:
+            total += record.end_ps - start
+            covered_until = record.end_ps
+    return total

@@ -1,0 +1,187 @@
+"""Collectives against the alpha-beta model (Thakur, Rabenseifner and Gropp 2005), both backends,
+and where they part."""
+
+from __future__ import annotations
+
+import pytest
+
+import engine
+from engine.eventlist import EventList
+from engine.system import AnalyticalTransport, Dimension, SystemLayer
+from engine.config import NetworkConfig
+from engine.topology import build_topology
+
+P = 8
+LINK_GBPS = 100
+LINK_LATENCY_PS = 1_000_000  # 1 us
+PS_PER_BYTE = 80  # 100 Gb/s: 8 bits / 100e9 b/s = 80 ps per byte
+MSS = 1460
+EFFICIENCY = MSS / (MSS + 40)  # payload share of a full segment on the wire
+LARGE = 8 * 2**20  # bytes per NPU: the bandwidth term dominates
+SMALL = 8 * 2**10  # bytes per NPU: the latency terms dominate
+
+
+def collective_time_s(op: str, algorithm: str, size_bytes: int, backend: str = "packet", **network) -> float:
+    config = {
+        "engine": {"backend": backend},
+        "network": {"topology": "switch", "npus": P, "link_gbps": LINK_GBPS, "link_latency_us": 1,
+                    "buffer_kb": 16384, **network},  # deep buffers: an uncongested network
+        "system": {op: algorithm, "endpoint_delay_ns": 0},
+        "workload": {"type": "collective", "op": op, "bytes": size_bytes, "iterations": 1},
+    }
+    row = engine.run(config)["runs"][0]
+    assert row["status"] == "ok"
+    return row["iteration_time_s"]
+
+
+def bandwidth_term_s(factor: float, size_bytes: int) -> float:
+    """factor * n / B at the payload rate B * MSS / (MSS + 40)."""
+    return factor * size_bytes * 8 / (LINK_GBPS * 1e9 * EFFICIENCY)
+
+
+RING_AR = 2 * (P - 1) / P  # ring and halving-doubling all-reduce: 2 (p-1)/p n / B
+ONE_PASS = (P - 1) / P  # all-gather, reduce-scatter, direct all-to-all: (p-1)/p n / B
+RING_A2A = (P - 1) / 2  # ring all-to-all: step s forwards p-1-s blocks of n/p: n (p-1) / 2 in all
+
+
+@pytest.mark.parametrize("op, algorithm, factor", [
+    ("all_reduce", "ring", RING_AR),
+    ("all_reduce", "halving_doubling", RING_AR),
+    ("all_to_all", "ring", RING_A2A),
+    ("all_gather", "ring", ONE_PASS),
+    ("reduce_scatter", "ring", ONE_PASS),
+    ("all_gather", "halving_doubling", ONE_PASS),
+    ("reduce_scatter", "halving_doubling", ONE_PASS),
+])
+def test_large_collectives_sit_a_few_percent_above_the_bandwidth_term(op, algorithm, factor):
+    # Neighbour exchanges never share a link, so on both backends the time is the bandwidth term
+    # plus the alpha terms (2 us per step here) and, on TCP, the first messages' slow start.
+    bandwidth = bandwidth_term_s(factor, LARGE)
+    packet = collective_time_s(op, algorithm, LARGE)
+    analytical = collective_time_s(op, algorithm, LARGE, "analytical")
+    assert 1.0 <= analytical / bandwidth <= 1.03
+    assert 1.0 <= packet / bandwidth <= 1.10
+    assert packet == pytest.approx(analytical, rel=0.10)  # the backends agree within 10 %
+
+
+@pytest.mark.parametrize("op", ["all_to_all", "reduce_scatter"])
+def test_direct_collectives_match_the_bandwidth_term_analytically(op):
+    # Direct: every NPU sends n/p to each of the p-1 others at once. Max-min sharing gives each of
+    # the p-1 messages through a port 1/(p-1) of it: exactly (p-1)/p n / B plus one message latency.
+    analytical = collective_time_s(op, "direct", LARGE, "analytical")
+    assert 1.0 <= analytical / bandwidth_term_s(ONE_PASS, LARGE) <= 1.01
+
+
+def test_where_the_backends_part_many_to_one_contention():
+    # Direct all-to-all is p-1 synchronised flows into every port: TCP does not split a port
+    # equally and instantly (slow-start overshoot builds megabytes of queue, shares drift), so
+    # some flows finish late and the collective ends with a tail the fluid model does not have.
+    packet = collective_time_s("all_to_all", "direct", LARGE)
+    analytical = collective_time_s("all_to_all", "direct", LARGE, "analytical")
+    assert packet > 1.15 * analytical
+    # with shallow buffers the same pattern drops and retransmits: slower still (incast)
+    shallow = collective_time_s("all_to_all", "direct", LARGE, buffer_kb=64)
+    assert shallow > packet
+
+
+def test_where_the_backends_part_slow_start():
+    # A 100 us one-way latency makes the BDP 100 Gb/s x 400 us (two hops each way) = 5 MB; a ring
+    # step of 128 KB fits in far less than that, so each message is window-limited while TCP's window
+    # grows from 10 segments: a few RTTs per step that the alpha-beta model does not charge.
+    packet = collective_time_s("all_reduce", "ring", 2**20, link_latency_us=100)
+    analytical = collective_time_s("all_reduce", "ring", 2**20, "analytical", link_latency_us=100)
+    assert packet > 1.3 * analytical
+
+
+def one_message_ps(payload_bytes: int) -> int:
+    """Hand computation of a message through host link + switch port (both 100 Gb/s, 1 us): the
+    switch port starts when the first segment has crossed the NIC and its wire, then (equal rates,
+    so no gap) serialises every segment back to back; the last bit then crosses the second wire."""
+    segments = [MSS] * (payload_bytes // MSS) + ([payload_bytes % MSS] if payload_bytes % MSS else [])
+    wire = [size + 40 for size in segments]
+    return wire[0] * PS_PER_BYTE + LINK_LATENCY_PS + sum(wire) * PS_PER_BYTE + LINK_LATENCY_PS
+
+
+def test_small_ring_all_reduce_is_2_p_minus_1_alphas():
+    # 2(p-1) = 14 sequential steps of n/p = 1024 bytes: alpha = one message time, 2.17024 us
+    steps = 2 * (P - 1)
+    expected_s = steps * one_message_ps(SMALL // P) / 1e12
+    assert collective_time_s("all_reduce", "ring", SMALL) == pytest.approx(expected_s, rel=1e-9)
+    assert collective_time_s("all_reduce", "ring", SMALL, "analytical") == pytest.approx(expected_s, rel=0.01)
+
+
+def test_small_halving_doubling_all_reduce_is_2_log2_p_alphas():
+    # 2 log2(8) = 6 steps: halving with n/2, n/4, n/8, doubling with n/8, n/4, n/2
+    sizes = [SMALL // 2, SMALL // 4, SMALL // 8, SMALL // 8, SMALL // 4, SMALL // 2]
+    expected_s = sum(one_message_ps(size) for size in sizes) / 1e12
+    assert collective_time_s("all_reduce", "halving_doubling", SMALL) == pytest.approx(expected_s, rel=1e-9)
+    # fewer, larger steps than the ring: faster when latency dominates
+    assert expected_s < 2 * (P - 1) * one_message_ps(SMALL // P) / 1e12
+
+
+def test_double_binary_tree_approaches_2n_over_b():
+    # THEORY.md: two pipelined trees, each with half the data: about 2 log2(p) alpha + 2 n / B. An
+    # inner node receives n/2 from each of two children (reduce) and n/2 from its parent in each
+    # tree (broadcast): 2 n through its port. Pipelining in 8 blocks over 3 tree levels adds a fill
+    # of about (levels - 1) / blocks = 25 % in the analytical backend.
+    two_n_over_b = 2 * LARGE * 8 / (LINK_GBPS * 1e9 * EFFICIENCY)
+    analytical = collective_time_s("all_reduce", "double_binary_tree", LARGE, "analytical")
+    assert 1.0 <= analytical / two_n_over_b <= 1.3
+    packet = collective_time_s("all_reduce", "double_binary_tree", LARGE)
+    assert 1.0 <= packet / two_n_over_b <= 1.8  # TCP shares the two children's flows less evenly
+
+
+def test_hierarchical_local_bw_aware_cuts_the_scale_out_term():
+    # 4 nodes x 4 NPUs; scale-up 400 Gb/s, NICs 100 Gb/s. Baseline: the full all-reduce in each
+    # dimension, the scale-out term 2 (4-1)/4 n / B_nic. local_bw_aware: reduce-scatter inside the
+    # node first, so the scale-out all-reduce moves n/4: its term shrinks 4x.
+    def run(hierarchy: str) -> float:
+        return engine.run({
+            "engine": {"backend": "analytical"},
+            "network": {"topology": "hierarchical", "npus": 16, "npus_per_node": 4, "link_gbps": 100,
+                        "link_latency_us": 1, "scaleup_gbps": 400, "scaleup_latency_us": 0.5},
+            "system": {"hierarchy": hierarchy, "endpoint_delay_ns": 0},
+            "workload": {"type": "collective", "op": "all_reduce", "bytes": LARGE},
+        })["runs"][0]["iteration_time_s"]
+
+    bits = LARGE * 8
+    scale_up = 2 * 3 / 4 * bits / (400e9 * EFFICIENCY)
+    scale_out = 2 * 3 / 4 * bits / (100e9 * EFFICIENCY)
+    baseline, aware = run("baseline"), run("local_bw_aware")
+    assert baseline == pytest.approx(scale_up + scale_out, rel=0.03)
+    # reduce-scatter + all-gather inside the node = one scale-up all-reduce; a quarter of scale-out
+    assert aware == pytest.approx(scale_up + scale_out / 4, rel=0.05)
+
+
+def _end_order(scheduling: str) -> list[int]:
+    eventlist = EventList()
+    topology = build_topology(eventlist, NetworkConfig(npus=4), seed=0)
+    transport = AnalyticalTransport(eventlist, topology, MSS)
+    dimension = Dimension("dim0", ((0, 1, 2, 3),))
+    system = SystemLayer(eventlist, transport, [dimension], dimension, {"all_reduce": "ring"}, 1,
+                         scheduling, "baseline", 0)
+    finished: list[int] = []
+    for index in range(3):
+        system.collective("all_reduce", 4096, lambda index=index: finished.append(index))
+    eventlist.run(10**15)
+    return finished
+
+
+def test_one_active_chunk_per_dimension_in_fifo_or_lifo_order():
+    # The first collective finds the dimension idle; the other two wait. FIFO serves them in issue
+    # order, LIFO the newest first (ASTRA-sim's scheduling policies).
+    assert _end_order("fifo") == [0, 1, 2]
+    assert _end_order("lifo") == [0, 2, 1]
+
+
+def test_splits_pipeline_chunks_without_changing_the_bandwidth_term():
+    # 4 chunks run one after another in one dimension: the same bytes, 4x the alpha steps.
+    one = collective_time_s("all_reduce", "ring", LARGE, "analytical")
+    four = engine.run({
+        "engine": {"backend": "analytical"},
+        "network": {"topology": "switch", "npus": P, "link_gbps": LINK_GBPS, "link_latency_us": 1},
+        "system": {"splits": 4, "endpoint_delay_ns": 0},
+        "workload": {"type": "collective", "op": "all_reduce", "bytes": LARGE},
+    })["runs"][0]["iteration_time_s"]
+    extra_alphas = 3 * 2 * (P - 1) * one_message_ps(MSS) / 1e12
+    assert one < four <= one + extra_alphas

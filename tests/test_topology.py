@@ -1,0 +1,301 @@
+"""Topologies: which links a route crosses, at which rate, and the exact timing of one packet.
+
+Timing is hand-computed: serialisation = bytes * 8 bits/byte / rate; at 100 Gb/s one byte takes
+8 / 1e11 s = 80 ps, so a 1500-byte packet takes 120,000 ps = 120 ns. A store-and-forward hop costs
+serialisation + propagation latency.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from engine import load_config
+from engine.eventlist import EventList
+from engine.network import Link, Packet
+from engine.topology import build_topology
+from engine.units import PS_PER_NS, PS_PER_US, gbps_to_bps, serialisation_ps
+
+
+def network(**overrides):
+    mapping = {"network": overrides, "workload": {"flows": [{"src": 0, "dst": 1, "bytes": 1000}]}}
+    return load_config(mapping).network
+
+
+def build(seed: int = 0, **overrides):
+    eventlist = EventList()
+    return eventlist, build_topology(eventlist, network(**overrides), seed)
+
+
+class RecordingSink:
+    """The end of a route: records (arrival time, packet)."""
+
+    def __init__(self, eventlist: EventList) -> None:
+        self.eventlist = eventlist
+        self.arrivals: list[tuple[int, Packet]] = []
+
+    def receive_packet(self, pkt: Packet) -> None:
+        self.arrivals.append((self.eventlist.now_ps, pkt))
+
+
+def send_packet(eventlist, links, sink, size_bytes=1500, at_ps=0):
+    pkt = Packet(tuple(links) + (sink,), size_bytes, size_bytes - 40, 0, 0, at_ps, False, False)
+    if at_ps == eventlist.now_ps:
+        pkt.send_on()
+    else:
+        eventlist.call_at(at_ps, pkt.send_on)
+    return pkt
+
+
+# --------------------------------------------------------------------------------------------
+# units and a single link
+# --------------------------------------------------------------------------------------------
+
+def test_serialisation_exact():
+    # 1 byte at 100 Gb/s: 8 bits / 1e11 bit/s = 8e-11 s = 80 ps
+    assert serialisation_ps(1, gbps_to_bps(100)) == 80
+    # 1500 B at 100 Gb/s: 1500 * 80 = 120,000 ps = 120 ns
+    assert serialisation_ps(1500, gbps_to_bps(100)) == 120_000
+    # 1500 B at 25 Gb/s: 1500 * 8 / 25e9 = 480 ns; at 400 Gb/s: 30 ns; at 10 Gb/s: 1.2 us
+    assert serialisation_ps(1500, gbps_to_bps(25)) == 480_000
+    assert serialisation_ps(1500, gbps_to_bps(400)) == 30_000
+    assert serialisation_ps(1500, gbps_to_bps(10)) == 1_200_000
+
+
+def test_single_link_timing_and_back_to_back_packets():
+    # Link 100 Gb/s, 1 us: packet 1 leaves at 120 ns and arrives at 1.12 us; packet 2, enqueued at
+    # the same instant, waits for packet 1: leaves at 240 ns and arrives at 1.24 us.
+    eventlist = EventList()
+    link = Link(eventlist, "l", gbps_to_bps(100), 1 * PS_PER_US)
+    sink = RecordingSink(eventlist)
+    send_packet(eventlist, [link], sink)
+    send_packet(eventlist, [link], sink)
+    eventlist.run(10**12)
+    assert [t for t, _ in sink.arrivals] == [1_120_000, 1_240_000]
+    assert link.packets_sent == 2 and link.bytes_sent == 3000 and link.drops == 0
+
+
+# --------------------------------------------------------------------------------------------
+# routes
+# --------------------------------------------------------------------------------------------
+
+def test_switch_route_two_links():
+    _, topo = build(topology="switch", npus=8)
+    for src in range(8):
+        for dst in range(8):
+            if src == dst:
+                continue
+            path = topo.path(src, dst, flow_id=0)
+            assert len(path) == 2
+            assert path[0].name == f"h{src}->sw" and path[1].name == f"sw->h{dst}"
+    # host NICs have no drop-tail limit (a host qdisc backs up into TCP); switch ports have buffer_kb
+    path = topo.path(0, 1, 0)
+    assert path[0].buffer_bytes is None
+    assert path[1].buffer_bytes == 512 * 1024
+
+
+def test_switch_idle_one_way_latency_of_a_real_packet():
+    # host -> switch -> host, both links 100 Gb/s and 1 us: 2 * (120 ns + 1 us) = 2.24 us = 2,240,000 ps
+    eventlist, topo = build(topology="switch", npus=4, link_gbps=100, link_latency_us=1.0)
+    sink = RecordingSink(eventlist)
+    pkt = send_packet(eventlist, topo.path(0, 3, 0), sink)
+    eventlist.run(10**12)
+    assert sink.arrivals == [(2 * (120 * PS_PER_NS + 1 * PS_PER_US), pkt)]
+    assert sink.arrivals[0][0] == 2_240_000
+
+
+def test_switch_pipelining_of_two_packets():
+    # two 1500 B packets at t = 0: first link sends them at 120 and 240 ns (arrive 1.12, 1.24 us);
+    # the switch port forwards the first at 1.12 -> 1.24 us on the wire -> 2.24 us, the second
+    # arrives at 1.24 us when the port is free again: 1.36 -> 2.36 us.
+    eventlist, topo = build(topology="switch", npus=4, link_gbps=100, link_latency_us=1.0)
+    sink = RecordingSink(eventlist)
+    send_packet(eventlist, topo.path(0, 3, 0), sink)
+    send_packet(eventlist, topo.path(0, 3, 0), sink)
+    eventlist.run(10**12)
+    assert [t for t, _ in sink.arrivals] == [2_240_000, 2_360_000]
+
+
+DUMBBELL = dict(topology="dumbbell", npus=8, link_gbps=100, link_latency_us=1.0, bottleneck_gbps=10,
+                bottleneck_latency_us=5.0)
+
+
+def test_dumbbell_routes():
+    _, topo = build(**DUMBBELL)
+    # hosts 0..3 left, 4..7 right
+    for src, dst in [(0, 3), (1, 2), (4, 7), (6, 5)]:
+        path = topo.path(src, dst, 0)
+        assert len(path) == 2, (src, dst)
+    for src, dst in [(0, 4), (3, 7), (5, 1), (7, 0)]:
+        path = topo.path(src, dst, 0)
+        assert len(path) == 3, (src, dst)
+        middle = path[1]
+        assert middle.rate_bps == gbps_to_bps(10)
+        assert middle.latency_ps == 5 * PS_PER_US
+        assert path[0].rate_bps == path[2].rate_bps == gbps_to_bps(100)
+    # one bottleneck link per direction, shared by every crossing flow
+    left_to_right = {topo.path(s, d, 0)[1] for s in range(4) for d in range(4, 8)}
+    right_to_left = {topo.path(s, d, 0)[1] for s in range(4, 8) for d in range(4)}
+    assert len(left_to_right) == 1 and len(right_to_left) == 1
+    assert left_to_right != right_to_left
+
+
+def test_dumbbell_idle_latency_across():
+    # 100 Gb/s NIC (120 ns + 1 us) + 10 Gb/s bottleneck (1.2 us + 5 us) + 100 Gb/s port (120 ns + 1 us)
+    # = 1.12 + 6.2 + 1.12 = 8.44 us
+    eventlist, topo = build(**DUMBBELL)
+    sink = RecordingSink(eventlist)
+    send_packet(eventlist, topo.path(1, 6, 0), sink)
+    eventlist.run(10**12)
+    assert sink.arrivals[0][0] == 8_440_000
+
+
+def _ring_hops(path) -> list[tuple[int, int]]:
+    hops = []
+    for link in path:
+        match = re.fullmatch(r"n(\d+)->n(\d+)", link.name)
+        assert match, link.name
+        hops.append((int(match[1]), int(match[2])))
+    return hops
+
+
+@pytest.mark.parametrize("n", [7, 8])
+def test_ring_takes_the_shorter_direction(n):
+    # hop count = min(d, n - d) with d = (dst - src) mod n; the links form a chain from src to dst,
+    # each between ring neighbours
+    _, topo = build(topology="ring", npus=n)
+    for src in range(n):
+        for dst in range(n):
+            if src == dst:
+                continue
+            d = (dst - src) % n
+            for flow_id in range(3):
+                hops = _ring_hops(topo.path(src, dst, flow_id))
+                assert len(hops) == min(d, n - d), (src, dst)
+                assert hops[0][0] == src and hops[-1][1] == dst
+                for (a, b), (c, _) in zip(hops, hops[1:]):
+                    assert b == c
+                for a, b in hops:
+                    assert (b - a) % n in (1, n - 1)
+
+
+def test_ring_idle_latency_scales_with_hops():
+    # 3 hops of (120 ns + 1 us) each, store-and-forward: 3.36 us
+    eventlist, topo = build(topology="ring", npus=8, link_gbps=100, link_latency_us=1.0)
+    sink = RecordingSink(eventlist)
+    send_packet(eventlist, topo.path(0, 5, 0), sink)  # d = 5, shorter way = 3 hops counter-clockwise
+    eventlist.run(10**12)
+    assert sink.arrivals[0][0] == 3 * 1_120_000
+
+
+LEAF_SPINE = dict(topology="leaf_spine", npus=16, hosts_per_leaf=4, spines=4, link_gbps=100,
+                  uplink_gbps=400, link_latency_us=1.0)
+
+
+def _spine_of(path) -> int:
+    match = re.fullmatch(r"leaf(\d+)->spine(\d+)", path[1].name)
+    assert match, path[1].name
+    return int(match[2])
+
+
+def test_leaf_spine_routes():
+    _, topo = build(**LEAF_SPINE)
+    # same leaf (hosts 0..3 on leaf 0): host -> leaf -> host
+    assert len(topo.path(0, 3, 0)) == 2
+    assert len(topo.path(13, 12, 0)) == 2
+    # across leaves: host -> leaf -> spine -> leaf -> host, uplinks at uplink_gbps
+    path = topo.path(1, 9, 0)  # leaf 0 -> leaf 2
+    assert len(path) == 4
+    spine = _spine_of(path)
+    assert path[1].name == f"leaf0->spine{spine}"
+    assert path[2].name == f"spine{spine}->leaf2"
+    assert path[1].rate_bps == path[2].rate_bps == gbps_to_bps(400)
+    assert path[0].rate_bps == path[3].rate_bps == gbps_to_bps(100)
+
+
+def test_leaf_spine_ecmp_spreads_and_is_symmetric():
+    # 12 hosts on other leaves x 16 sources x 5 flow ids = 960 (src, dst, flow) triples over 4 spines:
+    # 240 expected per spine; a uniform hash has a standard deviation of sqrt(960 * 1/4 * 3/4) = 13.4,
+    # so +-20 % (48, about 3.6 sigma) is a loose bound for "roughly even".
+    _, topo = build(**LEAF_SPINE)
+    counts = Counter()
+    for src in range(16):
+        for dst in range(16):
+            if src // 4 == dst // 4:
+                continue
+            for flow_id in range(5):
+                forward = topo.path(src, dst, flow_id)
+                backward = topo.path(dst, src, flow_id)
+                spine = _spine_of(forward)
+                counts[spine] += 1
+                # both directions of a connection (same flow id) cross the same spine
+                assert _spine_of(backward) == spine
+                assert backward[2].name == f"spine{spine}->leaf{src // 4}"
+    assert set(counts) == {0, 1, 2, 3}
+    total = sum(counts.values())
+    assert total == 960
+    for spine, count in counts.items():
+        assert abs(count - total / 4) <= 0.2 * total / 4, counts
+
+
+def test_leaf_spine_idle_latency_across():
+    # 2 x (1500 B at 100 Gb/s = 120 ns + 1 us) + 2 x (1500 B at 400 Gb/s = 30 ns + 1 us)
+    # = 2.24 + 2.06 = 4.30 us
+    eventlist, topo = build(**LEAF_SPINE)
+    sink = RecordingSink(eventlist)
+    send_packet(eventlist, topo.path(2, 14, 7), sink)
+    eventlist.run(10**12)
+    assert sink.arrivals[0][0] == 4_300_000
+
+
+HIERARCHICAL = dict(topology="hierarchical", npus=8, npus_per_node=4, link_gbps=100, link_latency_us=1.0,
+                    scaleup_gbps=400, scaleup_latency_us=0.1)
+
+
+def test_hierarchical_routes():
+    _, topo = build(**HIERARCHICAL)
+    # NPUs 0..3 form node 0, 4..7 node 1
+    for src, dst in [(0, 3), (2, 1), (5, 7)]:
+        path = topo.path(src, dst, 0)
+        assert len(path) == 2
+        for link in path:
+            assert link.rate_bps == gbps_to_bps(400)  # scale-up fabric
+            assert link.latency_ps == 100 * PS_PER_NS
+    for src, dst in [(0, 4), (3, 7), (6, 1)]:
+        path = topo.path(src, dst, 0)
+        assert len(path) == 2
+        for link in path:
+            assert link.rate_bps == gbps_to_bps(100)  # NICs to the scale-out switch
+            assert link.latency_ps == 1 * PS_PER_US
+    # intra- and inter-node traffic of one NPU leave by different ports
+    assert topo.path(0, 1, 0)[0] is not topo.path(0, 4, 0)[0]
+
+
+def test_hierarchical_idle_latencies():
+    # intra-node: 2 x (1500 B at 400 Gb/s = 30 ns + 100 ns) = 260 ns
+    # inter-node: 2 x (120 ns + 1 us) = 2.24 us
+    eventlist, topo = build(**HIERARCHICAL)
+    intra, inter = RecordingSink(eventlist), RecordingSink(eventlist)
+    send_packet(eventlist, topo.path(0, 2, 0), intra)
+    send_packet(eventlist, topo.path(0, 6, 0), inter)
+    eventlist.run(10**12)
+    assert intra.arrivals[0][0] == 260_000
+    assert inter.arrivals[0][0] == 2_240_000
+
+
+def test_drop_tail_switch_port():
+    # A switch port with a 3000 B buffer (backlog measured in bytes still to serialise ahead of the
+    # arriving packet; a packet is dropped when that backlog exceeds the buffer). Five 1500 B packets
+    # arrive at an idle 100 Gb/s port at the same instant: backlogs 0, 1500, 3000 (accepted: not
+    # above 3000), 4500 and 6000 (dropped).
+    eventlist = EventList()
+    port = Link(eventlist, "port", gbps_to_bps(100), 0, buffer_bytes=3000)
+    sink = RecordingSink(eventlist)
+    for _ in range(5):
+        send_packet(eventlist, [port], sink)
+    eventlist.run(10**12)
+    assert len(sink.arrivals) == 3
+    assert port.drops == 2
+    assert port.max_queue_bytes == 3000
