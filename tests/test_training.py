@@ -1,0 +1,156 @@
+"""The training loop: ASTRA-sim 1.0 inputs, DLRM sizes and the overlap semantics of DESIGN.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import engine
+from engine.workload.layers import dlrm_layers
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "astra-sim-1.0-workloads"
+DLRM_FILE = SHARED / "DLRM_HybridParallel.txt"
+
+
+def run_workload(workload: dict, backend: str = "analytical", npus: int = 16, **network) -> dict:
+    return engine.run({
+        "engine": {"backend": backend},
+        "network": {"topology": "switch", "npus": npus, "link_gbps": 100, "link_latency_us": 1, **network},
+        "system": {"endpoint_delay_ns": 0},
+        "workload": workload,
+    })
+
+
+def write_workload(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "workload.txt"
+    path.write_text(text)
+    return str(path)
+
+
+def test_dlrm_hybrid_parallel_file_compute_and_bytes():
+    # DESIGN.md: per NPU and iteration, 51,378 cycles of compute (the embedding computes no input
+    # gradient: 51,678 listed minus its 300), 3,191,808 bytes of weight-gradient all-reduce and
+    # 98,304 bytes of embedding all-to-all forward and again backward.
+    rows = run_workload({"type": "astra", "path": str(DLRM_FILE), "iterations": 2, "cycle_ns": 1.0})
+    run = rows["runs"][0]
+    assert run["status"] == "ok" and run["iterations_done"] == 2
+    assert run["compute_s"] == pytest.approx(51_378e-9, rel=1e-12)
+    for iteration in (0, 1):
+        collectives = [c for c in rows["collectives"] if c["iteration"] == iteration]
+        assert sum(c["bytes"] for c in collectives if c["op"] == "all_reduce") == 3_191_808
+        assert sorted(c["bytes"] for c in collectives if c["op"] == "all_to_all") == [98_304, 98_304]
+    # the layers table mirrors ASTRA-sim's EndToEnd breakdown: compute per pass adds up
+    layers = [layer for layer in rows["layers"] if layer["iteration"] == 0]
+    assert len(layers) == 8
+    total = sum(layer["fwd_compute_s"] + layer["ig_compute_s"] + layer["wg_compute_s"] for layer in layers)
+    assert total == pytest.approx(51_378e-9, rel=1e-12)
+
+
+def test_iteration_time_is_compute_plus_exposed_communication():
+    run = run_workload({"type": "astra", "path": str(DLRM_FILE), "iterations": 3})["runs"][0]
+    assert run["iteration_time_s"] == pytest.approx(run["compute_s"] + run["exposed_comm_s"], rel=1e-12)
+
+
+def test_overlap_hides_communication_behind_compute():
+    # 100 ns per cycle makes compute 5.1 ms per iteration, far longer than the communication:
+    # most of it hides, so exposed communication is well below the time collectives were in flight.
+    run = run_workload({"type": "astra", "path": str(DLRM_FILE), "iterations": 2, "cycle_ns": 100.0})["runs"][0]
+    assert 0 <= run["exposed_comm_s"] < 0.5 * run["comm_s"]
+
+
+def test_without_compute_all_communication_is_exposed():
+    # A collective microbenchmark has no compute: every instant of the iteration waits on the network.
+    run = run_workload({"type": "collective", "op": "all_reduce", "bytes": 2**20, "iterations": 2})["runs"][0]
+    assert run["compute_s"] == 0
+    assert run["exposed_comm_s"] == pytest.approx(run["comm_s"], rel=1e-12)
+    assert run["exposed_comm_s"] == pytest.approx(run["iteration_time_s"], rel=1e-12)
+
+
+def test_data_parallel_weight_gradient_waits_for_the_next_forward_pass(tmp_path):
+    # One layer: forward C = 1000 cycles, weight gradient W = 500 cycles, then an all-reduce of A
+    # seconds issued without blocking. Iteration 1: C + W (the all-reduce runs on). Iteration 2:
+    # its forward first waits the all-reduce out (A, exposed), then C + W, and as the last
+    # iteration it waits for its own all-reduce (A again). Mean = (C + W + A + C + W + A) / 2.
+    path = write_workload(tmp_path, "DATA\n1\nfc -1 1000 NONE 0 0 NONE 0 500 ALLREDUCE 1048576 0\n")
+    rows = run_workload({"type": "astra", "path": path, "iterations": 2, "cycle_ns": 1.0})
+    all_reduce_s = [c["duration_s"] for c in rows["collectives"]]
+    assert len(all_reduce_s) == 2 and all_reduce_s[0] == pytest.approx(all_reduce_s[1])
+    a, c_plus_w = all_reduce_s[0], 1500e-9
+    assert rows["runs"][0]["iteration_time_s"] == pytest.approx((c_plus_w + a + c_plus_w + a) / 2, rel=1e-9)
+    exposed = {row["iteration"]: row["wg_exposed_comm_s"] for row in rows["layers"]}
+    assert exposed[0] == 0 and exposed[1] == pytest.approx(2 * a, rel=1e-9)
+
+
+def _hybrid_embedding_exposure(tmp_path, bottom_cycles: int) -> tuple[float, float]:
+    # Embedding (no compute) issues a forward all-to-all and the bottom MLP computes meanwhile; the
+    # interaction after the last bottom layer waits for what is left of the all-to-all.
+    path = write_workload(tmp_path, (
+        "HYBRID_DLRM\n3\n"
+        "embedding -1 0 ALLTOALL 1048576 0 ALLTOALL 1048576 0 NONE 0 0\n"
+        f"mlp_bottom_0 -1 {bottom_cycles} NONE 0 0 NONE 0 0 NONE 0 0\n"
+        "mlp_top_0 -1 0 NONE 0 0 NONE 0 0 NONE 0 0\n"))
+    rows = run_workload({"type": "astra", "path": path, "iterations": 1, "cycle_ns": 1.0})
+    forward_a2a = rows["collectives"][0]
+    embedding = next(r for r in rows["layers"] if r["layer"] == "embedding")
+    return forward_a2a["duration_s"], embedding["fwd_exposed_comm_s"]
+
+
+def test_hybrid_forward_all_to_all_overlaps_the_bottom_mlp(tmp_path):
+    duration, exposed = _hybrid_embedding_exposure(tmp_path, bottom_cycles=0)
+    assert exposed == pytest.approx(duration, rel=1e-9)  # nothing to hide behind
+    long_compute_cycles = 10 * round(duration * 1e9)
+    duration, exposed = _hybrid_embedding_exposure(tmp_path, bottom_cycles=long_compute_cycles)
+    assert exposed == 0  # fully hidden by the bottom MLP
+    half = round(duration * 1e9 / 2)
+    duration, exposed = _hybrid_embedding_exposure(tmp_path, bottom_cycles=half)
+    assert exposed == pytest.approx(duration - half * 1e-9, rel=1e-6)
+
+
+def test_dlrm_model_sizes_by_hand():
+    # 4 tables x 16-dim embeddings, batch 32 per NPU, fp32: the all-to-all carries each NPU's batch
+    # rows of every table: 32 x 4 x 16 x 4 = 8,192 bytes. Bottom MLP 13 -> 16 all-reduces
+    # (13 x 16 + 16) x 4 = 896 bytes; the top MLP's input is the dot interaction 16 + 5 x 4 / 2 = 26.
+    spec = dlrm_layers(num_tables=4, emb_dim=16, dense_features=13, bottom_mlp=[16], top_mlp=[8, 1],
+                       batch_per_npu=32, dtype_bytes=4, npus=4, npu_tflops=1.0, hbm_gbps=1000.0)
+    embedding, bottom, top0, top1 = spec.layers
+    assert embedding.fwd_comm.op == "all_to_all" and embedding.fwd_comm.size_bytes == 8_192
+    assert bottom.wg_comm.size_bytes == (13 * 16 + 16) * 4
+    assert top0.wg_comm.size_bytes == (26 * 8 + 8) * 4 and top1.wg_comm.size_bytes == (8 * 1 + 1) * 4
+    # roofline of the bottom layer: 2 x 32 x 13 x 16 = 13,312 FLOP at 1 TFLOP/s = 13.312 ns;
+    # memory (896 + 32 x 29 x 4 = 4,608 bytes) at 1000 Gb/s = 125 GB/s = 36.864 ns: memory-bound
+    assert bottom.fwd_compute_ps == 36_864
+    assert spec.last_bottom_layer == 1
+
+
+def test_dlrm_on_16_npus_over_tcp_end_to_end():
+    rows = run_workload({"type": "dlrm", "iterations": 1, "num_tables": 16, "emb_dim": 64, "batch_per_npu": 64,
+                         "bottom_mlp": [128, 64], "top_mlp": [128, 1]}, backend="packet")
+    run = rows["runs"][0]
+    assert run["status"] == "ok" and run["iteration_time_s"] > run["compute_s"] > 0
+    assert all(flow["end_s"] is not None for flow in rows["flows"])
+    analytical = run_workload({"type": "dlrm", "iterations": 1, "num_tables": 16, "emb_dim": 64,
+                               "batch_per_npu": 64, "bottom_mlp": [128, 64], "top_mlp": [128, 1]})["runs"][0]
+    assert run["iteration_time_s"] == pytest.approx(analytical["iteration_time_s"], rel=0.25)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty or truncated"),
+    ("DATA\n", "empty or truncated"),
+    ("PIPELINE\n1\nl -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n", "line 1: parallelism 'PIPELINE'"),
+    ("DATA\nx\nl -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n", "line 2: a positive layer count"),
+    ("DATA\n2\nl -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n", "2 layer lines after line 2, found 1"),
+    ("DATA\n1\nl -1 1 NONE 0 1 NONE 0 1 NONE 0\n", "line 3: 12 fields"),
+    ("DATA\n1\nl -1 1 BROADCAST 8 1 NONE 0 1 NONE 0 0\n", "line 3: comm type 'BROADCAST'"),
+    ("DATA\n1\nl -1 x NONE 0 1 NONE 0 1 NONE 0 0\n", "line 3: forward compute cycles must be a non-negative integer"),
+])
+def test_malformed_astra_files_are_refused_with_the_line(tmp_path, text, message):
+    path = write_workload(tmp_path, text)
+    with pytest.raises(engine.ConfigError) as error:
+        engine.load_config({"workload": {"type": "astra", "path": path}})
+    assert error.value.key == "workload.path" and message in str(error.value)
+
+
+def test_missing_astra_file_is_refused(tmp_path):
+    with pytest.raises(engine.ConfigError, match="workload.path"):
+        engine.load_config({"workload": {"type": "astra", "path": str(tmp_path / "nope.txt")}})
