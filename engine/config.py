@@ -314,6 +314,9 @@ def _validate(config: SimConfig) -> None:
         for key in ("bottom_mlp", "top_mlp"):
             _require(all(width >= 1 for width in getattr(wl, key)), f"workload.{key}", list(getattr(wl, key)),
                      "a list of layer widths >= 1")
+        _require(wl.bottom_mlp[-1] == wl.emb_dim, "workload.bottom_mlp", list(wl.bottom_mlp),
+                 f"a list whose last width equals workload.emb_dim = {wl.emb_dim} (the bottom MLP's output "
+                 "meets the embeddings at the interaction)")
         _positive("workload.npu_tflops", wl.npu_tflops)
         _positive("workload.hbm_gbps", wl.hbm_gbps)
     elif wl.type == "astra":

@@ -13,6 +13,10 @@ from .units import ns_to_ps, ps_to_s
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
 
 
+PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "drops", "ecn_marks",
+                       "max_queue_kb")
+
+
 @dataclass
 class PreparedRun:
     """A simulation with its workload wired up and not yet started: `start()`, then run the event
@@ -46,6 +50,10 @@ class PreparedRun:
             workload_summary = self.training.summary()
         tables["flows"] = [record.row() for record in self.transport.records]
         run_row = {**summary_row(self.sim, self.finished, wall_s, tables["flows"]), **workload_summary}
+        if self.config.engine.backend == "analytical":
+            # the fluid model has no packets, queues or losses: say so instead of reporting zeros
+            for key in PACKET_ONLY_COLUMNS:
+                run_row[key] = None
         return {"runs": [run_row], **tables}
 
 

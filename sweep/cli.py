@@ -8,6 +8,7 @@ compose (an unknown preset, a bad override) is reported by Hydra, without a trac
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, TextIO
@@ -20,9 +21,24 @@ import engine
 from .runner import execute, run_id
 from .store import ResultStore
 
+# The repository root (this checkout, installed editable); conf/ and ../shared are found from it.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # An absolute path: given "../conf", Hydra would look for a Python package `conf` whenever the
 # entry point is imported as `sweep.cli` (as under `python -m sweep`) rather than run as a file.
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(PROJECT_ROOT / "conf")
+
+
+def project_root(relative: str = "") -> str:
+    """The `${project_root:}` resolver of conf/: the repository root, or with an argument that path
+    relative to the root, absolute and normalised (`${project_root:../shared/x.txt}`). It resolves
+    when the config is composed, so a run gets a plain absolute path that does not depend on the
+    working directory, on Hydra or on this process."""
+    return os.path.normpath(PROJECT_ROOT / relative)
+
+
+# Registered on import: whatever composes conf/ (the CLI, the tests, a launcher) imports this module.
+if not OmegaConf.has_resolver("project_root"):
+    OmegaConf.register_new_resolver("project_root", project_root)
 
 # Exit codes (see the module docstring).
 EXIT_OK = 0
@@ -51,30 +67,66 @@ def _count(value: Any) -> str:
     return "n/a" if value is None else f"{round(value):,}"
 
 
+def _network_lines(run: Mapping[str, Any]) -> list[str]:
+    """Packet counters and engine speed; the analytical backend has no packets to count."""
+    lines = []
+    if run.get("engine.backend") == "analytical":
+        lines.append("  packets          n/a (analytical backend: no packets, queues or losses)")
+    else:
+        lines += [
+            f"  retransmits      {_count(run.get('retransmits'))}   timeouts {_count(run.get('timeouts'))}",
+            f"  drops            {_count(run.get('drops'))}   ecn_marks {_count(run.get('ecn_marks'))}",
+            f"  max_queue_kb     {_number(run.get('max_queue_kb'), 4)}",
+        ]
+    lines.append(f"  events/s         {_count(run.get('events_per_s'))}   "
+                 f"({_count(run.get('events'))} events, wall {_number(run.get('wall_s'))} s)")
+    return lines
+
+
+def _workload_label(run: Mapping[str, Any]) -> str:
+    """What ran, in a few words: the flow pattern, the astra file, the collective or `dlrm`."""
+    kind = run.get("workload.type")
+    if kind == "astra" and run.get("workload.path"):
+        return f"astra {Path(str(run['workload.path'])).name}"
+    if kind == "collective":
+        return f"collective {run.get('workload.op')}"
+    return str(run.get("workload.pattern") or kind)
+
+
 def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> str:
     """A short human summary of one run's rows and of where they were stored."""
     run = rows["runs"][0]
+    ms = 1e3  # s -> ms
     lines = [
         f"run {run['run_id']}  status {run['status']}  "
-        f"(network={run.get('network.topology')} npus={run.get('network.npus')}, "
-        f"tcp={run.get('tcp.cc')}, workload={run.get('workload.pattern') or run.get('workload.type')})",
+        f"({run.get('engine.backend')} backend, network={run.get('network.topology')} "
+        f"npus={run.get('network.npus')}, tcp={run.get('tcp.cc')}, workload={_workload_label(run)})",
     ]
     if run["status"] == "error":
         lines += ["  " + line for line in str(run.get("error")).splitlines()]
         lines.append(f"  reproduce with: {run.get('repro')}")
-    else:
+    elif run.get("workload.type") == "flows":
         lines += [
             f"  sim_time_s       {_number(run.get('sim_time_s'), 4)}",
             f"  flows completed  {_count(run.get('flows_completed'))}/{_count(run.get('flows'))}",
-            f"  FCT mean / max   {_number(run.get('mean_fct_s'), scale=1e3)} / "
-            f"{_number(run.get('max_fct_s'), scale=1e3)} ms",
-            f"  retransmits      {_count(run.get('retransmits'))}   timeouts {_count(run.get('timeouts'))}",
-            f"  drops            {_count(run.get('drops'))}   ecn_marks {_count(run.get('ecn_marks'))}",
-            f"  max_queue_kb     {_number(run.get('max_queue_kb'), 4)}",
-            f"  events/s         {_count(run.get('events_per_s'))}   "
-            f"({_count(run.get('events'))} events, wall {_number(run.get('wall_s'))} s)",
+            f"  FCT mean / max   {_number(run.get('mean_fct_s'), scale=ms)} / "
+            f"{_number(run.get('max_fct_s'), scale=ms)} ms",
+            *_network_lines(run),
         ]
-    stored = ", ".join(f"{table} +{len(table_rows)}" for table, table_rows in rows.items())
+    else:  # a training workload: per-iteration means
+        lines += [
+            f"  iteration time   {_number(run.get('iteration_time_s'), 4, ms)} ms   "
+            f"(mean of {_count(run.get('iterations_done'))}/{_count(run.get('workload.iterations'))} "
+            f"iterations; sim_time_s {_number(run.get('sim_time_s'), 4)})",
+            f"  per iteration    compute {_number(run.get('compute_s'), scale=ms)} ms   "
+            f"comm {_number(run.get('comm_s'), scale=ms)} ms   "
+            f"exposed comm {_number(run.get('exposed_comm_s'), scale=ms)} ms",
+            f"                   all-to-all {_number(run.get('all_to_all_s'), scale=ms)} ms   "
+            f"all-reduce {_number(run.get('all_reduce_s'), scale=ms)} ms",
+            f"  messages         {_count(run.get('flows_completed'))}/{_count(run.get('flows'))} delivered",
+            *_network_lines(run),
+        ]
+    stored = ", ".join(f"{table} +{len(table_rows)}" for table, table_rows in rows.items() if table_rows)
     lines.append(f"rows appended to {dataset}/: {stored}")
     return "\n".join(lines)
 

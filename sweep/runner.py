@@ -27,6 +27,8 @@ import engine
 NON_IDENTITY_KEYS = ("name", "results_dir", "ray")
 # Keys left out of the repro command: a single in-process run does not use Ray.
 _NON_REPRO_KEYS = ("ray",)
+# The Hydra config groups of conf/ (sections chosen by a preset in the root defaults list).
+CONFIG_GROUPS = ("network", "tcp", "system", "workload")
 # Lines of the traceback kept in the `error` column: enough for the failing frame and the message.
 ERROR_TAIL_LINES = 12
 
@@ -100,13 +102,16 @@ def _leaves(config: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]
 
 
 def repro_command(config: Mapping[str, Any]) -> str:
-    """A shell command line that runs exactly this config again: every leaf as a `++key=value`
-    override (add or override), so it does not depend on the presets staying as they are."""
+    """A shell command line that runs exactly this config again: each config group's default preset
+    removed (`~workload`, so a key of another preset, e.g. a dlrm key under a flows run, does not
+    creep in), then every leaf as a `++key=value` override (add or override); so it does not depend
+    on the presets staying as they are."""
+    removals = [f"~{group}" for group in CONFIG_GROUPS if group in config]
     overrides = [
         f"++{key}={_override_value(value)}"
         for key, value in _leaves({k: v for k, v in config.items() if k not in _NON_REPRO_KEYS})
     ]
-    return shlex.join(["python", "-m", "sweep", *overrides])
+    return shlex.join(["python", "-m", "sweep", *removals, *overrides])
 
 
 @functools.lru_cache(maxsize=1)
@@ -129,7 +134,8 @@ def _error_tail(exc: BaseException) -> str:
 
 
 def execute(config: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Run one simulation and return its rows by table (`runs`: one row; `flows`: one per flow).
+    """Run one simulation and return its rows by table (`runs`: one row; `collectives`, `layers`,
+    `flows`: as many as the engine returned, empty tables included).
 
     Every row gets `run_id`; the runs row also gets every config leaf (flattened with dots),
     `repro`, `wall_s`, `engine_version`, `git_commit` and `started_at` (UTC, ISO 8601). An exception

@@ -1,7 +1,7 @@
 """The result store: tables of rows appended as Parquet part files, read back as one table.
 
 Layout: `<dataset>/<table>/part-<UTC timestamp>-<uuid>.parquet`, one dataset per `name`
-(`results/<name>/`), one directory per table (`runs`, `flows`, later `collectives`, `layers`).
+(`results/<name>/`), one directory per table (`runs`, `collectives`, `layers`, `flows`).
 Each part is written to a hidden temporary file in the same directory, synced, then renamed with
 `os.replace` (atomic on POSIX): a reader or a crash never sees a torn part, and a finished part is
 never lost. Parts may differ in columns (a later engine adds metrics, a column is all-null in one

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from sweep.cli import CONF_DIR
 
-GROUPS = ("network", "tcp", "workload")
+GROUPS = ("network", "tcp", "system", "workload")
 
 
 def group_options(group: str) -> list[str]:
@@ -28,6 +28,6 @@ def compose_config(overrides: Sequence[str] = ()) -> dict[str, Any]:
 
 
 def small_config(tmp_path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The default config shrunk to a run of a few milliseconds, writing under `tmp_path`."""
-    return compose_config([f"results_dir={tmp_path / 'results'}", "name=test", "workload.senders=2",
-                           "workload.bytes_per_flow=20000", *overrides])
+    """A 2-to-1 incast of a few milliseconds of wall time, writing under `tmp_path`."""
+    return compose_config([f"results_dir={tmp_path / 'results'}", "name=test", "workload=incast",
+                           "workload.senders=2", "workload.bytes_per_flow=20000", *overrides])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -95,18 +96,48 @@ def test_cli_runs_summarises_and_leaves_no_litter(tmp_path: Path) -> None:
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     results = tmp_path / "results"
-    done = _sweep(cwd, "name=cli", f"results_dir={results}")
+    done = _sweep(cwd, "name=cli", f"results_dir={results}", "workload=incast")
     assert done.returncode == 0, done.stderr
     assert "status ok" in done.stdout and "FCT mean / max" in done.stdout
-    assert f"rows appended to {results / 'cli'}/" in done.stdout
+    assert f"rows appended to {results / 'cli'}/: runs +1, flows +8" in done.stdout
     assert list(cwd.iterdir()) == []  # no outputs/, .hydra/ or log files
     runs = duckdb.sql(f"select run_id, status, \"network.topology\" from "
                       f"read_parquet('{results}/cli/runs/*.parquet', union_by_name=true)").fetchall()
     assert [(status, topology) for _, status, topology in runs] == [("ok", "switch")]
     assert len(read_table(results / "cli", "flows")) == 8
 
-    again = _sweep(cwd, "name=cli", f"results_dir={results}")
+    again = _sweep(cwd, "name=cli", f"results_dir={results}", "workload=incast")
     assert again.returncode == 0 and "already done" in again.stdout
+
+
+def test_cli_runs_a_training_workload(tmp_path: Path) -> None:
+    """dlrm_small writes all four tables and prints the per-iteration breakdown."""
+    results = tmp_path / "results"
+    done = _sweep(tmp_path, "workload=dlrm_small", "name=dlrm", f"results_dir={results}")
+    assert done.returncode == 0, done.stderr
+    for text in ("status ok", "workload=dlrm", "iteration time", "exposed comm", "all-to-all", "all-reduce",
+                 "mean of 2/2 iterations", "retransmits"):
+        assert text in done.stdout, text
+    dataset = results / "dlrm"
+    (run,) = read_table(dataset, "runs").to_dict("records")
+    assert run["status"] == "ok" and run["iterations_done"] == 2
+    assert run["iteration_time_s"] > 0 and run["exposed_comm_s"] <= run["iteration_time_s"]
+    assert json.loads(run["workload.bottom_mlp"]) == [128, 64]  # lists as JSON strings
+    assert run["system.all_reduce"] == "ring" and run["system.splits"] == 1
+    collectives, layers, flows = (read_table(dataset, table) for table in ("collectives", "layers", "flows"))
+    assert set(collectives["op"]) == {"all_to_all", "all_reduce"}
+    assert (collectives["run_id"] == run["run_id"]).all() and collectives["end_s"].notna().all()
+    assert len(layers) == 2 * 5  # 2 iterations x (embedding + 2 bottom + 2 top layers)
+    assert len(flows) > 0 and flows["end_s"].notna().all()
+
+
+def test_cli_refuses_an_unknown_algorithm_in_one_line(tmp_path: Path) -> None:
+    refused = _sweep(tmp_path, "workload=dlrm_small", "name=bad", f"results_dir={tmp_path / 'results'}",
+                     "system.all_reduce=foo")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: system.all_reduce='foo' is not valid: one of ring,")
+    assert len(refused.stderr.strip().splitlines()) == 1 and refused.stdout == ""
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.parametrize(("override", "key"), [("network.link_gbps=-5", "network.link_gbps"),

@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 
 import pytest
 
 import engine
-from engine.config import NetworkConfig, TcpConfig, WorkloadConfig
+from engine.config import NetworkConfig, SystemConfig, TcpConfig, WorkloadConfig
+from sweep.cli import PROJECT_ROOT
 from sweep_support import GROUPS, compose_config, group_options
 
 ALL_PRESETS = [(group, option) for group in GROUPS for option in group_options(group)]
+
+# The WorkloadConfig keys each workload type uses; its presets set exactly these.
+WORKLOAD_KEYS = {
+    "flows": {"type", "flows", "pattern", "senders", "bytes_per_flow", "rounds"},
+    "dlrm": {"type", "iterations", "num_tables", "emb_dim", "dense_features", "bottom_mlp", "top_mlp",
+             "batch_per_npu", "dtype_bytes", "npu_tflops", "hbm_gbps"},
+    "astra": {"type", "path", "iterations", "cycle_ns"},
+    "collective": {"type", "op", "bytes", "iterations"},
+}
 
 
 def test_every_group_has_its_presets() -> None:
     assert group_options("network") == ["dumbbell", "hierarchical", "leaf_spine", "ring", "switch"]
     assert group_options("tcp") == ["cubic", "dctcp", "newreno"]
-    assert group_options("workload") == ["all_to_all", "flows", "incast", "permutation"]
+    assert group_options("system") == ["default", "halving_doubling", "local_bw_aware"]
+    assert group_options("workload") == [
+        "all_to_all", "astra_dlrm", "astra_micro_allreduce", "astra_micro_alltoall", "collective", "dlrm",
+        "dlrm_large", "dlrm_medium", "dlrm_small", "flows", "incast", "permutation"]
 
 
 def test_default_config() -> None:
@@ -26,8 +41,10 @@ def test_default_config() -> None:
     assert config["seed"] == 0
     assert config["engine"] == {"backend": "packet", "max_sim_time_s": 10.0}
     assert config["ray"] == {"address": None, "num_cpus": None}
-    assert (config["network"]["topology"], config["tcp"]["cc"], config["workload"]["pattern"]) == (
-        "switch", "newreno", "incast")
+    assert (config["network"]["topology"], config["tcp"]["cc"], config["workload"]["type"]) == (
+        "switch", "newreno", "dlrm")
+    assert config["system"] == compose_config(["system=default"])["system"]
+    assert config["workload"] == compose_config(["workload=dlrm_medium"])["workload"]
     assert "hydra" not in config
 
 
@@ -37,25 +54,77 @@ def test_preset_composes_and_validates(group: str, option: str) -> None:
     engine.load_config(config)  # raises ConfigError naming the key if a preset is broken
 
 
-@pytest.mark.parametrize(("group", "section_class"), [("network", NetworkConfig), ("tcp", TcpConfig)])
+@pytest.mark.parametrize("option", group_options("system"))
+@pytest.mark.parametrize("network", group_options("network"))
+def test_system_presets_validate_on_every_network(network: str, option: str) -> None:
+    """halving_doubling needs power-of-two groups: every network preset must offer them."""
+    engine.load_config(compose_config([f"network={network}", f"system={option}"]))
+
+
+@pytest.mark.parametrize(("group", "section_class"),
+                         [("network", NetworkConfig), ("tcp", TcpConfig), ("system", SystemConfig)])
 def test_preset_sets_every_engine_key(group: str, section_class: type) -> None:
-    """Every network and tcp preset spells out every key of its engine section, so every run has the
-    same columns."""
+    """Every network, tcp and system preset spells out every key of its engine section, so every run
+    has the same columns."""
     engine_keys = {field.name for field in dataclasses.fields(section_class)}
     for option in group_options(group):
         assert set(compose_config([f"{group}={option}"])[group]) == engine_keys, option
 
 
-def test_workload_presets_of_one_type_share_their_keys() -> None:
-    """Workload keys depend on the workload type; presets of one type set the same ones."""
+def test_system_default_is_the_engine_default() -> None:
+    assert compose_config(["system=default"])["system"] == dataclasses.asdict(SystemConfig())
+
+
+def test_workload_presets_set_the_keys_of_their_type() -> None:
+    """Workload keys depend on the workload type; each preset sets exactly those its type uses."""
     engine_keys = {field.name for field in dataclasses.fields(WorkloadConfig)}
-    keys_by_type: dict[str, set[frozenset[str]]] = {}
+    assert set().union(*WORKLOAD_KEYS.values()) == engine_keys  # every engine key belongs to a type
+    types = set()
     for option in group_options("workload"):
         workload = compose_config([f"workload={option}"])["workload"]
-        keys_by_type.setdefault(workload["type"], set()).add(frozenset(workload))
-    for workload_type, key_sets in keys_by_type.items():
-        assert len(key_sets) == 1, workload_type
-        assert next(iter(key_sets)) <= engine_keys
+        types.add(workload["type"])
+        assert set(workload) == WORKLOAD_KEYS[workload["type"]], option
+    assert types == set(WORKLOAD_KEYS)
+
+
+def test_workload_preset_types() -> None:
+    """The flow presets stay `flows`; the others are named after their type."""
+    for option in group_options("workload"):
+        prefix = option.split("_")[0]
+        expected = prefix if prefix in ("dlrm", "astra", "collective") else "flows"
+        assert compose_config([f"workload={option}"])["workload"]["type"] == expected, option
+
+
+@pytest.mark.parametrize("option", [o for o in group_options("workload") if o.startswith("astra_")])
+def test_astra_presets_name_an_existing_file_from_any_directory(option: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path resolves against the repository root when composed, not against the working directory."""
+    monkeypatch.chdir(tmp_path)
+    path = Path(compose_config([f"workload={option}"])["workload"]["path"])
+    assert path.is_absolute() and path.is_file() and ".." not in path.parts
+    assert path.parent == (PROJECT_ROOT.parent / "shared" / "astra-sim-1.0-workloads").resolve()
+
+
+def test_project_root_resolver() -> None:
+    from sweep.cli import project_root
+
+    assert project_root() == str(PROJECT_ROOT)
+    assert project_root("conf/config.yaml") == os.path.join(PROJECT_ROOT, "conf", "config.yaml")
+    assert project_root("../shared") == str(PROJECT_ROOT.parent / "shared")
+
+
+def test_dlrm_presets_grow_in_size() -> None:
+    """small < medium < large in weight-gradient bytes; dlrm is medium."""
+    def weights(option: str) -> int:
+        wl = compose_config([f"workload={option}"])["workload"]
+        bottom = [wl["dense_features"], *wl["bottom_mlp"]]
+        top = [wl["emb_dim"] + (wl["num_tables"] + 1) * wl["num_tables"] // 2, *wl["top_mlp"]]
+        return sum(a * b + b for widths in (bottom, top) for a, b in zip(widths, widths[1:]))
+
+    assert weights("dlrm_small") < weights("dlrm_medium") == weights("dlrm") < weights("dlrm_large")
+    for option in ("dlrm", "dlrm_small", "dlrm_medium", "dlrm_large"):
+        wl = compose_config([f"workload={option}"])["workload"]
+        assert wl["bottom_mlp"][-1] == wl["emb_dim"], option  # the dot interaction needs equal widths
 
 
 def test_network_presets_name_their_topology() -> None:
@@ -66,8 +135,3 @@ def test_network_presets_name_their_topology() -> None:
 def test_tcp_presets_name_their_algorithm() -> None:
     for option in group_options("tcp"):
         assert compose_config([f"tcp={option}"])["tcp"]["cc"] == option
-
-
-def test_workload_presets_are_flows() -> None:
-    for option in group_options("workload"):
-        assert compose_config([f"workload={option}"])["workload"]["type"] == "flows"

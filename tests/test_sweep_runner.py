@@ -93,3 +93,21 @@ def test_repro_command_composes_the_same_config(tmp_path: Path) -> None:
     recomposed = compose_config(argv[3:])
     assert recomposed == {**config, "ray": recomposed["ray"]}
     assert run_id(recomposed) == run_id(config)
+
+
+def test_flatten_handles_system_keys_and_mlp_lists() -> None:
+    config = compose_config(["workload=dlrm_large", "system=halving_doubling"])
+    flat = flatten(config)
+    assert flat["system.all_reduce"] == "halving_doubling" and flat["system.endpoint_delay_ns"] == 10.0
+    assert json.loads(flat["workload.bottom_mlp"]) == [512, 64]
+    assert json.loads(flat["workload.top_mlp"]) == [1024, 1024, 1024, 1]
+    assert all(not isinstance(value, (list, dict)) for value in flat.values())
+
+
+@pytest.mark.parametrize("workload", ["dlrm_small", "astra_dlrm", "collective"])
+def test_repro_command_composes_training_configs(workload: str, tmp_path: Path) -> None:
+    """MLP lists and absolute astra paths survive the repro command."""
+    config = compose_config([f"results_dir={tmp_path}", f"workload={workload}", "system=local_bw_aware"])
+    recomposed = compose_config(shlex.split(repro_command(config))[3:])
+    assert recomposed == {**config, "ray": recomposed["ray"]}
+    assert run_id(recomposed) == run_id(config)
