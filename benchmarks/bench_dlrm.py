@@ -28,7 +28,7 @@ def measure(backend: str, npus: int, iterations: int) -> dict:
     wall_s = time.perf_counter() - start
     return {"backend": backend, "npus": npus, "iteration_ms": row["iteration_time_s"] * 1e3,
             "exposed_ms": row["exposed_comm_s"] * 1e3, "wall_per_iteration_s": wall_s / iterations,
-            "events": row["events"], "packets": row["packets_sent"]}
+            "events": row["events"], "packets": row["packets_sent"] or 0}
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ when their entry fires (a moved or cancelled deadline leaves a stale entry that 
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from itertools import count
 from typing import Callable, Protocol
 
 
@@ -20,18 +21,19 @@ class EventSource(Protocol):
 class EventList:
     """A discrete-event clock and heap. Ties at equal times run in scheduling order (`seq`)."""
 
-    __slots__ = ("now_ps", "events_run", "_heap", "_seq")
+    __slots__ = ("now_ps", "events_run", "heap", "sequence")
 
     def __init__(self) -> None:
         self.now_ps = 0
         self.events_run = 0
-        self._heap: list[tuple[int, int, EventSource]] = []
-        self._seq = 0
+        # Hot-path components push (time_ps, next(sequence), self) onto `heap` directly, saving a
+        # method call per event; everything else uses `schedule`.
+        self.heap: list[tuple[int, int, EventSource]] = []
+        self.sequence = count()
 
     def schedule(self, source: EventSource, time_ps: int) -> None:
         """Wake `source` at absolute time `time_ps` (never earlier than now)."""
-        heappush(self._heap, (time_ps, self._seq, source))
-        self._seq += 1
+        heappush(self.heap, (time_ps, next(self.sequence), source))
 
     def call_at(self, time_ps: int, callback: Callable[[], None]) -> None:
         """Run a plain callback at `time_ps` (for slow layers: workloads, starters)."""
@@ -39,24 +41,26 @@ class EventList:
 
     def stop(self) -> None:
         """End `run` after the current event: drop every pending entry."""
-        self._heap.clear()
+        self.heap.clear()
 
     def pending(self) -> int:
         """Number of entries in the heap, stale ones included."""
-        return len(self._heap)
+        return len(self.heap)
 
     def run(self, until_ps: int) -> bool:
         """Run events with time <= `until_ps`. Returns True if the heap ran empty (all work done)."""
-        heap = self._heap
+        heap = self.heap
         pop = heappop  # local binding: this loop is the hottest code in the engine
         events = 0
         while heap:
-            time_ps = heap[0][0]
+            entry = pop(heap)
+            time_ps = entry[0]
             if time_ps > until_ps:
+                heappush(heap, entry)  # not yet: put it back (once per call, not per event)
                 self.events_run += events
                 return False
             self.now_ps = time_ps
-            pop(heap)[2].do_next_event()
+            entry[2].do_next_event()
             events += 1
         self.events_run += events
         return True

@@ -13,6 +13,7 @@ for the head's arrival at the next hop.
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappush
 from random import Random
 from typing import Callable, Protocol
 
@@ -86,7 +87,7 @@ class Link:
 
     __slots__ = (
         "name", "eventlist", "rate_bps", "latency_ps", "buffer_bytes", "ecn_threshold_bytes",
-        "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "busy_until_ps", "_wire",
+        "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "_ps_per_byte", "busy_until_ps", "_wire",
         "_loss_rate", "_rng", "packets_sent", "bytes_sent", "drops", "ecn_marks", "max_backlog_ps",
     )
 
@@ -111,6 +112,8 @@ class Link:
         self.ecn_threshold_bytes = ecn_threshold_bytes
         # bytes * 8 bits/byte * 1e12 ps/s / rate = picoseconds; the numerator factor is precomputed.
         self._ps_per_byte_num = BITS_PER_BYTE * PS_PER_S
+        exact = self._ps_per_byte_num % rate_bps == 0
+        self._ps_per_byte = self._ps_per_byte_num // rate_bps if exact else 0  # 0: use the division
         no_limit = 1 << 62  # larger than any simulated time, so the comparison never triggers
         self._buffer_ps = no_limit if buffer_bytes is None else self._duration_ps(buffer_bytes)
         self._ecn_threshold_ps = (
@@ -133,39 +136,44 @@ class Link:
 
     def receive_packet(self, pkt: Packet) -> None:
         """Enqueue `pkt` (or drop it), fixing its departure and its arrival at the next hop."""
-        now = self.eventlist.now_ps
+        eventlist = self.eventlist
+        now = eventlist.now_ps
         busy_until = self.busy_until_ps
-        backlog_ps = busy_until - now
-        if backlog_ps < 0:
-            backlog_ps = 0
+        if busy_until > now:  # a backlog: the buffer and ECN checks apply
+            backlog_ps = busy_until - now
+            if backlog_ps > self._buffer_ps:
+                self.drops += 1
+                return
+            if backlog_ps > self._ecn_threshold_ps and pkt.ecn_capable:
+                pkt.ce = True
+                self.ecn_marks += 1
+            if backlog_ps > self.max_backlog_ps:
+                self.max_backlog_ps = backlog_ps
+        else:
             busy_until = now
-        if backlog_ps > self._buffer_ps:
-            self.drops += 1
-            return
         if self._loss_rate and self._rng.random() < self._loss_rate:
             self.drops += 1
             return
-        if backlog_ps > self._ecn_threshold_ps and pkt.ecn_capable:
-            pkt.ce = True
-            self.ecn_marks += 1
-        if backlog_ps > self.max_backlog_ps:
-            self.max_backlog_ps = backlog_ps
         size = pkt.size_bytes
-        busy_until += size * self._ps_per_byte_num // self.rate_bps  # serialisation, inlined
+        ps_per_byte = self._ps_per_byte
+        # serialisation; exact integer picoseconds per byte where the rate allows (10/25/100/400 Gb/s)
+        busy_until += size * ps_per_byte if ps_per_byte else size * self._ps_per_byte_num // self.rate_bps
         self.busy_until_ps = busy_until
         self.packets_sent += 1
         self.bytes_sent += size
+        arrival_ps = busy_until + self.latency_ps
         wire = self._wire
-        wire.append((busy_until + self.latency_ps, pkt))
+        wire.append((arrival_ps, pkt))
         if len(wire) == 1:
-            self.eventlist.schedule(self, busy_until + self.latency_ps)
+            heappush(eventlist.heap, (arrival_ps, next(eventlist.sequence), self))  # schedule, inlined
 
     def do_next_event(self) -> None:
         """The head packet reaches the next hop; schedule the next head, if any."""
         wire = self._wire
         pkt = wire.popleft()[1]
         if wire:
-            self.eventlist.schedule(self, wire[0][0])
+            eventlist = self.eventlist
+            heappush(eventlist.heap, (wire[0][0], next(eventlist.sequence), self))  # schedule, inlined
         hop = pkt.hop + 1
         pkt.hop = hop
         pkt.route[hop].receive_packet(pkt)

@@ -440,18 +440,8 @@ class TcpReceiver:
     def receive_packet(self, pkt: Packet) -> None:
         """A data segment arrives."""
         self.segments_received += 1
-        if pkt.ce:
-            self.ce_received += 1
-        if self.settings.dctcp_echo:
-            if pkt.ce != self.ce_state:
-                if self.unacked_segments:
-                    self._send_ack()  # RFC 8257 3.2: ACK the earlier segments with the old state
-                self.ce_state = pkt.ce
-        else:
-            if pkt.cwr:
-                self.ece_latched = False
-            if pkt.ce:
-                self.ece_latched = True
+        if pkt.ecn_capable:  # only ECN-capable segments can carry CE or CWR
+            self._update_ecn_echo(pkt)
         self.echo_sent_ps = pkt.sent_ps
         self.echo_retransmit = pkt.is_retransmit
         seq = pkt.seq
@@ -485,6 +475,20 @@ class TcpReceiver:
             self._send_ack()
         else:
             self._send_ack()  # an old duplicate: re-announce where we are
+
+    def _update_ecn_echo(self, pkt: Packet) -> None:
+        if pkt.ce:
+            self.ce_received += 1
+        if self.settings.dctcp_echo:
+            if pkt.ce != self.ce_state:
+                if self.unacked_segments:
+                    self._send_ack()  # RFC 8257 3.2: ACK the earlier segments with the old state
+                self.ce_state = pkt.ce
+        else:
+            if pkt.cwr:
+                self.ece_latched = False
+            if pkt.ce:
+                self.ece_latched = True
 
     def _store_out_of_order(self, start: int, end: int) -> None:
         ooo = self.out_of_order
