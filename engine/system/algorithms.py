@@ -11,13 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
-ALGORITHMS = {
-    "all_reduce": ("ring", "halving_doubling", "double_binary_tree", "direct"),
-    "all_to_all": ("direct", "ring"),
-    "all_gather": ("ring", "halving_doubling", "direct"),
-    "reduce_scatter": ("ring", "halving_doubling", "direct"),
-}
+from ..config import SYSTEM_ALGORITHMS as ALGORITHMS  # the algorithms each op offers, defined once
 
 
 @dataclass(frozen=True)
