@@ -1,4 +1,4 @@
-"""Packet-engine benchmark, side by side with the references in ../shared/bench/ (run on demand).
+"""Packet-engine benchmark, side by side with the references in ../shared/bench/ and ns3/ (run on demand).
 
 Scenarios:
   bulk    one TCP NewReno+SACK flow of --bytes over a 10 Gb/s point-to-point link with 10 us one-way
@@ -7,12 +7,17 @@ Scenarios:
   incast  16 hosts each sending 64 KiB to one host through a switch port with a 64 KiB buffer,
           10 rounds, 200 ms minimum RTO: drops, timeouts and retransmissions on the hot path.
 
-References (same bulk transfer): ns-3.44 compiled C++ (built with ../shared/bench/build_ns3_tcp_bulk.sh;
-pass --ns3 PATH to the binary, or --build-ns3 DIR to build it) and the bare heapq loop with no TCP
-logic (../shared/bench/lean_loop_ceiling.py), the ceiling for pure Python.
+References: ns-3.44 compiled C++ on both scenarios -- the bulk transfer (built with
+../shared/bench/build_ns3_tcp_bulk.sh; pass --ns3 PATH to the binary) and the incast (built with
+ns3/build_ns3_incast.sh; pass --ns3-incast PATH), or --build-ns3 DIR to build both -- and, for the
+bulk transfer, the bare heapq loop with no TCP logic (../shared/bench/lean_loop_ceiling.py), the
+ceiling for pure Python.
 
 Usage: python benchmarks/bench_engine.py [--bytes 1e8] [--ns3 /tmp/ns3-bench/ns3_tcp_bulk]
-Prints one table: packets and events per wall second, and the ratio to ns-3.
+                                         [--ns3-incast /tmp/ns3-bench/ns3_tcp_incast]
+Prints one table: packets and events per wall second, and the ratio to ns-3 on the same scenario
+(bulk rows to ns-3 bulk, the incast row to ns-3 incast; "-" without that reference). Packets are data
+segments delivered (bulk) or sent by the senders, retransmissions included (incast).
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ from engine.transport import TcpConnection, TcpSettings, make_congestion_control
 from engine.units import PS_PER_MS, PS_PER_S, gbps_to_bps, us_to_ps
 
 SHARED_BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench"
+NS3_DIR = Path(__file__).resolve().parent / "ns3"
+
+# The incast scenario, shared by our engine's run and ns-3's program.
+INCAST = {"senders": 16, "bytes": 64 * 1024, "rounds": 10, "buffer_bytes": 64 * 1024, "min_rto_ms": 200,
+          "link_gbps": 10, "link_latency_us": 5}
 
 
 def bench_bulk(nbytes: int) -> dict:
@@ -48,22 +58,24 @@ def bench_bulk(nbytes: int) -> dict:
     eventlist.run(100 * PS_PER_S)
     wall_s = time.perf_counter() - start
     packets = connection.receiver.segments_received
-    return {"sim": "netsweep bulk (pure Python)", "packets": packets, "events": eventlist.events_run,
-            "wall_s": wall_s, "sim_time_s": finished_ps[0] / PS_PER_S}
+    return {"sim": "netsweep bulk (pure Python)", "scenario": "bulk", "packets": packets,
+            "events": eventlist.events_run, "wall_s": wall_s, "sim_time_s": finished_ps[0] / PS_PER_S}
 
 
 def bench_incast() -> dict:
     """The 16-host incast through the public `engine.run` (config validation and topology included)."""
     start = time.perf_counter()
     row = run({
-        "network": {"topology": "switch", "npus": 17, "link_gbps": 10, "link_latency_us": 5, "buffer_kb": 64},
-        "tcp": {"min_rto_ms": 200},
+        "network": {"topology": "switch", "npus": INCAST["senders"] + 1, "link_gbps": INCAST["link_gbps"],
+                    "link_latency_us": INCAST["link_latency_us"], "buffer_kb": INCAST["buffer_bytes"] / 1024},
+        "tcp": {"min_rto_ms": INCAST["min_rto_ms"]},
         "engine": {"max_sim_time_s": 60},
-        "workload": {"type": "flows", "pattern": "incast", "senders": 16, "bytes_per_flow": 64 * 1024, "rounds": 10},
+        "workload": {"type": "flows", "pattern": "incast", "senders": INCAST["senders"],
+                     "bytes_per_flow": INCAST["bytes"], "rounds": INCAST["rounds"]},
     })["runs"][0]
     wall_s = time.perf_counter() - start
-    return {"sim": "netsweep incast 16->1", "packets": row["packets_sent"], "events": row["events"],
-            "wall_s": wall_s, "sim_time_s": row["sim_time_s"],
+    return {"sim": "netsweep incast 16->1", "scenario": "incast", "packets": row["packets_sent"],
+            "events": row["events"], "wall_s": wall_s, "sim_time_s": row["sim_time_s"],
             "note": f"drops={row['drops']} retransmits={row['retransmits']} timeouts={row['timeouts']}"}
 
 
@@ -76,38 +88,61 @@ def _result_line(command: list[str]) -> dict[str, str]:
 def bench_ns3(binary: str, nbytes: int) -> dict:
     """ns-3's bulk transfer; packets are the data segments its receiver's device saw."""
     fields = _result_line([binary, f"--bytes={nbytes}"])
-    return {"sim": "ns-3.44 C++ bulk", "packets": int(fields["rx_pkts"]), "events": int(fields["events"]),
+    return {"sim": "ns-3.44 C++ bulk", "scenario": "bulk", "reference": True,
+            "packets": int(fields["rx_pkts"]), "events": int(fields["events"]),
             "wall_s": float(fields["run_s"]), "sim_time_s": float(fields["sim_time_s"])}
+
+
+def bench_ns3_incast(binary: str) -> dict:
+    """ns-3's incast (ns3/ns3_tcp_incast.cc) on the same scenario; packets are the data segments its
+    senders' devices sent, retransmissions included, as the engine counts them."""
+    fields = _result_line([
+        binary, f"--rounds={INCAST['rounds']}", f"--senders={INCAST['senders']}", f"--bytes={INCAST['bytes']}",
+        f"--minRto={INCAST['min_rto_ms']}", f"--buffer={INCAST['buffer_bytes']}",
+        f"--rate={INCAST['link_gbps']}Gbps", f"--delay={INCAST['link_latency_us']}us",
+    ])
+    return {"sim": "ns-3.44 C++ incast 16->1", "scenario": "incast", "reference": True,
+            "packets": int(fields["tx_data_pkts"]), "events": int(fields["events"]),
+            "wall_s": float(fields["run_s"]), "sim_time_s": float(fields["sim_time_s"]),
+            "note": f"drops={fields['drops']} retransmits={fields['retransmits']} timeouts={fields['timeouts']}"}
 
 
 def bench_bare_loop(nbytes: int) -> dict:
     """The pure-Python ceiling: a bare heapq loop with no TCP logic."""
     fields = _result_line([sys.executable, str(SHARED_BENCH / "lean_loop_ceiling.py"), str(nbytes)])
-    return {"sim": "bare heapq loop (no TCP)", "packets": int(fields["pkts"]), "events": int(fields["events"]),
-            "wall_s": float(fields["run_s"]), "sim_time_s": float(fields["sim_time_s"])}
+    return {"sim": "bare heapq loop (no TCP)", "scenario": "bulk", "packets": int(fields["pkts"]),
+            "events": int(fields["events"]), "wall_s": float(fields["run_s"]),
+            "sim_time_s": float(fields["sim_time_s"])}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bytes", type=float, default=1e8, help="bulk transfer size (default 1e8)")
     parser.add_argument("--ns3", help="path to the built ns3_tcp_bulk binary")
-    parser.add_argument("--build-ns3", metavar="DIR", help="build ns3_tcp_bulk into DIR first")
+    parser.add_argument("--ns3-incast", metavar="PATH", help="path to the built ns3_tcp_incast binary")
+    parser.add_argument("--build-ns3", metavar="DIR", help="build ns3_tcp_bulk and ns3_tcp_incast into DIR first")
     args = parser.parse_args()
     nbytes = int(args.bytes)
-    ns3_binary = args.ns3
+    ns3_binary, ns3_incast_binary = args.ns3, args.ns3_incast
     if args.build_ns3:
         subprocess.run(["sh", str(SHARED_BENCH / "build_ns3_tcp_bulk.sh"), args.build_ns3], check=True)
+        subprocess.run(["sh", str(NS3_DIR / "build_ns3_incast.sh"), args.build_ns3], check=True)
         ns3_binary = str(Path(args.build_ns3) / "ns3_tcp_bulk")
+        ns3_incast_binary = str(Path(args.build_ns3) / "ns3_tcp_incast")
 
     results = [bench_bulk(nbytes), bench_incast(), bench_bare_loop(nbytes)]
     if ns3_binary:
         results.append(bench_ns3(ns3_binary, nbytes))
-    ns3_rate = next((r["packets"] / r["wall_s"] for r in results if r["sim"].startswith("ns-3")), None)
+    if ns3_incast_binary:
+        results.append(bench_ns3_incast(ns3_incast_binary))
+    # the reference packet rate of each scenario: ns-3 on that same scenario
+    ns3_rates = {r["scenario"]: r["packets"] / r["wall_s"] for r in results if r.get("reference")}
 
     print(f"{'simulator':32} {'packets':>9} {'events':>10} {'sim_s':>9} {'wall_s':>8} "
           f"{'pkts/s':>10} {'events/s':>11} {'x ns-3':>7}")
     for r in results:
         rate = r["packets"] / r["wall_s"]
+        ns3_rate = ns3_rates.get(r["scenario"])
         ratio = f"{rate / ns3_rate:7.2f}" if ns3_rate else "      -"
         print(f"{r['sim']:32} {r['packets']:9d} {r['events']:10d} {r['sim_time_s']:9.4f} {r['wall_s']:8.3f} "
               f"{rate:10.0f} {r['events'] / r['wall_s']:11.0f} {ratio}  {r.get('note', '')}")

@@ -223,7 +223,10 @@ class TcpSender:
 
     def _pipe_bytes(self) -> int:
         """Bytes estimated in the network (RFC 6675 'pipe'): everything sent above the highest SACK,
-        plus the holes below it that have been retransmitted (those below high_rxt)."""
+        plus the holes below it that have been retransmitted (those below high_rxt). Without SACK
+        blocks this is the FlightSize, snd_max - snd_una. It is also the FlightSize from which
+        ssthresh is set on a loss, as ns-3 and Linux do: data the receiver holds (SACKed) is not in
+        flight, and counting it would set ssthresh far above what the path holds after a timeout."""
         sacked = self.sacked
         if not sacked:
             return self.snd_max - self.snd_una
@@ -303,12 +306,25 @@ class TcpSender:
             self.send_more()
         elif self.dupacks == _DUPACK_THRESHOLD and self.snd_una >= self.recover_seq:
             self._enter_fast_recovery()
+        elif self.dupacks < _DUPACK_THRESHOLD:
+            self._limited_transmit()
+
+    def _limited_transmit(self) -> None:
+        """RFC 3042: each of the first two duplicate ACKs may send one new segment, keeping the data
+        outstanding within cwnd + 2 MSS, so a small window still earns its third duplicate ACK."""
+        length = min(self.mss_bytes, self.stream_end - self.snd_nxt)
+        if length <= 0 or self.snd_nxt < self.snd_max:
+            return  # nothing new to send (or going back after a timeout)
+        allowance = self.cc.cwnd_bytes + self.dupacks * self.mss_bytes
+        if self.snd_nxt + length - self.snd_una <= min(allowance, self.rwnd_bytes):
+            self._transmit(self.snd_nxt, length)
+            self.snd_nxt += length
 
     def _enter_fast_recovery(self) -> None:
         now = self.eventlist.now_ps
         snd_una = self.snd_una
         self.fast_retransmits += 1
-        self.cc.on_loss(self.snd_max - snd_una, now)
+        self.cc.on_loss(self._pipe_bytes(), now)
         self.in_recovery = True
         self.recover_seq = self.snd_max
         self.ecn_recover_seq = self.snd_max  # the loss response covers this window's ECN too
@@ -324,7 +340,7 @@ class TcpSender:
     def _react_to_ece(self, now_ps: int) -> None:
         """ECE: reduce once per window of data (RFC 3168), and tell the receiver with CWR."""
         if self.snd_una >= self.ecn_recover_seq and not self.in_recovery:
-            self.cc.on_ecn_echo(self.snd_max - self.snd_una, now_ps)
+            self.cc.on_ecn_echo(self._pipe_bytes(), now_ps)
             self.ecn_recover_seq = self.snd_max
             self.cwr_pending = True
 
@@ -388,7 +404,7 @@ class TcpSender:
     def _on_timeout(self, now_ps: int) -> None:
         """RFC 6298 (5.4-5.6) and RFC 5681: back off, collapse cwnd, go back to snd_una."""
         self.timeouts += 1
-        self.cc.on_timeout(self.snd_max - self.snd_una, now_ps)
+        self.cc.on_timeout(self._pipe_bytes(), now_ps)
         self.rtt.back_off()
         self.in_recovery = False
         self.dupacks = 0
