@@ -106,10 +106,17 @@ def summary_row(sim: Simulation, finished: bool, wall_s: float, flow_rows: list[
     events = sim.eventlist.events_run
     fcts = sorted(row["fct_s"] for row in flow_rows if row["fct_s"] is not None)
     max_queue_bytes = max((port.max_queue_bytes for port in sim.topology.switch_ports), default=0)
+    if finished:
+        status, error, sim_time_s = "ok", None, ps_to_s(sim.eventlist.now_ps)
+    elif sim.time_limit_reached:
+        status, error, sim_time_s = "timeout", None, sim.config.engine.max_sim_time_s
+    else:  # nothing left to happen, yet work is missing: a bug, never a result
+        status, error = "error", "the event list ran empty before the workload finished"
+        sim_time_s = ps_to_s(sim.eventlist.now_ps)
     return {
-        "status": "ok" if finished else "timeout",
-        "error": None,
-        "sim_time_s": ps_to_s(sim.eventlist.now_ps),
+        "status": status,
+        "error": error,
+        "sim_time_s": sim_time_s,
         "flows": len(flow_rows),
         "flows_completed": len(fcts),
         "mean_fct_s": sum(fcts) / len(fcts) if fcts else None,

@@ -38,6 +38,7 @@ class Simulation:
         self.topology: Topology = build_topology(self.eventlist, config.network, config.seed)
         self.settings = tcp_settings(config)
         self.connections: list[TcpConnection] = []
+        self.time_limit_reached = False
 
     def open_connection(self, src: int, dst: int) -> TcpConnection:
         """A new TCP connection from host `src` to host `dst`, with a fresh congestion state."""
@@ -52,6 +53,6 @@ class Simulation:
         self.connections.append(connection)
         return connection
 
-    def run(self) -> bool:
-        """Run until no event is left or `engine.max_sim_time_s`; True if the event list drained."""
-        return self.eventlist.run(s_to_ps(self.config.engine.max_sim_time_s))
+    def run(self) -> None:
+        """Run until no event is left or `engine.max_sim_time_s` (then `time_limit_reached`)."""
+        self.time_limit_reached = not self.eventlist.run(s_to_ps(self.config.engine.max_sim_time_s))

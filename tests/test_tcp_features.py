@@ -90,7 +90,8 @@ def test_ack_count_with_and_without_delayed_ack(delayed_ack):
     connection = sim.open_connection(0, 1)
     done = []
     connection.send_message(SEGMENTS * MSS, lambda: done.append(sim.eventlist.now_ps))
-    assert sim.run()
+    sim.run()
+    assert not sim.time_limit_reached
     sender, receiver = connection.sender, connection.receiver
     assert done and receiver.rcv_nxt == SEGMENTS * MSS
     assert sender.retransmits == 0 and sender.packets_sent == SEGMENTS
@@ -119,7 +120,8 @@ def test_delayed_ack_timer_acks_a_lone_segment_after_the_timeout():
     # (a probe scheduled now for exactly ack_seen_ps would run before the ACK's own event of the same
     # time, which is scheduled later: ties run in scheduling order; so look 1 ps later)
     sim.eventlist.call_at(ack_seen_ps + 1, lambda: snd_una.__setitem__("at", connection.sender.snd_una))
-    assert sim.run()
+    sim.run()
+    assert not sim.time_limit_reached
     assert delivered == [arrival_ps]  # the application gets the data at once; only the ACK waits
     assert snd_una == {"before": 0, "at": 1000}
     assert connection.receiver.acks_sent == 1
@@ -152,7 +154,8 @@ def _two_messages(slow_start_after_idle: bool, second_at_ms: float):
         seen["burst"] = sender.packets_sent - sent_before
 
     sim.eventlist.call_at(round(second_at_ms * PS_PER_MS), second_write)
-    assert sim.run()
+    sim.run()
+    assert not sim.time_limit_reached
     assert connection.receiver.rcv_nxt == 2 * FIRST_SEGMENTS * MSS
     assert seen["rto_ps"] == 200 * PS_PER_MS
     return seen
