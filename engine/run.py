@@ -93,7 +93,8 @@ def build_system_layer(cfg: SimConfig, sim: Simulation, transport) -> SystemLaye
     """The system layer on the topology's dimensions with the configured algorithms."""
     system = cfg.system
     dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(sim.topology.dimensions())]
-    flat = Dimension("flat", (tuple(range(cfg.network.npus)),))
+    node_size = cfg.network.npus_per_node if cfg.network.topology == "hierarchical" else 1
+    flat = Dimension("flat", (tuple(range(cfg.network.npus)),), node_size or 1)
     algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
     return SystemLayer(sim.eventlist, transport, dimensions, flat, algorithms, system.splits,
                        system.scheduling, system.hierarchy, ns_to_ps(system.endpoint_delay_ns))

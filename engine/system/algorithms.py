@@ -66,12 +66,19 @@ def _ring_steps(p: int, sizes: list[int]) -> Program:
     return _link([[([((r + 1) % p, size)], [(r - 1) % p]) for size in sizes] for r in range(p)])
 
 
-def _direct_steps(p: int, sizes: list[int]) -> Program:
-    """Every rank sends to every other at once, rank r in the order r+1, r+2, ...: staggered, so
-    the first messages of all ranks go to different receivers rather than all to rank 0 (which
-    would make every step start with an incast)."""
+def _direct_steps(p: int, sizes: list[int], node_size: int = 1) -> Program:
+    """Every rank sends to every other at once, in a staggered order so that at each position of
+    the send order the ranks of one node target different nodes, and different ranks within them
+    (a two-level Latin square): rank r = n * B + i goes to nodes n, n+1, ... and in each to local
+    ranks i, i+1, .... With B = 1 that is r+1, r+2, ...: the first messages of all ranks then go to
+    different receivers, not all to rank 0 (which would start every step with an incast)."""
+    nodes = p // node_size
+
     def others(r: int) -> list[int]:
-        return [(r + k) % p for k in range(1, p)]
+        node, local = divmod(r, node_size)
+        order = [((node + j) % nodes) * node_size + (local + m) % node_size
+                 for j in range(nodes) for m in range(node_size)]
+        return [q for q in order if q != r]
     return _link([[([(q, size) for q in others(r)], others(r)) for size in sizes] for r in range(p)])
 
 
@@ -127,8 +134,9 @@ def _binary_tree_steps(p: int, half_bytes: int, mirrored: bool) -> Program:
     return _link(raw)
 
 
-def plan(op: str, algorithm: str, p: int, chunk_bytes: int) -> list[Program]:
-    """Programs (run concurrently) that perform collective `op` with `algorithm` on p ranks."""
+def plan(op: str, algorithm: str, p: int, chunk_bytes: int, node_size: int = 1) -> list[Program]:
+    """Programs (run concurrently) that perform collective `op` with `algorithm` on p ranks;
+    `node_size` consecutive ranks share a node (it staggers direct sends, see `_direct_steps`)."""
     if algorithm not in ALGORITHMS.get(op, ()):
         raise ValueError(f"{op} has no algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS.get(op, ()))}")
     if p == 1:
@@ -143,7 +151,7 @@ def plan(op: str, algorithm: str, p: int, chunk_bytes: int) -> list[Program]:
         return [_ring_steps(p, [block] * (p - 1))]
     if algorithm == "direct":
         steps = 2 if op == "all_reduce" else 1  # all-reduce: direct reduce-scatter, then all-gather
-        return [_direct_steps(p, [block] * steps)]
+        return [_direct_steps(p, [block] * steps, node_size if p % node_size == 0 else 1)]
     if algorithm == "halving_doubling":
         if p & (p - 1):
             raise ValueError(f"halving_doubling needs a power-of-two group, got {p} NPUs")

@@ -29,6 +29,7 @@ class Dimension:
 
     name: str
     groups: tuple[tuple[int, ...], ...]
+    node_size: int = 1  # consecutive ranks sharing one NIC-level node (staggers direct sends)
 
     @property
     def size(self) -> int:
@@ -61,7 +62,7 @@ class CollectiveRecord:
 class _ProgramRun:
     """One step program executing on one group of NPUs."""
 
-    __slots__ = ("system", "group", "program", "position", "received", "ranks_left", "on_done")
+    __slots__ = ("system", "group", "program", "position", "issued", "received", "ranks_left", "on_done")
 
     def __init__(self, system: "SystemLayer", group: tuple[int, ...], program: Program,
                  on_done: Callable[[], None]) -> None:
@@ -69,6 +70,7 @@ class _ProgramRun:
         self.group = group
         self.program = program
         self.position = [0] * len(group)
+        self.issued = [False] * len(group)  # has the rank sent its current step's messages yet?
         self.received = [[0] * len(steps) for steps in program]
         self.ranks_left = len(group)
         self.on_done = on_done
@@ -83,6 +85,7 @@ class _ProgramRun:
             if self.ranks_left == 0:
                 self.on_done()
             return
+        self.issued[rank] = False
         delay_ps = self.system.endpoint_delay_ps
         if delay_ps:
             self.system.eventlist.call_at(self.system.eventlist.now_ps + delay_ps, lambda: self._issue(rank))
@@ -96,6 +99,7 @@ class _ProgramRun:
         for send in step.sends:
             self.system.transport.send(src, self.group[send.peer], send.size_bytes,
                                        self._receiver(send.peer, send.peer_step))
+        self.issued[rank] = True
         self._try_advance(rank)
 
     def _receiver(self, rank: int, step_index: int) -> Callable[[], None]:
@@ -106,8 +110,9 @@ class _ProgramRun:
         return received
 
     def _try_advance(self, rank: int) -> None:
+        """Move on once the step's sends are out and its messages are in (they may arrive first)."""
         step_index = self.position[rank]
-        if step_index < len(self.program[rank]) and \
+        if self.issued[rank] and step_index < len(self.program[rank]) and \
                 self.received[rank][step_index] >= self.program[rank][step_index].receives:
             self.position[rank] = step_index + 1
             self._enter(rank)
@@ -146,7 +151,9 @@ class SystemLayer:
 
     `algorithms` maps each op to its algorithm name; `hierarchy` is `baseline` (the whole collective
     in every dimension in turn) or `local_bw_aware` (reduce-scatter up the dimensions, all-reduce on
-    the last, all-gather back down). All-to-all always runs flat over all NPUs (`flat_dimension`).
+    the last, all-gather back down). All-to-all always runs flat over all NPUs (`flat_dimension`),
+    with a scheduling queue of its own, so it shares the network with the other collectives instead
+    of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks).
     """
 
     def __init__(self, eventlist: EventList, transport: MessageTransport, dimensions: list[Dimension],
@@ -154,8 +161,8 @@ class SystemLayer:
                  hierarchy: str, endpoint_delay_ps: int) -> None:
         self.eventlist = eventlist
         self.transport = transport
-        self.dimensions = dimensions + ([flat_dimension] if len(dimensions) > 1 else [])
-        self.flat_index = len(self.dimensions) - 1
+        self.dimensions = dimensions + [flat_dimension]
+        self.flat_index = len(dimensions)
         self.algorithms = algorithms
         self.splits = splits
         self.lifo = scheduling == "lifo"
@@ -167,9 +174,11 @@ class SystemLayer:
         self._issued = 0
 
     def _phases(self, op: str, chunk_bytes: int) -> list[_Phase]:
-        dims = len(self.dimensions) - (1 if len(self.dimensions) > 1 else 0)  # real dimensions
-        if op == "all_to_all" or dims == 1:
-            return [_Phase(self.flat_index if op == "all_to_all" else 0, op, chunk_bytes)]
+        dims = self.flat_index  # the network's real dimensions come before the flat one
+        if op == "all_to_all":
+            return [_Phase(self.flat_index, op, chunk_bytes)]
+        if dims == 1:
+            return [_Phase(0, op, chunk_bytes)]
         sizes = [self.dimensions[d].size for d in range(dims)]
         if op == "all_reduce" and self.hierarchy == "local_bw_aware":
             phases, data = [], chunk_bytes
@@ -222,7 +231,7 @@ class SystemLayer:
         self._busy[dimension] = True
         phase = chunk.phases[chunk.next_phase]
         dim = self.dimensions[dimension]
-        programs = plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes)
+        programs = plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size)
         runs_left = len(programs) * len(dim.groups)
         if runs_left == 0:
             self._phase_done(chunk, dimension)
