@@ -104,3 +104,34 @@ def test_sack_repairs_several_losses_in_one_window_in_about_one_rtt():
     assert newreno_sender.timeouts == 0
     assert newreno_sender.retransmits == 3
     assert 1.8 * rtt_ps <= newreno_span <= 2.5 * rtt_ps
+
+
+def test_a_lost_retransmission_is_resent_without_waiting_for_the_rto():
+    # RFC 6675 alone repairs a hole once; if that retransmission is lost too, only the RTO is left.
+    # Our paths keep a flow's packets in order, so once a segment sent *after* the retransmission
+    # is SACKed the retransmission must have been lost (RACK's reasoning, RFC 8985): it is sent
+    # again at once. Drop segment 300 and its first retransmission: two retransmissions, no RTO.
+    lost_seq = 300 * MSS
+    dropped = {"original": False, "retransmission": False}
+
+    def drop(index, pkt):
+        if pkt.seq != lost_seq:
+            return False
+        kind = "retransmission" if pkt.is_retransmit else "original"
+        if dropped[kind]:
+            return False
+        dropped[kind] = True
+        return True
+
+    # (no receive-window cap: recovery must be able to send new segments after the retransmission,
+    # since only their arrival can tell that it was lost)
+    path = build_path(latency_us=50, should_drop=drop)
+    path.send(2000 * MSS)
+    path.run_s(2)
+    assert path.delivered_ps
+    assert path.sender.timeouts == 0
+    assert path.sender.retransmits == 2
+    # the second retransmission follows the first after about one RTT (here ~0.37 ms: 100 us of
+    # propagation plus the slow-start queue at the sender's NIC), far below the 200 ms minimum RTO
+    resends = [t for t, seq, *_, rtx in path.data_tap.seen if rtx and seq == lost_seq]
+    assert len(resends) == 2 and resends[1] - resends[0] < PS_PER_MS

@@ -100,7 +100,8 @@ class TcpSender:
     __slots__ = (
         "eventlist", "settings", "cc", "rtt", "data_route", "mss_bytes", "rwnd_bytes",
         "snd_una", "snd_nxt", "snd_max", "stream_end",
-        "in_recovery", "recover_seq", "dupacks", "sacked", "high_rxt",
+        "in_recovery", "recover_seq", "dupacks", "sacked", "high_rxt", "recovery_retransmits",
+        "lost_retransmits",
         "ecn_recover_seq", "cwr_pending",
         "rto_deadline_ps", "timer_event_ps", "last_send_ps",
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "fast_retransmits", "ece_received",
@@ -125,6 +126,8 @@ class TcpSender:
         self.dupacks = 0
         self.sacked: list[list[int]] = []
         self.high_rxt = 0
+        self.recovery_retransmits: list[tuple[int, int, int]] = []  # (start, end, sent_ps) in recovery
+        self.lost_retransmits: list[tuple[int, int]] = []  # retransmissions known lost, to resend
         self.ecn_recover_seq = 0
         self.cwr_pending = False
         self.rto_deadline_ps = 0  # 0: timer not armed
@@ -199,10 +202,14 @@ class TcpSender:
         mss = self.mss_bytes
         cwnd = self.cc.cwnd_bytes
         while cwnd - self._pipe_bytes() >= mss:
+            if self.lost_retransmits:
+                start, end = self.lost_retransmits.pop(0)
+                self._retransmit(start, end - start)
+                continue
             hole_start, hole_end = self._next_hole()
             if hole_start < hole_end:
                 length = min(mss, hole_end - hole_start)
-                self._transmit(hole_start, length)
+                self._retransmit(hole_start, length)
                 self.high_rxt = hole_start + length
                 continue
             length = min(mss, self.stream_end - self.snd_max)
@@ -210,6 +217,32 @@ class TcpSender:
                 return
             self._transmit(self.snd_max, length)
             self.snd_nxt = self.snd_max
+
+    def _retransmit(self, start: int, length: int) -> None:
+        """Resend [start, start + length) during SACK recovery and remember when, so that a
+        retransmission that is itself lost can be detected (`_detect_lost_retransmissions`)."""
+        self._transmit(start, length)
+        self.recovery_retransmits.append((start, start + length, self.eventlist.now_ps))
+
+    def _detect_lost_retransmissions(self, delivered_sent_ps: int) -> None:
+        """A segment sent at `delivered_sent_ps` has reached the receiver. Paths keep each flow's
+        packets in order, so a retransmission sent before it that is still missing was lost (the
+        idea of RACK, RFC 8985): queue it to be sent again instead of waiting for the RTO."""
+        still_out = []
+        for start, end, sent_ps in self.recovery_retransmits:
+            if end <= self.snd_una or self._is_sacked(start, end):
+                continue  # delivered
+            if sent_ps < delivered_sent_ps:
+                self.lost_retransmits.append((max(start, self.snd_una), end))
+            else:
+                still_out.append((start, end, sent_ps))
+        self.recovery_retransmits = still_out
+
+    def _is_sacked(self, start: int, end: int) -> bool:
+        for block_start, block_end in self.sacked:
+            if block_start <= start and end <= block_end:
+                return True
+        return False
 
     def _next_hole(self) -> tuple[int, int]:
         """First un-SACKed range at or above max(snd_una, high_rxt) and below the highest SACK."""
@@ -268,8 +301,7 @@ class TcpSender:
                 self._react_to_ece(now)
             if self.in_recovery:
                 if ack >= self.recover_seq:
-                    self.in_recovery = False
-                    self.dupacks = 0
+                    self._end_recovery()
                     cc.on_recovery_exit()
                 elif not self.settings.sack:
                     # RFC 6582 partial ACK: retransmit the next unacknowledged segment and deflate
@@ -281,8 +313,10 @@ class TcpSender:
                     # still says the segment at snd_una is lost (RFC 6582's rule; without it a lost
                     # tail segment would wait for the RTO).
                     length = min(self.mss_bytes, self.snd_max - ack)
-                    self._transmit(ack, length)
+                    self._retransmit(ack, length)
                     self.high_rxt = ack + length
+                elif self.recovery_retransmits:
+                    self._detect_lost_retransmissions(pkt.sent_ps)
             else:
                 self.dupacks = 0
                 cc.on_ack(acked, now, self.rtt.srtt_ps)
@@ -301,6 +335,8 @@ class TcpSender:
         if pkt.ece:
             self._react_to_ece(self.eventlist.now_ps)
         if self.in_recovery:
+            if self.recovery_retransmits:
+                self._detect_lost_retransmissions(pkt.sent_ps)
             if not self.settings.sack:
                 self.cc.cwnd_bytes += self.mss_bytes  # RFC 6582: inflate by one MSS per dupACK
             self.send_more()
@@ -329,13 +365,19 @@ class TcpSender:
         self.recover_seq = self.snd_max
         self.ecn_recover_seq = self.snd_max  # the loss response covers this window's ECN too
         if self.settings.sack:
-            self.high_rxt = snd_una
-            self._transmit(snd_una, min(self.mss_bytes, self.snd_max - snd_una))
-            self.high_rxt = snd_una + min(self.mss_bytes, self.snd_max - snd_una)
+            length = min(self.mss_bytes, self.snd_max - snd_una)
+            self._retransmit(snd_una, length)  # RFC 6675: the first retransmission goes at once
+            self.high_rxt = snd_una + length
             self.send_more()
         else:
             self.cc.cwnd_bytes += _DUPACK_THRESHOLD * self.mss_bytes
             self._transmit(snd_una, min(self.mss_bytes, self.snd_max - snd_una))
+
+    def _end_recovery(self) -> None:
+        self.in_recovery = False
+        self.dupacks = 0
+        self.recovery_retransmits = []
+        self.lost_retransmits = []
 
     def _react_to_ece(self, now_ps: int) -> None:
         """ECE: reduce once per window of data (RFC 3168), and tell the receiver with CWR."""
@@ -406,8 +448,7 @@ class TcpSender:
         self.timeouts += 1
         self.cc.on_timeout(self._pipe_bytes(), now_ps)
         self.rtt.back_off()
-        self.in_recovery = False
-        self.dupacks = 0
+        self._end_recovery()
         self.recover_seq = self.snd_max  # RFC 6582 (4.1): no fast retransmit for this window
         self.sacked = []  # RFC 2018: SACK information is discarded after a timeout
         self.high_rxt = self.snd_una
