@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 from typing import Callable
 
 from ..eventlist import EventList
@@ -155,29 +156,41 @@ class AnalyticalTransport:
         self._last_update_ps = now
 
     def _reshare(self) -> None:
-        """Max-min fair rates by progressive filling."""
-        unfixed = list(self._active)
-        capacity = {}
+        """Max-min fair rates by progressive filling: repeatedly, the link offering the smallest
+        equal share to its unfixed messages fixes them at that share and leaves its capacity to
+        the rest. A heap of (share, version, link) with stale entries skipped keeps this
+        O((messages x hops + links) log links) instead of a scan of all links per round."""
+        capacity: dict[Link, float] = {}
+        unfixed_count: dict[Link, int] = {}
         users: dict[Link, list[_FluidMessage]] = {}
-        for message in unfixed:
+        for message in self._active:
+            message.rate_bps = -1.0  # not fixed yet
             for link in message.links:
-                capacity.setdefault(link, float(link.rate_bps))
-                users.setdefault(link, []).append(message)
-        while unfixed:
-            # the link that gives the smallest equal share to its unfixed users is the bottleneck
-            bottleneck, share = None, float("inf")
-            for link, link_users in users.items():
-                if link_users:
-                    link_share = capacity[link] / len(link_users)
-                    if link_share < share:
-                        bottleneck, share = link, link_share
-            assert bottleneck is not None
-            for message in list(users[bottleneck]):
+                if link not in capacity:
+                    capacity[link] = float(link.rate_bps)
+                    unfixed_count[link] = 0
+                    users[link] = []
+                unfixed_count[link] += 1
+                users[link].append(message)
+        version = dict.fromkeys(capacity, 0)
+        heap = [(capacity[link] / unfixed_count[link], 0, index, link) for index, link in enumerate(capacity)]
+        heapify(heap)
+        order = {link: index for index, link in enumerate(capacity)}  # ties break by a fixed order
+        while heap:
+            share, link_version, _, bottleneck = heappop(heap)
+            if link_version != version[bottleneck] or not unfixed_count[bottleneck]:
+                continue  # stale: the link's share changed since this entry was pushed
+            for message in users[bottleneck]:
+                if message.rate_bps >= 0:
+                    continue
                 message.rate_bps = share
-                unfixed.remove(message)
                 for link in message.links:
                     capacity[link] -= share
-                    users[link].remove(message)
+                    unfixed_count[link] -= 1
+                    version[link] += 1
+                    if unfixed_count[link] and link is not bottleneck:
+                        heappush(heap, (max(capacity[link], 0.0) / unfixed_count[link], version[link],
+                                        order[link], link))
 
     def _wake_at(self, time_ps: int) -> None:
         if self._next_wake_ps == -1 or time_ps < self._next_wake_ps:
