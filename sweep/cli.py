@@ -1,5 +1,8 @@
 """`python -m sweep [overrides]`: compose a config with Hydra, run it once in process, store the rows.
 
+(`python -m sweep -m [grid overrides]` is a sweep on Ray instead: Hydra hands it to the launcher
+selected in conf/config.yaml, `hydra_plugins/netsweep_ray_launcher/`, which does not call `main`.)
+
 Exit codes: 0 for a run that finished (status `ok` or `timeout`) or was already done; 1 for a run
 that failed (status `error`, stored with a repro command); 2 for a config that cannot run, refused
 before anything is launched with one line `error: <message>` on stderr. A config Hydra itself cannot
@@ -18,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import engine
 
+from .plan import pop_force, validate
 from .runner import execute, run_id
 from .store import ResultStore
 
@@ -44,17 +48,6 @@ if not OmegaConf.has_resolver("project_root"):
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_BAD_CONFIG = 2
-
-
-def validate(config: Mapping[str, Any]) -> None:
-    """Raise `engine.ConfigError` if `config` cannot run: the engine's checks plus the sweep's own
-    keys (`name` becomes a directory, so it must be one plain path component)."""
-    name = config.get("name")
-    if not isinstance(name, str) or not name or name in {".", ".."} or "/" in name or "\\" in name:
-        raise engine.ConfigError("name", name, "a non-empty dataset name without path separators")
-    if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
-        raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
-    engine.load_config(config)
 
 
 def _number(value: Any, digits: int = 3, scale: float = 1.0) -> str:
@@ -164,9 +157,10 @@ def main(cfg: DictConfig) -> None:
     """Hydra entry point of `python -m sweep`; `+force=true` reruns a run that is already done."""
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)  # the root config is a mapping
-    force = config.pop("force", False)
-    if not isinstance(force, bool):
-        print(f"error: {engine.ConfigError('force', force, 'true or false')}", file=sys.stderr)
+    try:
+        force = pop_force(config)
+    except engine.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     code = run_one(config, force=force)
     if code != EXIT_OK:

@@ -1,25 +1,28 @@
 """One run, from a plain config dict to result rows with identity and provenance.
 
-`execute(config)` is the unit of work of the sweep: the CLI calls it in process, and Ray tasks will
-call it on workers. It never raises for a failing run; the failure becomes a `runs` row with
+`execute(config)` is the unit of work of the sweep: the CLI calls it in process, and Ray tasks call
+it on workers (`sweep.cluster`). It never raises for a failing run; the failure becomes a `runs` row with
 status `error`, the tail of the traceback and a command line that reproduces the run. It imports
 nothing from Hydra or Ray, so a worker only needs the engine and this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import math
 import re
 import shlex
+import signal
 import subprocess
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import engine
 
@@ -133,41 +136,91 @@ def _error_tail(exc: BaseException) -> str:
     return "\n".join(lines[-ERROR_TAIL_LINES:])
 
 
-def execute(config: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+class WallTimeExceeded(BaseException):
+    """Raised inside a run by the wall-time alarm of `execute`. A BaseException, so that no
+    `except Exception` in the engine can swallow it."""
+
+
+@contextlib.contextmanager
+def _wall_time_alarm(max_wall_time_s: float | None) -> Iterator[None]:
+    """Raise `WallTimeExceeded` in this (main) thread once `max_wall_time_s` seconds have passed.
+
+    A SIGALRM timer: the engine is pure Python, so the handler runs between two bytecodes wherever
+    the run is. Ray runs a task in its worker's main thread; elsewhere (a thread) there is no alarm.
+    """
+    if max_wall_time_s is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise WallTimeExceeded(f"wall-time budget of {max_wall_time_s:g} s exceeded")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max_wall_time_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _runs_row(config: Mapping[str, Any], identity: str, run_row: Mapping[str, Any],
+              started_at: str) -> dict[str, Any]:
+    """The `runs` row of one run: identity, status and error first, then every config leaf, the
+    engine's metrics (`run_row` without `status` and `error`), repro and provenance."""
+    metrics = {key: value for key, value in run_row.items() if key not in ("status", "error")}
+    return {
+        "run_id": identity,
+        "status": run_row["status"],
+        "error": run_row.get("error"),
+        **flatten(config),
+        **metrics,
+        "repro": repro_command(config),
+        "engine_version": engine.ENGINE_VERSION,
+        "git_commit": git_commit(),
+        "started_at": started_at,
+    }
+
+
+def failed_rows(config: Mapping[str, Any], error: str) -> dict[str, list[dict[str, Any]]]:
+    """The rows of a run that could not return its own (its worker process died), built where the
+    run was supervised: a `runs` row with status `error` like the one `execute` writes for a
+    failure, with no `wall_s` and with `started_at` the time of this call."""
+    started_at = datetime.now(timezone.utc).isoformat()
+    row = {"status": "error", "error": error, "wall_s": None}
+    return {"runs": [_runs_row(config, run_id(config), row, started_at)]}
+
+
+def execute(config: Mapping[str, Any],
+            max_wall_time_s: float | None = None) -> dict[str, list[dict[str, Any]]]:
     """Run one simulation and return its rows by table (`runs`: one row; `collectives`, `layers`,
     `flows`: as many as the engine returned, empty tables included).
 
     Every row gets `run_id`; the runs row also gets every config leaf (flattened with dots),
     `repro`, `wall_s`, `engine_version`, `git_commit` and `started_at` (UTC, ISO 8601). An exception
     from the engine (including an invalid config) becomes a runs row with status `error` and no
-    other table rows; nothing is raised.
+    other table rows; a run still going after `max_wall_time_s` seconds of wall time (if given; main
+    thread only) is stopped and becomes a runs row with status `timeout`. Nothing is raised.
     """
     config = dict(config)
     identity = run_id(config)
     started_at = datetime.now(timezone.utc).isoformat()
     wall_start = time.perf_counter()
     try:
-        rows = engine.run(config)
+        with _wall_time_alarm(max_wall_time_s):
+            rows = engine.run(config)
         run_row = dict(rows["runs"][0])
         other_tables = {table: table_rows for table, table_rows in rows.items() if table != "runs"}
+    except WallTimeExceeded as exc:
+        run_row = {"status": "timeout", "error": str(exc)}
+        other_tables = {}
     except Exception as exc:  # noqa: BLE001 - any engine failure must become a row, not kill a sweep
         run_row = {"status": "error", "error": _error_tail(exc)}
         other_tables = {}
     # The engine times its own run (events_per_s is based on it); keep that figure when present.
     run_row.setdefault("wall_s", time.perf_counter() - wall_start)
 
-    runs_row = {
-        "run_id": identity,
-        "status": run_row.pop("status"),
-        "error": run_row.pop("error", None),
-        **flatten(config),
-        **run_row,
-        "repro": repro_command(config),
-        "engine_version": engine.ENGINE_VERSION,
-        "git_commit": git_commit(),
-        "started_at": started_at,
-    }
-    result = {"runs": [runs_row]}
+    result = {"runs": [_runs_row(config, identity, run_row, started_at)]}
     for table, table_rows in other_tables.items():
         result[table] = [{"run_id": identity, **row} for row in table_rows]
     return result

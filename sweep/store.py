@@ -5,7 +5,9 @@ Layout: `<dataset>/<table>/part-<UTC timestamp>-<uuid>.parquet`, one dataset per
 Each part is written to a hidden temporary file in the same directory, synced, then renamed with
 `os.replace` (atomic on POSIX): a reader or a crash never sees a torn part, and a finished part is
 never lost. Parts may differ in columns (a later engine adds metrics, a column is all-null in one
-batch); `read_table` unifies them, and DuckDB reads them with `union_by_name=true`.
+batch); `read_table` unifies them, and DuckDB reads them with `union_by_name=true`. A run stored
+more than once (rerun, or failed then run again) has rows from each attempt; `load_runs` and
+`load_table` return each run once, its newest attempt.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from dataclasses import fields, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -20,9 +23,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from engine.config import SimConfig
+
 PART_GLOB = "part-*.parquet"
+_PART = "__part"  # a column `load_table` adds while reading: the index of the row's part
 
 # Integer and boolean columns read as pandas' nullable dtypes, so a null (a column a part lacks, a
 # metric an error row has not) does not turn counts into floats.
@@ -40,10 +47,14 @@ def _part_name() -> str:
 
 def write_part(table_dir: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     """Write `rows` as one new Parquet part in `table_dir` (created if needed), atomically; return
-    its path. Column types are inferred from the values; a column that is all None gets the null
-    type, which `read_table` promotes to the type other parts give it."""
+    its path. The part has every column any row has; column types are inferred from the values; a
+    column that is all None gets the null type, which `read_table` promotes to the type other parts
+    give it."""
     table_dir.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([dict(row) for row in rows])
+    # Every row gets every column of the batch (null where it has none): pyarrow would take the
+    # columns from the first row alone and drop the others (a flows run's row has no training columns).
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    table = pa.Table.from_pylist([{column: row.get(column) for column in columns} for row in rows])
     final_path = table_dir / _part_name()
     # A leading dot hides the temporary file from pyarrow datasets; the suffix hides it from globs.
     tmp_path = table_dir / f".{final_path.name}.tmp"
@@ -74,6 +85,14 @@ def read_table(dataset: str | os.PathLike[str], table: str,
     to those columns (those a part lacks are null).
     """
     wanted = list(columns) if columns is not None else None
+    tables = _read_parts(dataset, table, wanted)
+    if not tables:
+        return pd.DataFrame(columns=wanted or [])
+    return _to_pandas(tables)
+
+
+def _read_parts(dataset: str | os.PathLike[str], table: str, wanted: list[str] | None) -> list[pa.Table]:
+    """Each part of `table`, oldest first, restricted to `wanted` columns (null where a part lacks one)."""
     tables = []
     for path in part_files(dataset, table):
         with pq.ParquetFile(path) as file:
@@ -84,18 +103,105 @@ def read_table(dataset: str | os.PathLike[str], table: str,
             part = file.read(columns=[name for name in wanted if name in present])
             rows = file.metadata.num_rows
         tables.append(pa.table({name: part[name] if name in present else pa.nulls(rows) for name in wanted}))
-    if not tables:
-        return pd.DataFrame(columns=wanted or [])
+    return tables
+
+
+def _to_pandas(tables: list[pa.Table]) -> pd.DataFrame:
+    """Parts unified by column name (see `read_table`) as one DataFrame with nullable int/bool dtypes."""
     unified = pa.concat_tables(tables, promote_options="permissive")
     return unified.to_pandas(types_mapper=_NULLABLE_DTYPES.get)
+
+
+def arrow_dataset(dataset: str | os.PathLike[str], table: str) -> ds.Dataset:
+    """`table` of `dataset` as one lazy `pyarrow.dataset.Dataset` (filters and column projections
+    read only what they need), with the unified schema of all its parts: pyarrow's own discovery
+    takes the first part's schema, which lacks columns added later and types an all-null column as
+    null. Unified as `read_table` does (int64 and double meet as double)."""
+    parts = part_files(dataset, table)
+    schemas = [pq.read_schema(path) for path in parts]
+    schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+    return ds.dataset([str(path) for path in parts], schema=schema, format="parquet")
+
+
+# Count columns of `runs` (DESIGN.md): nullable integers even where every value is null.
+_COUNT_COLUMNS = ("iterations_done", "flows", "flows_completed", "bytes_sent", "packets_sent",
+                  "retransmits", "timeouts", "drops", "ecn_marks", "events")
+_PANDAS_DTYPES = {"int": "Int64", "float": "float64", "bool": "boolean"}
+
+
+def _runs_dtypes() -> dict[str, str]:
+    """The pandas dtype of each numeric or boolean `runs` column: config leaves by the type the
+    engine declares for them (`network.link_gbps` float64, `network.npus` Int64), counts Int64."""
+    dtypes = {"seed": "Int64", **{name: "Int64" for name in _COUNT_COLUMNS}}
+    for section in fields(SimConfig):
+        if not is_dataclass(section.default_factory):  # `seed`, a plain field
+            continue
+        for leaf in fields(section.default_factory):
+            kind = str(leaf.type).replace(" | None", "")  # annotations are strings ("float | None")
+            if kind in _PANDAS_DTYPES:
+                dtypes[f"{section.name}.{leaf.name}"] = _PANDAS_DTYPES[kind]
+    return dtypes
+
+
+def load_runs(dataset: str | os.PathLike[str]) -> pd.DataFrame:
+    """The `runs` table of `dataset` with one row per `run_id` (see `load_table`), for notebooks.
+
+    Columns are typed even where a part (or the whole dataset) holds only nulls: config leaves take
+    the engine's type (integers as nullable `Int64`, reals `float64`, flags `boolean`), counts are
+    `Int64`, times and sizes (`*_s`, `*_kb`, `*_per_s`) `float64`, `started_at` a UTC `datetime64`;
+    text stays text and list-valued config leaves stay JSON strings.
+    """
+    runs = load_table(dataset, "runs")
+    declared = _runs_dtypes()
+    for column in runs.columns:
+        dtype = declared.get(column)
+        if dtype is None and column.endswith(("_s", "_kb", "_per_s")):
+            dtype = "float64"
+        if dtype is not None and runs[column].dtype != dtype:
+            runs[column] = runs[column].astype(dtype)
+    return runs
+
+
+def load_table(dataset: str | os.PathLike[str], table: str,
+               columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """`table` of `dataset` with every run once: a run stored more than once (rerun with
+    `+force=true`, or failed and then run again) keeps only its newest attempt.
+
+    `runs`: the row with the latest `started_at` per `run_id` (the later part on a tie).
+    Other tables (no `started_at` of their own): a run's rows from the newest part holding that
+    run_id, which is where its newest attempt wrote them; none at all if the newest `runs` row of that
+    run_id is an error (a failed attempt writes no rows there, so older rows are not its rows).
+    `columns` restricts the columns returned (`run_id` is always read).
+    """
+    wanted = None if columns is None else list(dict.fromkeys(["run_id", *columns]))
+    needed = wanted if wanted is None or table != "runs" else list(dict.fromkeys([*wanted, "started_at"]))
+    parts = _read_parts(dataset, table, needed)
+    if not parts:
+        return pd.DataFrame(columns=wanted or ["run_id"])
+    # the position of each row's part, oldest first, tells the attempts of one run apart
+    frame = _to_pandas([part.append_column(_PART, pa.array([index] * part.num_rows, pa.int64()))
+                        for index, part in enumerate(parts)])
+    if table == "runs":
+        frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, format="ISO8601")
+        frame = frame.sort_values(["started_at", _PART], kind="stable", na_position="first")
+        frame = frame.drop_duplicates("run_id", keep="last").sort_index()
+    else:
+        newest_part = frame.groupby("run_id")[_PART].transform("max")
+        frame = frame[frame[_PART] == newest_part]
+        runs = load_table(dataset, "runs", ["status"])
+        frame = frame[~frame["run_id"].isin(runs.loc[runs["status"] == "error", "run_id"])]
+    frame = frame.drop(columns=_PART).reset_index(drop=True)
+    return frame if wanted is None else frame[wanted]
 
 
 class ResultStore:
     """Buffered, append-only writer of one dataset (`results/<name>/`).
 
     `append` buffers rows by table and writes them out (one part per table) once `flush_rows` rows
-    are buffered or `flush_interval_s` seconds have passed since the last write; `flush` (also
-    called on leaving a `with` block) writes whatever is buffered.
+    are buffered or `flush_interval_s` seconds have passed since the last write (`flush_if_due`
+    checks the same between appends); `flush` (also called on leaving a `with` block) writes
+    whatever is buffered. `runs` is written last: a run counts as done (`completed_run_ids`) only
+    once its other rows are on disk, so a crash in the middle of a flush never hides missing rows.
     """
 
     def __init__(self, path: str | os.PathLike[str], flush_rows: int = 10_000,
@@ -112,15 +218,25 @@ class ResultStore:
         for table, rows in rows_by_table.items():
             self._buffer.setdefault(table, []).extend(dict(row) for row in rows)
             self._buffered_rows += len(rows)
-        if (self._buffered_rows >= self.flush_rows
-                or time.monotonic() - self._last_flush_s >= self.flush_interval_s):
+        self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        """Flush if `flush_rows` rows are buffered or the last write is `flush_interval_s` old."""
+        if self._buffered_rows and (self._buffered_rows >= self.flush_rows
+                                    or time.monotonic() - self._last_flush_s >= self.flush_interval_s):
             self.flush()
 
     def flush(self) -> dict[str, Path]:
-        """Write every buffered table as one part; return the new part path of each table."""
-        written = {table: write_part(self.path / table, rows) for table, rows in self._buffer.items() if rows}
-        self._buffer.clear()
-        self._buffered_rows = 0
+        """Write every buffered table as one part, `runs` last; return the new part of each table.
+        A table leaves the buffer as soon as its part is written, so a flush interrupted half-way
+        (Ctrl-C) and called again writes each row once."""
+        written = {}
+        for table in sorted(self._buffer, key=lambda name: name == "runs"):  # False sorts first
+            rows = self._buffer[table]
+            if rows:
+                written[table] = write_part(self.path / table, rows)
+                self._buffered_rows -= len(rows)
+            del self._buffer[table]
         self._last_flush_s = time.monotonic()
         return written
 

@@ -24,6 +24,18 @@ def test_write_part_is_atomic_and_readable(tmp_path: Path) -> None:
     assert pq.read_table(path).to_pylist() == [{"run_id": "a", "status": "ok", "x": 1.5}]
 
 
+def test_write_part_keeps_columns_the_first_row_lacks(tmp_path: Path) -> None:
+    """A batch mixes kinds of runs (a flows run has no training columns, a failed run no metrics):
+    every column of every row is kept, null where a row has none."""
+    rows = [{"run_id": "a", "status": "error"}, {"run_id": "b", "status": "ok", "iteration_time_s": 0.5},
+            {"run_id": "c", "status": "ok", "flows": 3}]
+    path = write_part(tmp_path / "runs", rows)
+    assert pq.read_table(path).to_pylist() == [
+        {"run_id": "a", "status": "error", "iteration_time_s": None, "flows": None},
+        {"run_id": "b", "status": "ok", "iteration_time_s": 0.5, "flows": None},
+        {"run_id": "c", "status": "ok", "iteration_time_s": None, "flows": 3}]
+
+
 def test_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def crash(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")

@@ -1,0 +1,146 @@
+"""`hydra/launcher: ray_netsweep` and `hydra/sweeper: netsweep`: a Hydra multirun as one sweep on Ray.
+
+The sweeper expands the grid exactly as Hydra's basic sweeper does (command-line sweeps such as
+`tcp=newreno,cubic`, `seed=range(100)`, and an experiment's `hydra.sweeper.params`) and hands all of
+it to the launcher in one batch, without composing every job first and without writing
+`multirun.yaml`. The launcher does the sweep with `sweep.plan` (every point resolved and validated
+before anything starts; composing once per combination of config-group choices), `sweep.cluster`
+(Ray tasks running `sweep.runner.execute`), `sweep.driver` (resume, rows stored as runs finish,
+Ctrl-C safe) and `sweep.progress` (progress bar, summary table). Hydra's task function (the
+single-run command) is not called: a run on a worker needs nothing from Hydra.
+
+Exit codes: 0 when every run is done with status ok; 1 when a run ended with `error` or `timeout`
+(all other runs still ran and are stored); 2 for a grid point that cannot run, a launcher setting
+out of range or a `ray.address` nothing answers at (nothing launched); 130 when interrupted (what
+finished is stored; the same command resumes).
+"""
+
+# No `from __future__ import annotations`: Hydra executes plugin modules outside sys.modules while
+# it scans them, where dataclasses cannot resolve string annotations.
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+
+
+@dataclass
+class RayNetsweepLauncherConf:
+    """`hydra.launcher.*`; where Ray runs is the root config's `ray.address` and `ray.num_cpus`."""
+
+    _target_: str = "hydra_plugins.netsweep_ray_launcher.ray_launcher.RayNetsweepLauncher"
+    max_in_flight: Optional[int] = None  # runs submitted and not yet back; null = 16 per CPU
+    max_retries: int = 2  # reruns of a run whose worker process died, before it is an error row
+    max_wall_time_s: Optional[float] = None  # a run still going after this wall time: status timeout
+    flush_rows: int = 10_000  # write Parquet parts once this many rows are buffered ...
+    flush_interval_s: float = 10.0  # ... or this many seconds after the last write
+
+
+@dataclass
+class NetsweepSweeperConf:
+    _target_: str = "hydra_plugins.netsweep_ray_launcher.ray_launcher.NetsweepSweeper"
+    params: Optional[Dict[str, str]] = None  # named sweeps: {key or group: "v1,v2,..."}
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="ray_netsweep", node=RayNetsweepLauncherConf,
+                             provider="netsweep")
+ConfigStore.instance().store(group="hydra/sweeper", name="netsweep", node=NetsweepSweeperConf,
+                             provider="netsweep")
+
+
+class NetsweepSweeper(BasicSweeper):
+    """Hydra's basic sweeper, with the whole grid in one batch and no per-job composition."""
+
+    def __init__(self, params: Optional[Dict[str, str]] = None) -> None:
+        super().__init__(max_batch_size=None, params=params)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        assert self.hydra_context is not None and self.launcher is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides([*self._parse_config(), *arguments])
+        (grid,) = self.split_arguments(overrides, max_batch_size=None)
+        return [self.launcher.launch(grid, initial_job_idx=0)]
+
+
+class RayNetsweepLauncher(Launcher):
+    """Plan, run on Ray, store, report (see the module docstring)."""
+
+    def __init__(self, max_in_flight: Optional[int] = None, max_retries: int = 2,
+                 max_wall_time_s: Optional[float] = None, flush_rows: int = 10_000,
+                 flush_interval_s: float = 10.0) -> None:
+        self.max_in_flight = max_in_flight
+        self.max_retries = max_retries
+        self.max_wall_time_s = max_wall_time_s
+        self.flush_rows = flush_rows
+        self.flush_interval_s = flush_interval_s
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+
+    def _check(self) -> None:
+        """Raise `engine.ConfigError` for a launcher setting out of range."""
+        import engine
+
+        for key, value, valid, allowed in (
+            ("max_in_flight", self.max_in_flight, self.max_in_flight is None or self.max_in_flight >= 1,
+             "a positive integer, or null for 16 per CPU"),
+            ("max_retries", self.max_retries, self.max_retries >= 0, "an integer >= 0"),
+            ("max_wall_time_s", self.max_wall_time_s, self.max_wall_time_s is None or self.max_wall_time_s > 0,
+             "a number > 0, or null for no limit"),
+            ("flush_rows", self.flush_rows, self.flush_rows >= 1, "a positive integer"),
+            ("flush_interval_s", self.flush_interval_s, self.flush_interval_s >= 0, "a number >= 0"),
+        ):
+            if not valid:
+                raise engine.ConfigError(f"hydra.launcher.{key}", value, allowed)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None
+        # Imported here: Hydra imports this module at every start-up, single runs included.
+        import engine
+        from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
+        from sweep.cluster import RayExecutor
+        from sweep.driver import run_sweep
+        from sweep.plan import GridComposer, GridError, plan
+        from sweep.progress import format_summary
+
+        start = time.perf_counter()
+        composer = GridComposer(self.hydra_context.config_loader, self.config)
+        try:
+            self._check()
+            runs = plan(job_overrides, composer.compose)
+        except (GridError, engine.ConfigError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG) from None
+        print(f"planned {len(runs)} runs ({composer.compositions} Hydra compositions, "
+              f"{time.perf_counter() - start:.1f} s)")
+
+        if not runs:
+            return []
+        ray_settings = runs[0].config["ray"]  # validated with the run; not part of what is simulated
+        executor = RayExecutor(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
+                               max_in_flight=self.max_in_flight, max_retries=self.max_retries,
+                               max_wall_time_s=self.max_wall_time_s)
+        try:
+            summary = run_sweep(runs, executor, self.flush_rows, self.flush_interval_s)
+        except ConnectionError as exc:  # a cluster address nothing answers at: nothing ran
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG) from None
+        print(format_summary(summary))
+        if summary.interrupted:
+            raise SystemExit(EXIT_INTERRUPTED)
+        if summary.failed:
+            raise SystemExit(EXIT_RUN_FAILED)
+        return [JobReturn(overrides=list(run.overrides), status=JobStatus.COMPLETED, _return_value=run.run_id)
+                for run in runs]

@@ -1,0 +1,121 @@
+"""One sweep from start to end: skip what is already done, run the rest, store rows as they arrive.
+
+`run_sweep` takes the validated runs of `sweep.plan` and an executor (`sweep.cluster.RayExecutor`:
+a context manager that connects on entering, whose `results(runs)` generator yields `(run, rows)`
+in completion order and None when nothing finished for a while) and appends every run's rows to
+its dataset's `ResultStore` the moment they arrive; the store writes Parquet parts by rows or
+seconds. A run already stored with status `ok` is skipped (resume) unless it was planned with
+`force`; a failed one runs again. Ctrl-C or SIGTERM stops the sweep: what finished is flushed
+first, and running the same sweep again resumes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Generator, Iterator, Protocol, Sequence, TextIO
+
+from .plan import PlannedRun
+from .progress import ProgressBar, SweepSummary
+from .store import ResultStore
+
+
+class Executor(Protocol):
+    """What `run_sweep` needs of an executor (see the module docstring)."""
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    def results(self, runs: Sequence[PlannedRun]) -> Generator[
+            tuple[PlannedRun, dict[str, list[dict[str, Any]]]] | None, None, None]: ...
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Make SIGTERM (`kill`, a batch scheduler) stop the sweep as Ctrl-C does: by raising
+    KeyboardInterrupt, so the `finally` blocks that flush the stores run."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back until leaving (then they are delivered), so that Ctrl-C cannot
+    cut a Parquet write or the bookkeeping of a finished run in half."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+def _to_run(runs: Sequence[PlannedRun], stores: dict[Path, ResultStore],
+            summary: SweepSummary) -> list[PlannedRun]:
+    """The runs not yet done: neither stored with status ok in their dataset (unless forced) nor a
+    repeat of an earlier grid point (`link_gbps=100,100.0`). Counts the others as skipped."""
+    done = {path: store.completed_run_ids() for path, store in stores.items()}
+    queued: set[tuple[Path, str]] = set()
+    todo = []
+    for run in runs:
+        key = (run.dataset, run.run_id)
+        if key in queued or (run.run_id in done[run.dataset] and not run.force):
+            summary.skipped += 1
+            continue
+        queued.add(key)
+        todo.append(run)
+    return todo
+
+
+def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 10_000,
+              flush_interval_s: float = 10.0, progress_file: TextIO | None = None,
+              show_progress: bool | None = None) -> SweepSummary:
+    """Run the runs not yet done with `executor` (entered only if there are any), store their rows
+    as they come and return the tally. `show_progress` None shows the progress bar on a terminal
+    only."""
+    start = time.perf_counter()
+    datasets = list(dict.fromkeys(run.dataset for run in runs))
+    stores = {path: ResultStore(path, flush_rows, flush_interval_s) for path in datasets}
+    summary = SweepSummary(grid_points=len(runs), datasets=datasets)
+    todo = _to_run(runs, stores, summary)
+    if todo:
+        try:
+            # SIGTERM is taken over once Ray is up: Ray's driver sets a handler of its own on connecting.
+            with executor, _sigterm_as_interrupt(), contextlib.closing(executor.results(todo)) as finished, \
+                    ProgressBar(len(todo), progress_file, show_progress) as bar:
+                try:
+                    for item in finished:
+                        if item is None:  # nothing finished lately: write what waits, if it is time
+                            for store in stores.values():
+                                store.flush_if_due()
+                            continue
+                        run, rows = item
+                        with _signals_deferred():  # stored and counted together, never half
+                            stores[run.dataset].append(rows)
+                            summary.record(rows["runs"][0])
+                        bar.update(rows["runs"][0]["status"])
+                finally:  # before the executor stops: nothing finished is lost
+                    with _signals_deferred():
+                        for store in stores.values():
+                            store.flush()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM, also while Ray starts or stops
+            summary.interrupted = True
+    summary.wall_s = time.perf_counter() - start
+    return summary

@@ -1,0 +1,160 @@
+"""Plan a sweep: every grid point as a resolved plain config, all validated before anything runs.
+
+Hydra's sweeper expands the command line (`network.link_gbps=25,100 tcp=newreno,cubic`) and an
+experiment's `hydra.sweeper.params` into grid points, each a list of override strings. `GridComposer`
+turns a point into the plain dict `python -m sweep` would run for those overrides, composing with
+Hydra (about 40 ms) only once per distinct combination of config-group choices (`tcp=cubic`,
+`workload=dlrm_large`) and applying the point's value overrides (`network.link_gbps=25`) to a copy
+with Hydra's own override code (about a millisecond). `plan` validates every point; the first one
+that cannot run is reported with its overrides and nothing is launched.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.config_loader import ConfigLoader
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+import engine
+
+from .runner import run_id
+
+
+def validate(config: Mapping[str, Any]) -> None:
+    """Raise `engine.ConfigError` if `config` cannot run: the engine's checks plus the sweep's own
+    keys (`name` becomes a directory, so it must be one plain path component)."""
+    name = config.get("name")
+    if not isinstance(name, str) or not name or name in {".", ".."} or "/" in name or "\\" in name:
+        raise engine.ConfigError("name", name, "a non-empty dataset name without path separators")
+    if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
+        raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
+    engine.load_config(config)
+
+
+def _validate_ray(config: Mapping[str, Any]) -> None:
+    """Raise `engine.ConfigError` for `ray` settings a sweep cannot use (a single run ignores them)."""
+    ray = config.get("ray") or {}
+    address, num_cpus = ray.get("address"), ray.get("num_cpus")
+    if address is not None and (not isinstance(address, str) or not address):
+        raise engine.ConfigError("ray.address", address, "null (a local Ray), auto, or host:port")
+    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
+        raise engine.ConfigError("ray.num_cpus", num_cpus, "a positive integer, or null for all cores")
+
+
+def pop_force(config: dict[str, Any]) -> bool:
+    """Remove the `force` flag (`+force=true`: rerun even if already done) from `config` and return
+    it; it says how to run, not what, so it is no part of the run."""
+    force = config.pop("force", False)
+    if not isinstance(force, bool):
+        raise engine.ConfigError("force", force, "true or false")
+    return force
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One grid point, ready to run: its overrides as the sweeper gave them, the resolved config
+    (without `force`), its run_id and whether to run it even if the dataset already has it."""
+
+    overrides: tuple[str, ...]
+    config: dict[str, Any]
+    run_id: str
+    force: bool = False
+
+    @property
+    def dataset(self) -> Path:
+        """Where the run's rows go: `${results_dir}/${name}`."""
+        return Path(self.config["results_dir"]) / self.config["name"]
+
+
+class GridError(Exception):
+    """A grid point that cannot run; its message names the point's overrides."""
+
+    def __init__(self, index: int, total: int, overrides: Sequence[str], cause: engine.ConfigError) -> None:
+        point = " ".join(overrides) or "(no overrides)"
+        super().__init__(f"{cause} (grid point {index + 1} of {total}: {point})")
+
+
+def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dict[str, Any]]) -> list[PlannedRun]:
+    """Resolve and validate every grid point with `compose` (overrides -> plain config); raise
+    `GridError` for the first point that cannot run."""
+    runs = []
+    for index, overrides in enumerate(points):
+        config = compose(overrides)
+        try:
+            force = pop_force(config)
+            _validate_ray(config)
+            validate(config)
+        except engine.ConfigError as exc:
+            raise GridError(index, len(points), overrides, exc) from exc
+        runs.append(PlannedRun(tuple(overrides), config, run_id(config), force))
+    return runs
+
+
+class GridComposer:
+    """Grid points to plain configs, equal to what Hydra composes for each point on its own.
+
+    Hydra composes in two steps: the defaults list (the root config and the presets the config-group
+    overrides choose), then the remaining overrides applied as values to the merged config. The
+    first step is the slow one and depends only on the group choices, so it runs once per distinct
+    combination of them (`compositions` counts them); the second reuses Hydra's override parser and
+    its own value-override code (`ConfigLoaderImpl._apply_overrides_to_config`, the very function
+    its composition calls) on a copy, so the result is identical, including type checks and errors.
+    """
+
+    def __init__(self, config_loader: ConfigLoader, master_config: DictConfig) -> None:
+        self._loader = config_loader
+        self._master = master_config  # the multirun's config: carries the hydra overrides and config name
+        self._parser = OverridesParser.create(config_loader=config_loader)
+        self._bases: dict[tuple[str, ...], DictConfig] = {}
+        self._groups: dict[str, bool] = {}  # key -> whether it names a config group
+        self._parsed: dict[str, Override] = {}  # every point repeats the command line's fixed overrides
+
+    @property
+    def compositions(self) -> int:
+        """Full Hydra compositions done so far: one per distinct combination of group choices."""
+        return len(self._bases)
+
+    def _is_group(self, key: str) -> bool:
+        if key not in self._groups:
+            parent, _, name = key.rpartition("/")
+            self._groups[key] = name in self._loader.list_groups(parent)
+        return self._groups[key]
+
+    def _composes(self, override: Override) -> bool:
+        """Whether Hydra applies `override` to the defaults list (a group choice, as decided by
+        Hydra's defaults list: a group name with a non-dict value) rather than as a value. Hydra's
+        own settings always take the full path."""
+        if override.is_hydra_override():
+            return True
+        return self._is_group(override.key_or_group) and not isinstance(override.value(), dict)
+
+    def _base(self, choices: tuple[str, ...]) -> DictConfig:
+        """The composed config of these group overrides, without its `hydra` node (as a job sees it)."""
+        base = self._bases.get(choices)
+        if base is None:
+            base = self._loader.load_sweep_config(self._master, list(choices))
+            with read_write(base), open_dict(base):
+                del base["hydra"]
+            self._bases[choices] = base
+        return base
+
+    def compose(self, overrides: Sequence[str]) -> dict[str, Any]:
+        """The resolved plain config of one grid point."""
+        for line in overrides:
+            if line not in self._parsed:
+                (self._parsed[line],) = self._parser.parse_overrides([line])
+        parsed = [self._parsed[line] for line in overrides]
+        choices = tuple(override.input_line for override in parsed if self._composes(override))
+        config = copy.deepcopy(self._base(choices))
+        ConfigLoaderImpl._apply_overrides_to_config(
+            [override for override in parsed if not self._composes(override)], config)
+        resolved = OmegaConf.to_container(config, resolve=True)
+        assert isinstance(resolved, dict)  # the root config is a mapping
+        return resolved

@@ -1,0 +1,248 @@
+"""`sweep.report` and the loading API, on a small real dataset: runs made with `sweep.runner.execute`
+(analytical collectives and DLRM iterations, packet incast flows, a failed run, a run that times out,
+a run stored twice) and stored with `ResultStore`, as a sweep stores them."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import matplotlib.image
+import pandas as pd
+import pytest
+
+import sweep
+from sweep.report import REPORT_DIR, SUMMARY_FILE, build_report, main, swept_axes
+from sweep.runner import execute
+from sweep.store import ResultStore, read_table
+from sweep_support import compose_config
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ANALYTICAL = ["engine.backend=analytical"]
+CONFIGS = {  # name -> overrides; a few milliseconds of wall time each
+    "ar_8_small": ["workload=collective", "network.npus=8", "workload.bytes=65536", *ANALYTICAL],
+    "ar_8_large": ["workload=collective", "network.npus=8", "workload.bytes=1048576", *ANALYTICAL],
+    "ar_16_small": ["workload=collective", "network.npus=16", "workload.bytes=65536", *ANALYTICAL],
+    "ar_16_large": ["workload=collective", "network.npus=16", "workload.bytes=1048576", *ANALYTICAL],
+    "dlrm_8": ["workload=dlrm_small", "network.npus=8", *ANALYTICAL],
+    "dlrm_16": ["workload=dlrm_small", "network.npus=16", *ANALYTICAL],
+    "timeout": ["workload=collective", "engine.max_sim_time_s=1e-6", *ANALYTICAL],
+    "error": ["workload=astra_dlrm", "workload.path=/nonexistent/workload.txt", *ANALYTICAL],
+    "incast_2": ["workload=incast", "workload.senders=2", "workload.bytes_per_flow=60000", "network.buffer_kb=16"],
+    "incast_4": ["workload=incast", "workload.senders=4", "workload.bytes_per_flow=60000", "network.buffer_kb=16"],
+}
+RERUN = "dlrm_16"  # stored twice, as `+force=true` would: the report counts it once
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, list[dict[str, Any]]]]]:
+    """The dataset directory and, per config name, the rows `execute` returned (the newest attempt)."""
+    path = tmp_path_factory.mktemp("results") / "small"
+    rows = {}
+    with ResultStore(path) as store:
+        for name, overrides in CONFIGS.items():
+            rows[name] = execute(compose_config([f"name={name}", *overrides]))
+            store.append(rows[name])
+        store.flush()  # the rerun goes to newer parts, as a later command's would
+        time.sleep(0.01)
+        rows[RERUN] = execute(compose_config([f"name={RERUN}", *CONFIGS[RERUN]]))
+        store.append(rows[RERUN])
+    return path, rows
+
+
+@pytest.fixture(scope="module")
+def report(dataset: tuple[Path, dict]) -> Path:
+    return build_report(dataset[0])
+
+
+def _runs(rows: dict[str, dict[str, list[dict[str, Any]]]]) -> pd.DataFrame:
+    return pd.DataFrame([tables["runs"][0] for tables in rows.values()])
+
+
+def test_load_runs_keeps_the_newest_attempt_of_each_run(dataset: tuple[Path, dict]) -> None:
+    path, rows = dataset
+    assert len(read_table(path, "runs")) == len(CONFIGS) + 1  # the rerun is stored twice
+    runs = sweep.load_runs(path)
+    assert sorted(runs["run_id"]) == sorted(_runs(rows)["run_id"])
+    rerun = runs.set_index("run_id").loc[rows[RERUN]["runs"][0]["run_id"]]
+    assert rerun["started_at"] == pd.Timestamp(rows[RERUN]["runs"][0]["started_at"])
+    assert str(runs["started_at"].dtype).startswith("datetime64") and str(runs["started_at"].dt.tz) == "UTC"
+    # typed columns, also where every value is null (no run set network.ecn_threshold_kb)
+    assert runs["network.npus"].dtype == "Int64" and runs["network.ecn_threshold_kb"].dtype == "float64"
+    assert runs["retransmits"].dtype == "Int64" and runs["tcp.delayed_ack"].dtype == "boolean"
+
+
+def test_load_table_keeps_the_rows_of_the_newest_attempt(dataset: tuple[Path, dict]) -> None:
+    path, rows = dataset
+    rerun_id = rows[RERUN]["runs"][0]["run_id"]
+    for table in ("collectives", "layers", "flows"):
+        stored = read_table(path, table)
+        loaded = sweep.load_table(path, table)
+        assert (stored["run_id"] == rerun_id).sum() == 2 * len(rows[RERUN][table])  # two attempts on disk
+        assert (loaded["run_id"] == rerun_id).sum() == len(rows[RERUN][table])
+        assert len(loaded) == sum(len(tables.get(table, [])) for tables in rows.values())
+    assert list(sweep.load_table(path, "flows", ["fct_s"]).columns) == ["run_id", "fct_s"]
+
+
+def test_duckdb_reads_the_same_runs_with_no_export(dataset: tuple[Path, dict]) -> None:
+    """The query README.md gives."""
+    path, _ = dataset
+    query = f"""
+        select * from read_parquet('{path}/runs/*.parquet', union_by_name = true)
+        qualify row_number() over (partition by run_id order by started_at::timestamptz desc) = 1
+    """
+    newest = duckdb.sql(query).df()
+    loaded = sweep.load_runs(path)
+    assert sorted(newest["run_id"]) == sorted(loaded["run_id"])
+    merged = newest.merge(loaded, on="run_id", suffixes=("_duckdb", "_pandas"))
+    assert (merged["wall_s_duckdb"] == merged["wall_s_pandas"]).all()  # the same attempt
+
+
+def _summary(report: Path) -> str:
+    return (report / SUMMARY_FILE).read_text()
+
+
+def test_summary_counts_match_the_data(report: Path, dataset: tuple[Path, dict]) -> None:
+    runs = _runs(dataset[1])
+    status = runs["status"].value_counts()
+    assert (status.get("ok"), status.get("error"), status.get("timeout")) == (len(CONFIGS) - 2, 1, 1)
+    summary = _summary(report)
+    assert f"**{len(runs)} runs** ({len(runs) + 1} rows read" in summary
+    assert f"Status: ok {status['ok']}, error {status['error']}, timeout {status['timeout']}." in summary
+    assert "## Failed runs" in summary and "python -m sweep" in summary  # with a repro command
+    assert runs.loc[runs["status"] == "timeout", "run_id"].iloc[0] in summary
+
+
+def _line(summary: str, section: str, prefix: str) -> str:
+    part = summary.split(section, 1)[1].split("\n## ", 1)[0]
+    return next(line for line in part.splitlines() if line.startswith(prefix))
+
+
+def test_summary_names_the_fastest_and_slowest(report: Path, dataset: tuple[Path, dict]) -> None:
+    runs = _runs(dataset[1])
+    summary = _summary(report)
+    training = runs[runs["iteration_time_s"].notna()].sort_values("iteration_time_s")
+    for prefix, row in (("- Fastest:", training.iloc[0]), ("- Slowest:", training.iloc[-1])):
+        line = _line(summary, "## Training runs", prefix)
+        assert row["run_id"] in line and f"**{row['iteration_time_s'] * 1e3:.4g} ms**" in line
+    flows = pd.DataFrame([flow for name in ("incast_2", "incast_4") for flow in dataset[1][name]["flows"]])
+    last = flows.groupby("run_id")["end_s"].max().sort_values()
+    for prefix, (run, end_s) in (("- Fastest:", (last.index[0], last.iloc[0])),
+                                 ("- Slowest:", (last.index[-1], last.iloc[-1]))):
+        line = _line(summary, "## Flows runs", prefix)
+        assert run in line and f"**{end_s * 1e3:.4g} ms**" in line
+
+
+def test_summary_table_per_swept_parameter(report: Path, dataset: tuple[Path, dict]) -> None:
+    """Iteration time per value of `network.npus`: runs, mean, min and max over the runs with it."""
+    runs = _runs(dataset[1])
+    training = runs[runs["iteration_time_s"].notna()]
+    part = _summary(report).split("**network.npus (NPUs)**", 1)[1]
+    for npus, group in training.groupby("network.npus"):
+        ms = group["iteration_time_s"] * 1e3
+        row = re.search(rf"^\| {npus} \| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|", part, re.MULTILINE)
+        assert row is not None, npus
+        assert int(row.group(1)) == len(group)
+        assert [float(row.group(i)) for i in (2, 3, 4)] == pytest.approx(
+            [ms.mean(), ms.min(), ms.max()], rel=1e-3)
+
+
+def test_time_breakdown_adds_up(dataset: tuple[Path, dict]) -> None:
+    """Exposed all-to-all (the embedding's forward and input-gradient waits) + exposed all-reduce
+    (weight-gradient waits) + other = exposed_comm_s; compute + exposed = iteration time; and the
+    split equals the collectives' own exposed_s per op."""
+    from sweep.report import read_dataset
+
+    runs = read_dataset(dataset[0]).runs.set_index("run_id")
+    for name in ("dlrm_8", "dlrm_16", "ar_16_large"):
+        tables = dataset[1][name]
+        run = runs.loc[tables["runs"][0]["run_id"]]
+        parts = run["exposed_all_to_all_s"] + run["exposed_all_reduce_s"] + run["exposed_other_s"]
+        assert parts == pytest.approx(run["exposed_comm_s"], rel=1e-9)
+        assert run["compute_s"] + parts == pytest.approx(run["iteration_time_s"], rel=1e-9)
+        by_op = pd.DataFrame(tables["collectives"]).groupby("op")["exposed_s"].sum() / run["iterations_done"]
+        if name.startswith("dlrm"):
+            assert run["exposed_all_to_all_s"] == pytest.approx(by_op["all_to_all"], rel=1e-9)
+            assert run["exposed_all_reduce_s"] == pytest.approx(by_op["all_reduce"], rel=1e-9)
+            assert run["exposed_all_to_all_s"] > 0 and run["exposed_all_reduce_s"] > 0
+        else:  # a blocking microbenchmark collective: neither the embedding's nor a weight gradient's
+            assert run["exposed_other_s"] == pytest.approx(by_op["all_reduce"], rel=1e-9)
+
+
+def test_every_plot_is_a_readable_png(report: Path) -> None:
+    plots = sorted(report.glob("*.png"))
+    names = {plot.name for plot in plots}
+    assert {"time_breakdown.png", "message_time_cdf.png", "fct_cdf.png", "iteration_time_vs_network_npus.png",
+            "flow_completion_vs_workload_senders.png", "flows_retransmits_timeouts.png"} <= names
+    for plot in plots:
+        data = plot.read_bytes()
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 1000, plot.name
+        height, width, *_ = matplotlib.image.imread(plot).shape
+        assert height > 100 and width > 100, plot.name
+        assert f"`{plot.name}`" in _summary(report)  # the summary says what each plot shows
+
+
+def test_swept_axes_group_columns_that_vary_together() -> None:
+    """A `workload=dlrm_small,dlrm_large` sweep changes several keys: one axis, named by the presets;
+    a topology sweep is one axis with the keys only one topology has; a numeric key its own axis."""
+    runs = pd.DataFrame([
+        {"run_id": f"r{i}", "started_at": pd.Timestamp(i, unit="s", tz="UTC"), "compute_s": compute,
+         **{k: v for k, v in sweep.runner.flatten(compose_config(
+             [f"workload={workload}", f"network={network}", f"network.link_gbps={gbps}"])).items()}}
+        for i, (workload, compute, network, gbps) in enumerate(
+            [(w, c, n, g) for w, c in (("dlrm_large", 2.0), ("dlrm_small", 1.0))
+             for n in ("switch", "hierarchical") for g in (25, 100)])])
+    axes, labelled = swept_axes(runs)
+    by_key = {axis.key: axis for axis in axes}
+    assert set(by_key) == {"network.topology", "network.link_gbps", "workload"}
+    assert by_key["workload"].order == ("dlrm_small", "dlrm_large")  # by model size (compute)
+    assert set(by_key["workload"].columns) == {"workload.dense_features", "workload.bottom_mlp",
+                                               "workload.top_mlp", "workload.batch_per_npu"}
+    assert "network.npus_per_node" in by_key["network.topology"].columns
+    assert by_key["network.link_gbps"].numeric and by_key["network.link_gbps"].unit == "Gb/s"
+    assert by_key["network.topology"].order == ("switch", "hierarchical")  # the order they ran in
+    assert list(labelled["workload"][:2]) == ["dlrm_large", "dlrm_large"]
+
+
+def test_cli_prints_the_summary_and_the_plots(report: Path, dataset: tuple[Path, dict],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(dataset[0])]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"# netsweep report: {dataset[0].name}")
+    for plot in report.glob("*.png"):
+        assert str(plot) in out
+    assert (dataset[0] / REPORT_DIR / SUMMARY_FILE).is_file()
+
+
+def test_cli_refuses_a_directory_without_runs(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "sweep.report", str(tmp_path / "nothing")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "not a dataset" in result.stderr
+
+
+def test_a_very_large_flows_table_is_not_read(dataset: tuple[Path, dict], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond `MAX_FLOW_ROWS` the report leaves the flows table alone (gigabytes on a cluster
+    dataset): no CDFs, and a `flows` run's completion is its simulated time (which ends with the
+    last ACK, a round trip after the last byte arrived)."""
+    import sweep.report as report_module
+
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset[0], copy)
+    monkeypatch.setattr(report_module, "MAX_FLOW_ROWS", 0)
+    out = build_report(copy)
+    summary = (out / SUMMARY_FILE).read_text()
+    assert "rows) was not read" in summary
+    assert not (out / "fct_cdf.png").exists() and not (out / "message_time_cdf.png").exists()
+    for name in ("incast_2", "incast_4"):
+        tables = dataset[1][name]
+        last_end_s = max(flow["end_s"] for flow in tables["flows"])
+        assert tables["runs"][0]["sim_time_s"] == pytest.approx(last_end_s, abs=10e-6)
+        assert f"**{tables['runs'][0]['sim_time_s'] * 1e3:.4g} ms**" in summary

@@ -1,0 +1,300 @@
+"""Sweeps on a real Ray: a head node on loopback started here (once for the module), joined by
+address; `python -m sweep -m` as a user types it; failures, crashed workers, time budgets, resume
+after SIGKILL; and one sweep on the private local Ray that `ray.address=null` starts.
+
+The cluster is stopped by signalling the process session of its `ray start --block`, which holds
+every process of this cluster and nothing else (`ray stop` would stop every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from sweep.cluster import RayExecutor, is_loopback
+from sweep.driver import run_sweep
+from sweep.plan import plan
+from sweep.runner import execute
+from sweep.store import arrow_dataset, part_files, read_table
+from sweep_support import compose_config
+
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # every Ray service binds to 127.0.0.1 only
+    "RAY_AUTH_MODE": "disabled",  # a throwaway loopback cluster: no token to read or write
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+# Columns that differ between two executions of the same run: timing and provenance.
+TIMING_COLUMNS = {"wall_s", "events_per_s", "started_at"}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _session_pids(session_id: int) -> list[int]:
+    """Processes of a session (Linux /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == session_id:
+                    pids.append(int(entry))
+            except OSError:  # gone meanwhile
+                pass
+    return pids
+
+
+def _stop_session(head: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the cluster's processes, SIGKILL to any left after a few seconds."""
+    for pid in _session_pids(head.pid):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 5
+    while _session_pids(head.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in _session_pids(head.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    head.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """`127.0.0.1:<port>` of a 2-CPU Ray head node on loopback, with no dashboard."""
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in RAY_ENV.items():
+            env.setenv(key, value)
+        temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are limited
+        port = _free_port()
+        head = subprocess.Popen(
+            [sys.executable, "-m", "ray.scripts.scripts",  # `ray`, of this Python
+             "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
+             f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
+             f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
+             f"--metrics-export-port={_free_port()}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        address = f"127.0.0.1:{port}"
+        try:
+            import ray  # noqa: PLC0415 - after RAY_ENV is set
+
+            deadline = time.monotonic() + 90
+            while True:  # until the head's GCS listens (ray.init would wait long for it)
+                assert head.poll() is None, "ray start --head exited"
+                assert time.monotonic() < deadline, "the Ray head did not come up"
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            while True:  # until its raylet has registered too
+                try:
+                    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+                    break
+                except Exception:  # noqa: BLE001 - not up yet
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            assert ray.nodes()[0]["NodeManagerAddress"] == "127.0.0.1"
+            ray.shutdown()
+            yield address
+        finally:
+            _stop_session(head)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _sweep(cwd: Path, *overrides: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`python -m sweep -m overrides...` in `cwd`."""
+    env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-m", "sweep", "-m", *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _grid(tmp_path: Path, address: str | None, name: str) -> list[str]:
+    """The 3 x 2 grid of the issue, each point a 2-to-1 incast of a few milliseconds."""
+    return ["network.link_gbps=25,100,400", "tcp=newreno,cubic", "workload=incast", "workload.senders=2",
+            "workload.bytes_per_flow=20000", f"results_dir={tmp_path / 'results'}", f"name={name}",
+            *([f"ray.address={address}"] if address else ["ray.num_cpus=1"])]
+
+
+def test_is_loopback() -> None:
+    assert is_loopback("127.0.0.1:6379") and is_loopback("localhost:1") and is_loopback("ray://127.0.0.5:10001")
+    assert not is_loopback("auto") and not is_loopback("10.0.0.1:6379") and not is_loopback("head:6379")
+
+
+def test_grid_runs_on_the_cluster_and_again_runs_nothing(ray_address: str, tmp_path: Path) -> None:
+    grid = _grid(tmp_path, ray_address, "grid")
+    done = _sweep(tmp_path, *grid)
+    assert done.returncode == 0, done.stderr
+    assert "planned 6 runs (2 Hydra compositions" in done.stdout  # one per tcp preset
+    assert f"ray: the Ray cluster at {ray_address}, 2 CPUs" in done.stderr
+    assert "  ok               6" in done.stdout and "  ran 6 in " in done.stdout
+
+    dataset = tmp_path / "results" / "grid"
+    runs = read_table(dataset, "runs")
+    assert len(runs) == 6 and set(runs["status"]) == {"ok"}
+    assert sorted(zip(runs["network.link_gbps"], runs["tcp.cc"])) == [
+        (gbps, cc) for gbps in (25.0, 100.0, 400.0) for cc in ("cubic", "newreno")]
+    for column in ("run_id", "status", "error", "wall_s", "engine_version", "git_commit", "started_at", "repro",
+                   "network.link_gbps", "tcp.cc", "workload.senders"):
+        assert column in runs.columns, column
+    # one table for pandas, pyarrow.dataset and DuckDB alike
+    assert arrow_dataset(dataset, "runs").to_table().num_rows == 6
+    assert arrow_dataset(dataset, "flows").count_rows() == 12
+    assert duckdb.sql(f"select count(*) from read_parquet('{dataset}/runs/*.parquet', union_by_name=true) "
+                      "where status = 'ok'").fetchall() == [(6,)]
+
+    # determinism: same config and seed -> same run_id and the same engine rows as a run here
+    points = [[f"network.link_gbps={gbps}", f"tcp={cc}", *grid[2:]] for gbps in (25, 100, 400)
+              for cc in ("newreno", "cubic")]
+    stored = runs.set_index("run_id")
+    flows = read_table(dataset, "flows")
+    for run in plan(points, compose_config):
+        local = execute(run.config)
+        remote = stored.loc[run.run_id]
+        for key, value in local["runs"][0].items():
+            if key not in TIMING_COLUMNS and key != "run_id":
+                assert remote[key] == value or (value is None and remote.isna()[key]), key
+        remote_flows = flows[flows["run_id"] == run.run_id].sort_values("flow_id")
+        assert remote_flows.drop(columns="run_id").to_dict("records") == [
+            {key: value for key, value in row.items() if key != "run_id"} for row in local["flows"]]
+
+    again = _sweep(tmp_path, *grid)
+    assert again.returncode == 0, again.stderr
+    assert "  skipped          6" in again.stdout and "  ran 0 in " in again.stdout
+    assert "ray:" not in again.stderr  # nothing to run: Ray is not even contacted
+    assert len(read_table(dataset, "runs")) == 6
+
+
+def _misbehaving_execute(marker_dir: str) -> Any:
+    """`execute` on a worker, with failures by seed: 1 raises in the engine, 2 kills its worker
+    process every time, 3 kills it once (then runs), 4 outlives the wall-time budget."""
+    def run_fn(config: dict[str, Any], max_wall_time_s: float | None = None) -> Any:
+        import engine
+        from sweep.runner import execute
+
+        seed = config["seed"]
+        marker = os.path.join(marker_dir, "seed-3-crashed")
+        if seed == 2 or (seed == 3 and not os.path.exists(marker)):
+            open(marker, "w").close() if seed == 3 else None
+            os._exit(1)  # the worker process dies, as on a segfault or an OOM kill
+        if seed not in (1, 4):
+            return execute(config, max_wall_time_s)
+
+        def misbehaving_engine(cfg: Any) -> dict:
+            if seed == 1:
+                raise RuntimeError("injected engine failure")
+            time.sleep(60)
+            return {}
+
+        real_run, engine.run = engine.run, misbehaving_engine
+        try:
+            return execute(config, max_wall_time_s)
+        finally:
+            engine.run = real_run
+    return run_fn
+
+
+def test_failures_become_rows_and_the_sweep_goes_on(ray_address: str, tmp_path: Path) -> None:
+    import ray.cloudpickle  # noqa: PLC0415 - after the cluster fixture set RAY_ENV
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+    runs = plan([[f"seed={seed}", "engine.backend=analytical", "workload=collective", "network.npus=4",
+                  f"results_dir={tmp_path}", "name=failures"] for seed in range(6)], compose_config)
+    executor = RayExecutor(address=ray_address, max_retries=1, max_wall_time_s=2.0,
+                           run_fn=_misbehaving_execute(str(tmp_path)))
+    summary = run_sweep(runs, executor, show_progress=False)
+    assert dict(summary.statuses) == {"ok": 3, "error": 2, "timeout": 1} and summary.failed == 3
+
+    stored = read_table(tmp_path / "failures", "runs").set_index("seed")
+    assert stored.loc[[0, 3, 5], "status"].tolist() == ["ok"] * 3
+    assert stored.loc[1, "status"] == "error"
+    assert stored.loc[1, "error"].splitlines()[-1] == "RuntimeError: injected engine failure"
+    assert stored.loc[2, "status"] == "error" and "retried 1 times" in stored.loc[2, "error"]
+    assert stored.loc[4, "status"] == "timeout" and "wall-time budget of 2 s" in stored.loc[4, "error"]
+    assert stored["repro"].str.startswith("python -m sweep ").all()
+    assert len(read_table(tmp_path / "failures", "collectives")) == 3  # only ok runs have rows there
+
+    rerun = run_sweep(runs, RayExecutor(address=ray_address), show_progress=False)
+    assert (rerun.skipped, dict(rerun.statuses)) == (3, {"ok": 3})
+    assert sorted(read_table(tmp_path / "failures", "runs")["seed"]) == [0, 1, 1, 2, 2, 3, 4, 4, 5]
+
+
+def test_a_failed_run_makes_the_command_exit_non_zero(ray_address: str, tmp_path: Path) -> None:
+    """A run past its wall-time budget: status timeout, listed with its repro, exit code 1."""
+    done = _sweep(tmp_path, "workload=incast", "workload.bytes_per_flow=20000,50000000", "name=budget",
+                  f"results_dir={tmp_path / 'results'}", f"ray.address={ray_address}",
+                  "hydra.launcher.max_wall_time_s=1")
+    assert done.returncode == 1, done.stderr
+    runs = read_table(tmp_path / "results" / "budget", "runs").set_index("workload.bytes_per_flow")
+    assert runs.loc[20000, "status"] == "ok" and runs.loc[50000000, "status"] == "timeout"
+    assert "  timeout          1" in done.stdout
+    assert f"  {runs.loc[50000000, 'run_id']}  timeout  wall-time budget of 1 s exceeded" in done.stdout
+    assert runs.loc[50000000, "repro"] in done.stdout
+
+
+def test_sigkill_of_the_driver_loses_no_finished_run(ray_address: str, tmp_path: Path) -> None:
+    """Kill -9 mid-sweep (every finished run flushed at once), then the same command again."""
+    grid = ["seed=range(24)", "workload=incast", "workload.bytes_per_flow=10000000", "name=killed",
+            f"results_dir={tmp_path / 'results'}", f"ray.address={ray_address}", "hydra.launcher.flush_rows=1"]
+    env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
+    driver = subprocess.Popen([sys.executable, "-m", "sweep", "-m", *grid], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dataset = tmp_path / "results" / "killed"
+    deadline = time.monotonic() + 120
+    while len(part_files(dataset, "runs")) < 3:
+        assert driver.poll() is None, "the sweep ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+
+    for table in ("runs", "flows"):  # every visible part is whole
+        for path in part_files(dataset, table):
+            pq.read_table(path)
+    before = read_table(dataset, "runs")
+    assert 3 <= len(before) < 24 and set(before["status"]) == {"ok"}
+    assert set(before["run_id"]) <= set(read_table(dataset, "flows")["run_id"])  # runs rows are written last
+
+    again = _sweep(tmp_path, *grid)
+    assert again.returncode == 0, again.stderr
+    assert f"  skipped{len(before):>11}" in again.stdout
+    after = read_table(dataset, "runs")
+    assert len(after) == 24 and after["run_id"].is_unique and set(after["status"]) == {"ok"}
+    kept = after.set_index("run_id").loc[before["run_id"], "started_at"]
+    assert kept.tolist() == before["started_at"].tolist()  # the runs stored before the kill, untouched
+
+
+def test_an_address_nothing_answers_at_is_refused_at_once(tmp_path: Path) -> None:
+    """(`ray.init` itself would keep retrying for many minutes.)"""
+    start = time.monotonic()
+    refused = _sweep(tmp_path, "seed=0,1", f"ray.address=127.0.0.1:{_free_port()}", f"results_dir={tmp_path / 'results'}")
+    assert refused.returncode == 2 and time.monotonic() - start < 30
+    assert refused.stderr.startswith("error: no Ray cluster answers at ray.address=127.0.0.1:")
+    assert not (tmp_path / "results").exists()
+
+
+def test_local_ray_on_loopback(tmp_path: Path) -> None:
+    """`ray.address` null: the sweep starts its own Ray on 127.0.0.1 (here with 1 CPU) and stops it."""
+    done = _sweep(tmp_path, *_grid(tmp_path, None, "local")[2:], "seed=0,1")
+    assert done.returncode == 0, done.stderr
+    assert "ray: a local Ray on 127.0.0.1, 1 CPUs" in done.stderr
+    assert len(read_table(tmp_path / "results" / "local", "runs")) == 2
