@@ -103,8 +103,8 @@ def test_grid_points_equal_hydra_composition(experiment: str) -> None:
 
 
 def test_quickstart_is_small() -> None:
-    """The README's first sweep stays a minute's work: 10 to 20 runs, every one a training run."""
+    """The README's main job stays a minute's work: 10 to 30 runs, every one a training run."""
     configs = build_points("quickstart")
-    assert 10 <= len(configs) <= 20
+    assert 10 <= len(configs) <= 30
     assert {config["workload"]["type"] for config in configs} == {"dlrm"}
     assert {config["name"] for config in configs} == {"quickstart"}

@@ -43,6 +43,7 @@ class RayNetsweepLauncherConf:
     max_wall_time_s: Optional[float] = None  # a run still going after this wall time: status timeout
     flush_rows: int = 10_000  # write Parquet parts once this many rows are buffered ...
     flush_interval_s: float = 10.0  # ... or this many seconds after the last write
+    report: bool = False  # at the end, build each dataset's report and print its summary
 
 
 @dataclass
@@ -76,10 +77,11 @@ class RayNetsweepLauncher(Launcher):
 
     def __init__(self, max_in_flight: Optional[int] = None, max_retries: int = 2,
                  max_wall_time_s: Optional[float] = None, flush_rows: int = 10_000,
-                 flush_interval_s: float = 10.0) -> None:
+                 flush_interval_s: float = 10.0, report: bool = False) -> None:
         self.max_in_flight = max_in_flight
         self.max_retries = max_retries
         self.max_wall_time_s = max_wall_time_s
+        self.report = report
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self.config: Optional[DictConfig] = None
@@ -138,6 +140,11 @@ class RayNetsweepLauncher(Launcher):
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
         print(format_summary(summary))
+        if self.report and not summary.interrupted:
+            from sweep.report import print_report
+
+            for dataset in dict.fromkeys(run.dataset for run in runs):
+                print_report(dataset)
         if summary.interrupted:
             raise SystemExit(EXIT_INTERRUPTED)
         if summary.failed:
