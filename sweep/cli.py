@@ -4,9 +4,11 @@
 selected in conf/config.yaml, `hydra_plugins/netsweep_ray_launcher/`, which does not call `main`.)
 
 Exit codes: 0 for a run that finished (status `ok` or `timeout`) or was already done; 1 for a run
-that failed (status `error`, stored with a repro command); 2 for a config that cannot run, refused
-before anything is launched with one line `error: <message>` on stderr. A config Hydra itself cannot
-compose (an unknown preset, a bad override) is reported by Hydra, without a traceback, with exit 1.
+that failed (status `error`, stored with a repro command) or whose rows could not be written; 2 for
+a config that cannot run (including a `${...}` that does not resolve, and a `results_dir`/`name`
+that is a file or not writable), refused before anything is launched with one line
+`error: <message>` on stderr. A config Hydra itself cannot compose (an unknown preset, a bad
+override) is reported by Hydra, without a traceback, with exit 1.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Any, Mapping, TextIO
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 import engine
 
-from .plan import pop_force, validate
+from .plan import check_dataset, config_error, pop_force, validate
 from .runner import execute, run_id
 from .store import ResultStore
 
@@ -133,6 +136,7 @@ def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None =
     config = dict(config)
     try:
         validate(config)
+        check_dataset(config)
     except engine.ConfigError as exc:
         print(f"error: {exc}", file=err)
         return EXIT_BAD_CONFIG
@@ -146,8 +150,12 @@ def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None =
         return EXIT_OK
 
     rows = execute(config)
-    store.append(rows)
-    store.flush()
+    try:
+        store.append(rows)
+        store.flush()
+    except OSError as exc:  # the disk filled up, the directory went away or read-only meanwhile
+        print(f"error: cannot write the results to {dataset}/: {exc}", file=err)
+        return EXIT_RUN_FAILED
     print(format_summary(rows, dataset), file=out)
     return EXIT_RUN_FAILED if rows["runs"][0]["status"] == "error" else EXIT_OK
 
@@ -155,9 +163,12 @@ def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None =
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Hydra entry point of `python -m sweep`; `+force=true` reruns a run that is already done."""
-    config = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(config, dict)  # the root config is a mapping
     try:
+        try:
+            config = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as exc:  # a `${...}` that does not resolve
+            raise config_error(exc) from None
+        assert isinstance(config, dict)  # the root config is a mapping
         force = pop_force(config)
     except engine.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -5,7 +5,9 @@ Only a run's plain config goes out and only its rows come back (lists of dicts, 
 driver writes the Parquet. Each Ray task calls `sweep.runner.execute`, which turns any exception
 of the run into an error row and stops a run past its wall-time budget as `timeout`; a worker
 process that dies (killed, out of memory) is retried by Ray `max_retries` times and then recorded
-as an error row built here. Ray is imported on first use: the single-run command never loads it.
+as an error row built here. Each runs row says where it ran (`worker_node`, `worker`) and which
+execution of the task produced it (`attempt`, 0 unless a worker process or node died under it).
+Ray is imported on first use: the single-run command never loads it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,26 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:  # a host name, or `auto`
         return False
+
+
+def _on_worker(run_fn: Callable[[dict[str, Any], float | None], Rows], config: dict[str, Any],
+               max_wall_time_s: float | None) -> Rows:
+    """The body of a run's Ray task: `run_fn` on the config, then where it ran in its runs row:
+    `worker_node` (the Ray node id), `worker` (`host:pid` of the worker process) and `attempt`
+    (0 for the first execution, 1 after its worker process or node died once, ...)."""
+    import ray  # noqa: PLC0415 - on a worker, where Ray is loaded already
+
+    rows = run_fn(config, max_wall_time_s)
+    try:
+        node = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - provenance only: never fail a finished run over it
+        node = None
+    try:  # not in Ray's public API (2.60): the number of the current execution of this task
+        attempt = int(ray._private.worker.global_worker.core_worker.get_current_task_attempt_number())
+    except Exception:  # noqa: BLE001
+        attempt = None
+    rows["runs"][0].update(worker_node=node, worker=f"{socket.gethostname()}:{os.getpid()}", attempt=attempt)
+    return rows
 
 
 def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
@@ -123,13 +145,14 @@ class RayExecutor:
         them one by one after a Ctrl-C, which has also reached the workers, can crash Ray's driver."""
         ray = self._ray
         assert ray is not None, "use the executor as a context manager: with RayExecutor(...) as executor"
-        task = ray.remote(num_cpus=1, max_retries=self.max_retries)(self.run_fn)
+        task = ray.remote(num_cpus=1, max_retries=self.max_retries)(_on_worker)
+        run_fn = ray.put(self.run_fn) if self.run_fn is not execute else execute  # a test's: shipped once
         window = self.max_in_flight or IN_FLIGHT_PER_CPU * self._cpus()
         todo = iter(runs)
         in_flight: dict[Any, PlannedRun] = {}  # ObjectRef -> its run
         while True:
             while len(in_flight) < window and (run := next(todo, None)) is not None:
-                in_flight[task.remote(run.config, self.max_wall_time_s)] = run
+                in_flight[task.remote(run_fn, run.config, self.max_wall_time_s)] = run
             if not in_flight:
                 return
             ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
@@ -151,4 +174,7 @@ class RayExecutor:
             tail = "\n".join(str(exc).strip().splitlines()[-ERROR_TAIL_LINES:])
             if not isinstance(exc, ray.exceptions.RayTaskError):  # not raised by the task: its process died
                 tail = f"{type(exc).__name__} (the run was retried {self.max_retries} times): {tail}"
+                rows = failed_rows(run.config, tail)
+                rows["runs"][0]["attempt"] = self.max_retries  # its last execution, numbered from 0
+                return rows
             return failed_rows(run.config, tail)

@@ -12,7 +12,10 @@ first, and running the same sweep again resumes it.
 from __future__ import annotations
 
 import contextlib
+import os
+import resource
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -84,6 +87,22 @@ def _to_run(runs: Sequence[PlannedRun], stores: dict[Path, ResultStore],
     return todo
 
 
+# `NETSWEEP_RSS_EVERY=N`: every N runs stored, one line on stderr with this process's memory (for
+# soak tests: `benchmarks/soak_sweep.py`).
+RSS_EVERY_ENV = "NETSWEEP_RSS_EVERY"
+
+
+def _memory_mib() -> tuple[float, float]:
+    """(current RSS, peak RSS) of this process in MiB (Linux /proc; getrusage's peak elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            fields = dict(line.split(":", 1) for line in status if line.startswith(("VmRSS", "VmHWM")))
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return peak, peak
+
+
 def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 10_000,
               flush_interval_s: float = 10.0, progress_file: TextIO | None = None,
               show_progress: bool | None = None) -> SweepSummary:
@@ -95,6 +114,8 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
     stores = {path: ResultStore(path, flush_rows, flush_interval_s) for path in datasets}
     summary = SweepSummary(grid_points=len(runs), datasets=datasets)
     todo = _to_run(runs, stores, summary)
+    rss_setting = os.environ.get(RSS_EVERY_ENV, "")
+    rss_every = int(rss_setting) if rss_setting.isdigit() else 0
     if todo:
         try:
             # SIGTERM is taken over once Ray is up: Ray's driver sets a handler of its own on connecting.
@@ -111,6 +132,10 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
                             stores[run.dataset].append(rows)
                             summary.record(rows["runs"][0])
                         bar.update(rows["runs"][0]["status"])
+                        if rss_every and summary.ran % rss_every == 0:
+                            rss, peak = _memory_mib()
+                            print(f"rss: {summary.ran} runs, {rss:.1f} MiB now, peak {peak:.1f} MiB",
+                                  file=sys.stderr, flush=True)
                 finally:  # before the executor stops: nothing finished is lost
                     with _signals_deferred():
                         for store in stores.values():

@@ -12,6 +12,7 @@ that cannot run is reported with its overrides and nothing is launched.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
 
 import engine
 
@@ -36,6 +38,32 @@ def validate(config: Mapping[str, Any]) -> None:
     if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
         raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
     engine.load_config(config)
+
+
+def check_dataset(config: Mapping[str, Any]) -> None:
+    """Raise `engine.ConfigError` if the dataset directory `${results_dir}/${name}` cannot be written:
+    a path component that is a file, or a directory this process may not write to. Nothing is
+    created; checked before a run is launched, so no run is wasted on results that cannot be kept."""
+    results_dir, name = Path(config["results_dir"]), config["name"]
+    for key, value, path in (("results_dir", config["results_dir"], results_dir),
+                             ("name", name, results_dir / name)):
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise engine.ConfigError(key, value, f"a directory for the results, but {existing} is a file")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise engine.ConfigError(key, value, f"a directory this user can write to, but {existing} is not writable")
+
+
+def config_error(exc: OmegaConfBaseException) -> engine.ConfigError:
+    """An OmegaConf error raised while resolving a config (a bad `${...}` interpolation) as a
+    `ConfigError` naming the key."""
+    key = getattr(exc, "full_key", None) or "config"
+    node = getattr(exc, "child_node", None)
+    value = node._value() if node is not None else None  # the text of the interpolation
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return engine.ConfigError(key, value, f"a value or an interpolation that resolves ({reason})")
 
 
 def _validate_ray(config: Mapping[str, Any]) -> None:
@@ -85,12 +113,19 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
     """Resolve and validate every grid point with `compose` (overrides -> plain config); raise
     `GridError` for the first point that cannot run."""
     runs = []
+    checked: set[tuple[str, str]] = set()  # datasets already found writable
     for index, overrides in enumerate(points):
-        config = compose(overrides)
         try:
+            try:
+                config = compose(overrides)
+            except OmegaConfBaseException as exc:
+                raise config_error(exc) from exc
             force = pop_force(config)
             _validate_ray(config)
             validate(config)
+            if (config["results_dir"], config["name"]) not in checked:
+                check_dataset(config)
+                checked.add((config["results_dir"], config["name"]))
         except engine.ConfigError as exc:
             raise GridError(index, len(points), overrides, exc) from exc
         runs.append(PlannedRun(tuple(overrides), config, run_id(config), force))

@@ -27,6 +27,7 @@ class SweepSummary:
     skipped: int = 0  # already done with status ok (or a repeat of another grid point)
     statuses: Counter[str] = field(default_factory=Counter)
     failures: list[dict[str, Any]] = field(default_factory=list)  # runs rows of failed runs
+    retried: int = 0  # runs Ray executed again because their worker process or node died
     wall_s: float = 0.0
     interrupted: bool = False
 
@@ -43,6 +44,8 @@ class SweepSummary:
     def record(self, runs_row: Mapping[str, Any]) -> None:
         """Count one finished run by the `runs` row it produced."""
         self.statuses[runs_row["status"]] += 1
+        if (runs_row.get("attempt") or 0) > 0:
+            self.retried += 1
         if runs_row["status"] != "ok":
             self.failures.append(dict(runs_row))
 
@@ -94,6 +97,8 @@ def format_summary(summary: SweepSummary) -> str:
         *(f"  {status:<10}{count:>8}" for status, count in sorted(summary.statuses.items())
           if status not in STATUSES),
         f"  {'skipped':<10}{summary.skipped:>8}   already done with status ok",
+        *([f"  {'retried':<10}{summary.retried:>8}   run again after their worker process or node died"]
+          if summary.retried else []),
         f"  ran {summary.ran} in {summary.wall_s:.1f} s{rate}",
     ]
     if summary.failures:

@@ -42,7 +42,7 @@ from omegaconf import OmegaConf
 
 from .cli import CONF_DIR
 from .runner import CONFIG_GROUPS, flatten
-from .store import load_runs, load_table, part_files, read_table
+from .store import load_runs, load_table, read_table, readable_parts
 
 REPORT_DIR = "report"
 SUMMARY_FILE = "summary.md"
@@ -173,7 +173,7 @@ def read_dataset(path: str | os.PathLike[str]) -> Dataset:
     layers = load_table(path, "layers", LAYERS_COLUMNS)
     runs = runs.join(exposed_breakdown(runs, layers), on="run_id")
     runs["unaccounted_s"] = runs["iteration_time_s"] - runs[[c for c, _, _ in BREAKDOWN[:4]]].sum(axis=1)
-    flow_rows = sum(pq.ParquetFile(part).metadata.num_rows for part in part_files(path, "flows"))
+    flow_rows = sum(pq.ParquetFile(part).metadata.num_rows for part in readable_parts(path, "flows"))
     flow_columns = ["end_s", "fct_s"]
     if flow_rows <= MAX_FLOW_ROWS:
         flows = load_table(path, "flows", flow_columns)

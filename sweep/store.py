@@ -8,11 +8,18 @@ never lost. Parts may differ in columns (a later engine adds metrics, a column i
 batch); `read_table` unifies them, and DuckDB reads them with `union_by_name=true`. A run stored
 more than once (rerun, or failed then run again) has rows from each attempt; `load_runs` and
 `load_table` return each run once, its newest attempt.
+
+A part that cannot be read (truncated, garbage: a disk or copy fault, never a crash of this code) is
+moved to `<dataset>/quarantine/<table>/` with one warning line on stderr the first time a read
+meets it, so it never breaks a later read and is never deleted. The parts of one flush share their
+file name across tables; a run whose `runs` row sits in a part named like a quarantined part has
+lost rows, so `ResultStore.completed_run_ids` does not count it done and a resume runs it again.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from dataclasses import fields, is_dataclass
@@ -29,6 +36,7 @@ import pyarrow.parquet as pq
 from engine.config import SimConfig
 
 PART_GLOB = "part-*.parquet"
+QUARANTINE = "quarantine"  # `<dataset>/quarantine/<table>/`: parts that could not be read
 _PART = "__part"  # a column `load_table` adds while reading: the index of the row's part
 
 # Integer and boolean columns read as pandas' nullable dtypes, so a null (a column a part lacks, a
@@ -45,17 +53,18 @@ def _part_name() -> str:
     return f"part-{stamp}-{uuid.uuid4().hex}.parquet"
 
 
-def write_part(table_dir: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+def write_part(table_dir: Path, rows: Sequence[Mapping[str, Any]],
+               name: str | None = None) -> Path:
     """Write `rows` as one new Parquet part in `table_dir` (created if needed), atomically; return
-    its path. The part has every column any row has; column types are inferred from the values; a
-    column that is all None gets the null type, which `read_table` promotes to the type other parts
-    give it."""
+    its path (named `name`, or a new unique part name). The part has every column any row has;
+    column types are inferred from the values; a column that is all None gets the null type, which
+    `read_table` promotes to the type other parts give it."""
     table_dir.mkdir(parents=True, exist_ok=True)
     # Every row gets every column of the batch (null where it has none): pyarrow would take the
     # columns from the first row alone and drop the others (a flows run's row has no training columns).
     columns = list(dict.fromkeys(key for row in rows for key in row))
     table = pa.Table.from_pylist([{column: row.get(column) for column in columns} for row in rows])
-    final_path = table_dir / _part_name()
+    final_path = table_dir / (name or _part_name())
     # A leading dot hides the temporary file from pyarrow datasets; the suffix hides it from globs.
     tmp_path = table_dir / f".{final_path.name}.tmp"
     try:
@@ -73,6 +82,54 @@ def write_part(table_dir: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
 def part_files(dataset: str | os.PathLike[str], table: str) -> list[Path]:
     """The finished part files of `table` in `dataset`, oldest first."""
     return sorted((Path(dataset) / table).glob(PART_GLOB))
+
+
+def _corrupt(exc: BaseException) -> bool:
+    """Whether an error reading a part says the part itself is bad (pyarrow's: no errno), not the
+    system (a permission, too many open files: an OSError with an errno, raised on)."""
+    return isinstance(exc, pa.ArrowException) or (isinstance(exc, OSError) and exc.errno is None)
+
+
+def quarantine(path: Path, reason: BaseException | str) -> None:
+    """Move the unreadable part `path` (`<dataset>/<table>/part-*.parquet`) to
+    `<dataset>/quarantine/<table>/`, keeping its name, and say so in one line on stderr. Another
+    reader may have moved it first: then nothing is done. Where the dataset cannot be written (a
+    read-only copy), the part stays and the warning says it was skipped; every read warns again."""
+    target_dir = path.parent.parent / QUARANTINE / path.parent.name
+    first_line = str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__
+    try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target_dir / path.name)
+    except FileNotFoundError:  # quarantined by a concurrent reader
+        return
+    except OSError as exc:  # a read-only dataset: leave the part, skip it in this read
+        print(f"warning: {path} is not a readable Parquet part ({first_line}); skipped (cannot move it "
+              f"to {target_dir}/: {exc.strerror})", file=sys.stderr)
+        return
+    print(f"warning: {path} is not a readable Parquet part ({first_line}); moved to {target_dir}/",
+          file=sys.stderr)
+
+
+def quarantined_parts(dataset: str | os.PathLike[str]) -> list[Path]:
+    """Every part moved aside by `quarantine`, over all tables."""
+    return sorted((Path(dataset) / QUARANTINE).glob(f"*/{PART_GLOB}"))
+
+
+def readable_parts(dataset: str | os.PathLike[str], table: str) -> list[Path]:
+    """`part_files` whose Parquet footer reads; the others are quarantined (see `quarantine`)."""
+    parts = []
+    for path in part_files(dataset, table):
+        try:
+            pq.read_metadata(path)
+        except FileNotFoundError:  # quarantined by a concurrent reader meanwhile
+            continue
+        except (OSError, pa.ArrowException) as exc:
+            if not _corrupt(exc):
+                raise
+            quarantine(path, exc)
+            continue
+        parts.append(path)
+    return parts
 
 
 def read_table(dataset: str | os.PathLike[str], table: str,
@@ -95,13 +152,21 @@ def _read_parts(dataset: str | os.PathLike[str], table: str, wanted: list[str] |
     """Each part of `table`, oldest first, restricted to `wanted` columns (null where a part lacks one)."""
     tables = []
     for path in part_files(dataset, table):
-        with pq.ParquetFile(path) as file:
-            if wanted is None:
-                tables.append(file.read())
-                continue
-            present = set(file.schema_arrow.names)
-            part = file.read(columns=[name for name in wanted if name in present])
-            rows = file.metadata.num_rows
+        try:
+            with pq.ParquetFile(path) as file:
+                if wanted is None:
+                    tables.append(file.read())
+                    continue
+                present = set(file.schema_arrow.names)
+                part = file.read(columns=[name for name in wanted if name in present])
+                rows = file.metadata.num_rows
+        except FileNotFoundError:  # quarantined by a concurrent reader meanwhile
+            continue
+        except (OSError, pa.ArrowException) as exc:  # truncated or garbage: never fail the read
+            if not _corrupt(exc):
+                raise
+            quarantine(path, exc)
+            continue
         tables.append(pa.table({name: part[name] if name in present else pa.nulls(rows) for name in wanted}))
     return tables
 
@@ -117,7 +182,7 @@ def arrow_dataset(dataset: str | os.PathLike[str], table: str) -> ds.Dataset:
     read only what they need), with the unified schema of all its parts: pyarrow's own discovery
     takes the first part's schema, which lacks columns added later and types an all-null column as
     null. Unified as `read_table` does (int64 and double meet as double)."""
-    parts = part_files(dataset, table)
+    parts = readable_parts(dataset, table)  # footers only: a part corrupt inside fails the scan
     schemas = [pq.read_schema(path) for path in parts]
     schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
     return ds.dataset([str(path) for path in parts], schema=schema, format="parquet")
@@ -231,21 +296,55 @@ class ResultStore:
         A table leaves the buffer as soon as its part is written, so a flush interrupted half-way
         (Ctrl-C) and called again writes each row once."""
         written = {}
+        name = _part_name()  # one name for the parts of this flush: see `completed_run_ids`
         for table in sorted(self._buffer, key=lambda name: name == "runs"):  # False sorts first
             rows = self._buffer[table]
             if rows:
-                written[table] = write_part(self.path / table, rows)
+                written[table] = write_part(self.path / table, rows, name)
                 self._buffered_rows -= len(rows)
             del self._buffer[table]
         self._last_flush_s = time.monotonic()
         return written
 
     def completed_run_ids(self) -> set[str]:
-        """run_ids with status `ok`, on disk or still buffered: the runs a resume skips."""
+        """run_ids with status `ok`, on disk or still buffered: the runs a resume skips. Every
+        table's parts are checked first (unreadable ones are quarantined); a run whose newest
+        `runs` row was written by a flush that lost a part of another table is not done: it has
+        lost rows (all runs of that flush count as such: a part's run_ids cannot be read back)."""
+        tables = [entry.name for entry in self.path.iterdir()
+                  if entry.is_dir() and entry.name not in (QUARANTINE, "runs", "report")] \
+            if self.path.is_dir() else []
+        for table in tables:
+            readable_parts(self.path, table)
+        lost = {path.name for path in quarantined_parts(self.path) if path.parent.name != "runs"}
         runs = read_table(self.path, "runs", columns=["run_id", "status"])
+        if lost:
+            runs = runs[~runs["run_id"].isin(self._runs_newest_in(lost))]
         done = set(runs.loc[runs["status"] == "ok", "run_id"])
         done.update(row["run_id"] for row in self._buffer.get("runs", []) if row.get("status") == "ok")
         return done
+
+    def _runs_newest_in(self, part_names: set[str]) -> set[str]:
+        """run_ids whose newest `runs` row (latest `started_at`, later part on a tie, as in
+        `load_table`) is in a `runs` part with one of these file names."""
+        frames = []
+        for path in part_files(self.path, "runs"):
+            try:
+                with pq.ParquetFile(path) as file:
+                    part = file.read(columns=["run_id"]).to_pandas()
+                    has_started_at = "started_at" in file.schema_arrow.names
+                    part["started_at"] = file.read(columns=["started_at"])["started_at"].to_pandas() \
+                        if has_started_at else None
+            except (OSError, pa.ArrowException):  # quarantined by the next read
+                continue
+            frames.append(part.assign(part=path.name))
+        if not frames:
+            return set()
+        frame = pd.concat(frames, ignore_index=True)  # parts oldest first: `stable` keeps that order
+        frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, format="ISO8601")
+        newest = frame.sort_values("started_at", kind="stable", na_position="first").drop_duplicates(
+            "run_id", keep="last")
+        return set(newest.loc[newest["part"].isin(part_names), "run_id"])
 
     def __enter__(self) -> ResultStore:
         return self

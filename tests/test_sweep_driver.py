@@ -201,12 +201,12 @@ def test_flush_writes_runs_last_and_every_row_once(tmp_path: Path, monkeypatch: 
     real_write_part = store_module.write_part
     written: list[str] = []
 
-    def failing_on_runs(table_dir: Path, rows: Any) -> Path:
+    def failing_on_runs(table_dir: Path, rows: Any, name: str | None = None) -> Path:
         if table_dir.name == "runs" and not written.count("runs-failed"):
             written.append("runs-failed")
             raise OSError("disk full")
         written.append(table_dir.name)
-        return real_write_part(table_dir, rows)
+        return real_write_part(table_dir, rows, name)
 
     monkeypatch.setattr(store_module, "write_part", failing_on_runs)
     store = ResultStore(tmp_path, flush_interval_s=3600)

@@ -223,6 +223,13 @@ def test_failures_become_rows_and_the_sweep_goes_on(ray_address: str, tmp_path: 
                            run_fn=_misbehaving_execute(str(tmp_path)))
     summary = run_sweep(runs, executor, show_progress=False)
     assert dict(summary.statuses) == {"ok": 3, "error": 2, "timeout": 1} and summary.failed == 3
+    from sweep.progress import format_summary
+
+    text = format_summary(summary)  # what the command prints: counts, then each failed run
+    assert "  ok               3\n  error            2\n  timeout          1" in text
+    assert "failed runs (3; the sweep run again retries them)" in text
+    assert "error    RuntimeError: injected engine failure" in text
+    assert "timeout  wall-time budget of 2 s exceeded" in text
 
     stored = read_table(tmp_path / "failures", "runs").set_index("seed")
     assert stored.loc[[0, 3, 5], "status"].tolist() == ["ok"] * 3
@@ -236,6 +243,86 @@ def test_failures_become_rows_and_the_sweep_goes_on(ray_address: str, tmp_path: 
     rerun = run_sweep(runs, RayExecutor(address=ray_address), show_progress=False)
     assert (rerun.skipped, dict(rerun.statuses)) == (3, {"ok": 3})
     assert sorted(read_table(tmp_path / "failures", "runs")["seed"]) == [0, 1, 1, 2, 2, 3, 4, 4, 5]
+
+
+def _killable_execute(marker_dir: str, lives: dict[int, int]) -> Any:
+    """`execute` on a worker that first writes `seed-<seed>-pid-<its pid>` into `marker_dir`; the
+    first `lives[seed]` executions of a seed then wait (to be killed from outside), later ones run."""
+    def run_fn(config: dict[str, Any], max_wall_time_s: float | None = None) -> Any:
+        from sweep.runner import execute
+
+        seed = config["seed"]
+        prefix = f"seed-{seed}-pid-"
+        attempts = sum(name.startswith(prefix) for name in os.listdir(marker_dir))
+        open(os.path.join(marker_dir, f"{prefix}{os.getpid()}"), "w").close()
+        if attempts < lives.get(seed, 0):
+            time.sleep(120)  # mid-run, until SIGKILL
+        return execute(config, max_wall_time_s)
+    return run_fn
+
+
+def test_a_worker_killed_mid_run_is_retried_then_recorded(ray_address: str, tmp_path: Path) -> None:
+    """SIGKILL of the worker process running a run, from outside: seed 1's worker is killed once
+    (Ray runs it again: stored ok, attempt 1), seed 2's at every execution (stored as error after
+    `max_retries`); the others are untouched; the summary counts the retried runs."""
+    import threading
+
+    import ray.cloudpickle  # noqa: PLC0415 - after the cluster fixture set RAY_ENV
+
+    from sweep.progress import format_summary
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    runs = plan([[f"seed={seed}", "engine.backend=analytical", "workload=collective", "network.npus=4",
+                  f"results_dir={tmp_path}", "name=killed_workers"] for seed in range(4)], compose_config)
+    executor = RayExecutor(address=ray_address, max_retries=1, run_fn=_killable_execute(str(markers), {1: 1, 2: 99}))
+    killed: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def killer() -> None:  # SIGKILL every worker that waits (seeds 1 and 2), once each
+        seen: set[str] = set()
+        while not stop.is_set():
+            for name in os.listdir(markers):
+                seed, pid = int(name.split("-")[1]), int(name.rsplit("-", 1)[1])
+                if name in seen or seed not in (1, 2):
+                    continue
+                seen.add(name)
+                attempt = sum(other.startswith(f"seed-{seed}-") for other in seen) - 1
+                if seed == 1 and attempt > 0:
+                    continue  # its second execution runs to the end
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:  # a Ray worker, nothing else
+                    assert cmdline.read().startswith(b"ray::"), pid
+                time.sleep(0.3)  # mid-run: the worker is in its sleep
+                os.kill(pid, signal.SIGKILL)
+                killed.append((seed, pid))
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        summary = run_sweep(runs, executor, show_progress=False)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert sorted(seed for seed, _ in killed) == [1, 2, 2]  # seed 2: first execution and its one retry
+    assert dict(summary.statuses) == {"ok": 3, "error": 1} and summary.retried == 2
+
+    stored = read_table(tmp_path / "killed_workers", "runs").set_index("seed")
+    assert stored.index.is_unique and sorted(stored.index) == [0, 1, 2, 3]  # each run stored once
+    assert stored.loc[[0, 1, 3], "status"].tolist() == ["ok"] * 3
+    assert stored.loc[[0, 3], "attempt"].tolist() == [0, 0] and stored.loc[1, "attempt"] == 1
+    assert stored.loc[1, "worker"].rsplit(":", 1)[1] != str(dict(killed)[1])  # another worker process
+    assert stored.loc[2, "status"] == "error" and stored.loc[2, "attempt"] == 1
+    assert "WorkerCrashedError (the run was retried 1 times)" in stored.loc[2, "error"]
+    text = format_summary(summary)
+    assert "  retried          2   run again after their worker process or node died" in text
+    assert f"  {stored.loc[2, 'run_id']}  error    " in text and "  error            1" in text
+
+    rerun = run_sweep(runs, RayExecutor(address=ray_address), show_progress=False)  # resume: seed 2 only
+    assert (rerun.skipped, dict(rerun.statuses), rerun.retried) == (3, {"ok": 1}, 0)
+    again = read_table(tmp_path / "killed_workers", "runs")
+    assert sorted(again["seed"]) == [0, 1, 2, 2, 3]
 
 
 def test_a_failed_run_makes_the_command_exit_non_zero(ray_address: str, tmp_path: Path) -> None:

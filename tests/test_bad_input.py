@@ -1,0 +1,231 @@
+"""Mistakes a new user makes, through the real command line (`python -m sweep`, `python -m sweep -m`).
+
+Every mistake must end with one clear message on stderr that names the key and the value (and what
+is allowed), a non-zero exit code, no Python traceback, and nothing written: the files of an
+existing dataset (and everything else under the test's directory) are hashed before and after.
+
+Mistakes in the sweep's own checks give one line `error: <key>=<value> is not valid: <allowed>`
+and exit 2. Mistakes Hydra finds while composing (an unknown preset, a value override of a key
+that does not exist) are reported by Hydra itself, with exit 1: its message names the group or key
+and, for a preset, lists the available ones, followed by its hint about HYDRA_FULL_ERROR.
+
+The commands run concurrently in one module fixture (about a second each), so the file takes
+tens of seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from sweep.cli import EXIT_BAD_CONFIG, EXIT_OK, run_one
+from sweep_support import compose_config
+
+HYDRA = 1  # exit code of a mistake Hydra reports while composing
+GOOD_LAYER = "conv1 -1 5 NONE 0 5 NONE 0 5 ALLREDUCE 1048576 5\n"
+ASTRA = "workload=astra_micro_allreduce workload.path={root}/"
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One wrong command line: its arguments (`{root}` is the test directory), the exit code and
+    the pieces the message must contain."""
+
+    id: str
+    args: str
+    code: int
+    expect: tuple[str, ...]
+    multirun: bool = False
+    max_s: float | None = None  # the command must fail within this wall time
+    needs: str | None = None  # a fixture-side condition (see `_prepare`)
+    extra: dict = field(default_factory=dict)
+
+
+MISTAKES = [
+    # unknown config group option or key
+    Mistake("unknown-preset", "network=nope", HYDRA,
+            ("Could not find 'network/nope'", "Available options", "leaf_spine")),
+    Mistake("unknown-workload-preset", "workload=astra", HYDRA,
+            ("Could not find 'workload/astra'", "astra_micro_allreduce")),
+    Mistake("unknown-key-added", "+network.nope=1", EXIT_BAD_CONFIG, ("network.nope=1", "unknown key", "link_gbps")),
+    Mistake("unknown-key", "network.nope=1", HYDRA, ("network.nope", "+network.nope=1")),
+    # typo in an option value
+    Mistake("preset-typo", "tcp=newrenoo", HYDRA, ("Could not find 'tcp/newrenoo'", "newreno", "cubic")),
+    Mistake("value-typo", "tcp.cc=renoo", EXIT_BAD_CONFIG, ("tcp.cc='renoo'", "newreno, cubic, dctcp")),
+    Mistake("backend-typo", "engine.backend=fast", EXIT_BAD_CONFIG, ("engine.backend='fast'", "packet, analytical")),
+    # wrong type
+    Mistake("number-not-a-number", "network.link_gbps=fast", EXIT_BAD_CONFIG,
+            ("network.link_gbps='fast'", "number")),
+    Mistake("bool-not-a-bool", "tcp.sack=maybe", EXIT_BAD_CONFIG, ("tcp.sack='maybe'", "true or false")),
+    Mistake("int-not-an-int", "seed=abc", EXIT_BAD_CONFIG, ("seed='abc'", "an integer")),
+    Mistake("nan-bandwidth", "network.link_gbps=nan", EXIT_BAD_CONFIG, ("network.link_gbps=nan", "finite")),
+    # out of range
+    Mistake("negative-bandwidth", "network.link_gbps=-5", EXIT_BAD_CONFIG, ("network.link_gbps=-5.0", "> 0")),
+    Mistake("zero-bandwidth", "network.link_gbps=0", EXIT_BAD_CONFIG, ("network.link_gbps=0.0", "> 0")),
+    Mistake("mss-above-mtu", "tcp.mss_bytes=9000", EXIT_BAD_CONFIG, ("tcp.mss_bytes=9000", "1460")),
+    Mistake("mtu-too-small", "network.mtu_bytes=10", EXIT_BAD_CONFIG, ("network.mtu_bytes=10", ">= 68")),
+    Mistake("loss-not-a-probability", "network.loss_rate=2", EXIT_BAD_CONFIG, ("network.loss_rate=2.0", "[0, 1)")),
+    Mistake("zero-npus", "network.npus=0", EXIT_BAD_CONFIG, ("network.npus=0", ">= 2")),
+    # a topology that cannot hold the NPUs
+    Mistake("leaf-spine-npus", "network=leaf_spine network.npus=10", EXIT_BAD_CONFIG,
+            ("network.npus=10", "multiple of network.hosts_per_leaf = 4")),
+    Mistake("dumbbell-odd-npus", "network=dumbbell network.npus=7", EXIT_BAD_CONFIG, ("network.npus=7", "even")),
+    Mistake("halving-doubling-12", "system=halving_doubling network.npus=12", EXIT_BAD_CONFIG,
+            ("system.all_reduce='halving_doubling'", "power-of-two", "12")),
+    # flows to hosts that do not exist
+    Mistake("flow-to-missing-host", "workload=flows workload.flows=[{src:0,dst:99,bytes:10,start_us:0}]",
+            EXIT_BAD_CONFIG, ("workload.flows[0].dst=99", "0..15")),
+    Mistake("incast-too-many-senders", "workload=incast workload.senders=99", EXIT_BAD_CONFIG,
+            ("workload.senders=99", "1..15")),
+    # ASTRA-sim workload files
+    Mistake("astra-missing", ASTRA + "missing.txt", EXIT_BAD_CONFIG,
+            ("workload.path=", "missing.txt", "existing")),
+    Mistake("astra-empty", ASTRA + "empty.txt", EXIT_BAD_CONFIG,
+            ("workload.path=", "empty.txt", "empty or truncated")),
+    Mistake("astra-truncated", ASTRA + "truncated.txt", EXIT_BAD_CONFIG, ("truncated.txt", "1 layer lines", "found 0")),
+    Mistake("astra-field-count", ASTRA + "fields.txt", EXIT_BAD_CONFIG,
+            ("fields.txt", "line 3", "12 fields", "found 6")),
+    Mistake("astra-comm-type", ASTRA + "comm.txt", EXIT_BAD_CONFIG, ("comm.txt", "'BROADCAST'", "ALLREDUCE")),
+    Mistake("astra-directory", ASTRA + "adir", EXIT_BAD_CONFIG, ("workload.path=", "adir")),
+    # where the results go
+    Mistake("results-dir-is-a-file", "results_dir={root}/afile", EXIT_BAD_CONFIG,
+            ("results_dir=", "afile", "is a file")),
+    Mistake("name-is-a-file", "results_dir={root} name=afile", EXIT_BAD_CONFIG, ("name='afile'", "is a file")),
+    Mistake("results-dir-under-a-file", "results_dir={root}/afile/sub", EXIT_BAD_CONFIG, ("results_dir=", "is a file")),
+    Mistake("results-dir-read-only", "results_dir={root}/readonly", EXIT_BAD_CONFIG,
+            ("results_dir=", "readonly", "not writable"), needs="immutable"),
+    Mistake("name-escapes", "name=../escape", EXIT_BAD_CONFIG, ("name='../escape'", "without path separators")),
+    Mistake("name-with-slash", "name=a/b", EXIT_BAD_CONFIG, ("name='a/b'", "without path separators")),
+    Mistake("name-absolute", "name=/tmp/x", EXIT_BAD_CONFIG, ("name='/tmp/x'", "without path separators")),
+    Mistake("bad-interpolation", "+x='${oc.decode:1}'", EXIT_BAD_CONFIG, ("x='${oc.decode:1}'", "resolve")),
+    Mistake("missing-env-var", "+x='${oc.env:NETSWEEP_SURELY_UNSET}'", EXIT_BAD_CONFIG,
+            ("x='${oc.env:NETSWEEP_SURELY_UNSET}'", "NETSWEEP_SURELY_UNSET")),
+    Mistake("bad-force", "+force=maybe", EXIT_BAD_CONFIG, ("force='maybe'", "true or false")),
+    # multirun
+    Mistake("grid-bad-point", "network.link_gbps=25,-5", EXIT_BAD_CONFIG,
+            ("network.link_gbps=-5.0", "grid point 2 of 2", "network.link_gbps=-5"), multirun=True),
+    Mistake("grid-value-typo", "tcp.cc=cubic,renoo seed=1,2", EXIT_BAD_CONFIG,
+            ("tcp.cc='renoo'", "grid point 3 of 4", "tcp.cc=renoo seed=1"), multirun=True),
+    Mistake("grid-unknown-preset", "tcp=newreno,nope", HYDRA, ("Could not find 'tcp/nope'", "cubic"), multirun=True),
+    Mistake("grid-name-escapes", "name=../escape seed=1,2", EXIT_BAD_CONFIG,
+            ("name='../escape'", "grid point 1 of 2"), multirun=True),
+    Mistake("grid-results-dir-is-a-file", "results_dir={root}/afile seed=1,2", EXIT_BAD_CONFIG,
+            ("results_dir=", "is a file", "grid point 1 of 2"), multirun=True),
+    Mistake("grid-bad-interpolation", "+x='${oc.decode:1}' seed=1,2", EXIT_BAD_CONFIG,
+            ("x='${oc.decode:1}'", "grid point 1 of 2"), multirun=True),
+    Mistake("grid-launcher-setting", "hydra.launcher.max_in_flight=0", EXIT_BAD_CONFIG,
+            ("hydra.launcher.max_in_flight=0", "positive integer"), multirun=True),
+    Mistake("grid-bad-num-cpus", "ray.num_cpus=0", EXIT_BAD_CONFIG, ("ray.num_cpus=0", "positive integer"),
+            multirun=True),
+    Mistake("unreachable-ray", "ray.address=127.0.0.1:1 seed=12345", EXIT_BAD_CONFIG,
+            ("ray.address=127.0.0.1:1", "no Ray cluster answers"), multirun=True, max_s=20.0),
+]
+
+
+def _tree_hashes(root: Path) -> dict[str, str]:
+    """Every file under `root` (relative path -> SHA-256) and every directory (-> 'dir')."""
+    hashes = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        hashes[key] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+def _immutable(path: Path) -> bool:
+    """Make `path` a directory that not even root can write to (`chattr +i`); False if the file
+    system or the container does not allow it."""
+    path.mkdir()
+    try:
+        subprocess.run(["chattr", "+i", str(path)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    try:
+        (path / "probe").write_text("x")
+    except PermissionError:
+        return True
+    (path / "probe").unlink()  # chattr succeeded but writes still pass: not a real test
+    subprocess.run(["chattr", "-i", str(path)], check=False)
+    return False
+
+
+def _run(mistake: Mistake, root: Path) -> tuple[subprocess.CompletedProcess, float]:
+    args = mistake.args.replace("{root}", str(root)).split(" ")
+    keys = {arg.lstrip("+").split("=", 1)[0] for arg in args}
+    # Every command writes to the existing dataset unless it names another place itself.
+    defaults = [arg for key, arg in (("results_dir", f"results_dir={root / 'results'}"), ("name", "name=existing"))
+                if key not in keys]
+    command = [sys.executable, "-m", "sweep", *(["-m"] if mistake.multirun else []), *args, *defaults]
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, cwd=root / "cwd", timeout=120,
+                            env={**os.environ, "HYDRA_FULL_ERROR": ""})
+    return result, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Set up the workload files, an existing dataset and a read-only directory; run every mistake
+    (concurrently); return the results and the file hashes before and after."""
+    root = tmp_path_factory.mktemp("bad_input")
+    (root / "cwd").mkdir()  # the commands run here: a stray relative write would show up in the hashes
+    (root / "empty.txt").write_text("")
+    (root / "truncated.txt").write_text("MICRO\n1\n")
+    (root / "fields.txt").write_text("MICRO\n1\nconv1 -1 5 NONE 0 5\n")
+    (root / "comm.txt").write_text(f"MICRO\n1\n{GOOD_LAYER.replace('ALLREDUCE', 'BROADCAST')}")
+    (root / "adir").mkdir()
+    (root / "afile").write_text("not a directory\n")
+    immutable = _immutable(root / "readonly")
+    config = compose_config([f"results_dir={root / 'results'}", "name=existing", "workload=collective",
+                             "workload.bytes=1024", "network.npus=4", "engine.backend=analytical"])
+    assert run_one(config, out=io.StringIO()) == EXIT_OK  # an existing dataset with one run in it
+    before = _tree_hashes(root)
+    runnable = [m for m in MISTAKES if m.needs != "immutable" or immutable]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+            results = dict(zip((m.id for m in runnable), pool.map(lambda m: _run(m, root), runnable)))
+        after = _tree_hashes(root)
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(root / "readonly")], check=False)
+    yield {"results": results, "before": before, "after": after, "root": root}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_there_are_enough_distinct_mistakes() -> None:
+    assert len({m.id for m in MISTAKES}) == len(MISTAKES) >= 30
+    assert len({m.args for m in MISTAKES}) == len(MISTAKES)
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.id for m in MISTAKES])
+def test_mistake_is_refused_clearly(mistake: Mistake, outcomes: dict) -> None:
+    if mistake.id not in outcomes["results"]:
+        pytest.skip("no way to make a directory read-only for this user here (root, and chattr +i "
+                    "is not allowed): a writable check cannot be shown")
+    result, wall_s = outcomes["results"][mistake.id]
+    stderr = result.stderr
+    assert result.returncode == mistake.code, (result.returncode, stderr, result.stdout)
+    assert "Traceback" not in stderr and "Traceback" not in result.stdout
+    for piece in mistake.expect:
+        assert piece.replace("{root}", str(outcomes["root"])) in stderr, (piece, stderr)
+    if mistake.code == EXIT_BAD_CONFIG:  # the sweep's own check: exactly one line
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    if mistake.max_s is not None:
+        assert wall_s < mistake.max_s
+
+
+def test_nothing_was_written_or_changed(outcomes: dict) -> None:
+    before, after = outcomes["before"], outcomes["after"]
+    assert any(key.startswith("results/existing/runs/part-") for key in before)
+    changed = {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+    assert not changed, sorted(changed)
+    assert not (outcomes["root"] / "escape").exists() and not (outcomes["root"] / "results" / "a").exists()
