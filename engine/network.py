@@ -18,7 +18,7 @@ from random import Random
 from typing import Callable, Protocol
 
 from .eventlist import EventList
-from .units import BITS_PER_BYTE, PS_PER_S, bytes_in_duration
+from .units import BITS_PER_BYTE, PS_PER_S, bytes_in_duration, serialisation_ps
 
 # IPv4 (20 bytes) + TCP (20 bytes) headers, no options; the overhead a full segment carries on the wire.
 TCP_IP_HEADER_BYTES = 40
@@ -115,9 +115,9 @@ class Link:
         exact = self._ps_per_byte_num % rate_bps == 0
         self._ps_per_byte = self._ps_per_byte_num // rate_bps if exact else 0  # 0: use the division
         no_limit = 1 << 62  # larger than any simulated time, so the comparison never triggers
-        self._buffer_ps = no_limit if buffer_bytes is None else self._duration_ps(buffer_bytes)
+        self._buffer_ps = no_limit if buffer_bytes is None else serialisation_ps(buffer_bytes, rate_bps)
         self._ecn_threshold_ps = (
-            no_limit if ecn_threshold_bytes is None else self._duration_ps(ecn_threshold_bytes)
+            no_limit if ecn_threshold_bytes is None else serialisation_ps(ecn_threshold_bytes, rate_bps)
         )
         self.busy_until_ps = 0
         self._wire: deque = deque()  # (arrival_ps at next hop, packet), in order
@@ -130,9 +130,6 @@ class Link:
         self.drops = 0
         self.ecn_marks = 0
         self.max_backlog_ps = 0
-
-    def _duration_ps(self, size_bytes: int) -> int:
-        return size_bytes * self._ps_per_byte_num // self.rate_bps
 
     def receive_packet(self, pkt: Packet) -> None:
         """Enqueue `pkt` (or drop it), fixing its departure and its arrival at the next hop."""
@@ -156,7 +153,7 @@ class Link:
             return
         size = pkt.size_bytes
         ps_per_byte = self._ps_per_byte
-        # serialisation; exact integer picoseconds per byte where the rate allows (10/25/100/400 Gb/s)
+        # units.serialisation_ps, inlined: exact integer ps per byte where the rate allows (10/25/100/400 Gb/s)
         busy_until += size * ps_per_byte if ps_per_byte else size * self._ps_per_byte_num // self.rate_bps
         self.busy_until_ps = busy_until
         self.packets_sent += 1

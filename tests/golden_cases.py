@@ -58,7 +58,7 @@ CASES = {
 
 
 def stable_rows(case: str) -> dict:
-    """The rows of one case with the wall-clock columns removed (and the machine-specific path)."""
+    """The rows of one case with the wall-clock columns removed."""
     rows = engine.run(CASES[case])
     for row in rows["runs"]:
         for key in VOLATILE:

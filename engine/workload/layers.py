@@ -34,7 +34,7 @@ class Layer:
     ig_comm: Comm
     wg_compute_ps: int
     wg_comm: Comm
-    update_ps: int = 0
+    update_ps: int = 0  # read from the file but not simulated: ASTRA-sim's compute total excludes it
 
 
 @dataclass(frozen=True)
