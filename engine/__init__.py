@@ -4,10 +4,11 @@
 result rows. The engine imports nothing from the sweep layer, Hydra or Ray.
 """
 
+from .kernel import KERNEL  # first: it decides where the hot-path modules are imported from
 from .config import ConfigError, SimConfig, load_config
 from .run import PreparedRun, prepare, run
 
 __version__ = "0.1.0"
 ENGINE_VERSION = __version__
 
-__all__ = ["ConfigError", "ENGINE_VERSION", "PreparedRun", "SimConfig", "load_config", "prepare", "run"]
+__all__ = ["ConfigError", "ENGINE_VERSION", "KERNEL", "PreparedRun", "SimConfig", "load_config", "prepare", "run"]

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 from itertools import count
-from typing import Callable, Protocol
+from typing import Callable
+
+from mypy_extensions import mypyc_attr
 
 
-class EventSource(Protocol):
-    """Anything the event list can wake up."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class EventSource:
+    """Base of anything the event list can wake up (a class, not a Protocol, so that the compiled
+    kernel calls `do_next_event` natively)."""
 
-    def do_next_event(self) -> None: ...
+    __slots__ = ()
+
+    def do_next_event(self) -> None:
+        """Called when the entry this source scheduled comes due."""
+        raise NotImplementedError
 
 
 class EventList:
@@ -47,12 +55,16 @@ class EventList:
         """Number of entries in the heap, stale ones included."""
         return len(self.heap)
 
-    def run(self, until_ps: int) -> bool:
-        """Run events with time <= `until_ps`. Returns True if the heap ran empty (all work done)."""
+    def run(self, until_ps: int, max_events: int = -1) -> bool:
+        """Run events with time <= `until_ps`, at most `max_events` of them if that is not negative.
+        Returns True if the heap ran empty (all work done)."""
         heap = self.heap
         pop = heappop  # local binding: this loop is the hottest code in the engine
         events = 0
         while heap:
+            if events == max_events:
+                self.events_run += events
+                return False
             entry = pop(heap)
             time_ps = entry[0]
             if time_ps > until_ps:
@@ -66,7 +78,7 @@ class EventList:
         return True
 
 
-class _Callback:
+class _Callback(EventSource):
     """Adapts a plain function to the event-source interface."""
 
     __slots__ = ("callback",)

@@ -15,19 +15,26 @@ from __future__ import annotations
 from collections import deque
 from heapq import heappush
 from random import Random
-from typing import Callable, Protocol
+from typing import Callable
 
-from .eventlist import EventList
+from mypy_extensions import mypyc_attr
+
+from .eventlist import EventList, EventSource
 from .units import BITS_PER_BYTE, PS_PER_S, bytes_in_duration, serialisation_ps
 
 # IPv4 (20 bytes) + TCP (20 bytes) headers, no options; the overhead a full segment carries on the wire.
 TCP_IP_HEADER_BYTES = 40
 
 
-class PacketSink(Protocol):
-    """Anything a packet can be handed to."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class PacketSink(EventSource):
+    """Base of anything a packet can be handed to (links, TCP endpoints, test taps)."""
 
-    def receive_packet(self, pkt: "Packet") -> None: ...
+    __slots__ = ()
+
+    def receive_packet(self, pkt: Packet) -> None:
+        """Take `pkt`: queue it, consume it or hand it on to `pkt.route[pkt.hop + 1]`."""
+        raise NotImplementedError
 
 
 class Packet:
@@ -45,7 +52,7 @@ class Packet:
 
     def __init__(
         self,
-        route: tuple,
+        route: tuple[PacketSink, ...],
         size_bytes: int,
         payload_bytes: int,
         seq: int,
@@ -74,7 +81,7 @@ class Packet:
         self.route[0].receive_packet(self)
 
 
-class Link:
+class Link(PacketSink):
     """An egress port: drop-tail FIFO of `buffer_bytes`, serialisation at `rate_bps`, then
     `latency_ps` of propagation to the next sink of each packet's route.
 
@@ -120,11 +127,11 @@ class Link:
             no_limit if ecn_threshold_bytes is None else serialisation_ps(ecn_threshold_bytes, rate_bps)
         )
         self.busy_until_ps = 0
-        self._wire: deque = deque()  # (arrival_ps at next hop, packet), in order
+        self._wire: deque[tuple[int, Packet]] = deque()  # (arrival_ps at next hop, packet), in order
         if loss_rate > 0.0 and rng is None:
             raise ValueError(f"link {name}: random loss needs a seeded rng")
         self._loss_rate = loss_rate
-        self._rng = rng
+        self._rng = rng if loss_rate > 0.0 else None  # None: no random loss, no draw per packet
         self.packets_sent = 0
         self.bytes_sent = 0
         self.drops = 0
@@ -148,7 +155,7 @@ class Link:
                 self.max_backlog_ps = backlog_ps
         else:
             busy_until = now
-        if self._loss_rate and self._rng.random() < self._loss_rate:
+        if self._rng is not None and self._rng.random() < self._loss_rate:
             self.drops += 1
             return
         size = pkt.size_bytes
@@ -181,7 +188,7 @@ class Link:
         return bytes_in_duration(self.max_backlog_ps, self.rate_bps)
 
 
-class PacketDropper:
+class PacketDropper(PacketSink):
     """A sink placed in a route (by tests and loss experiments) that drops chosen data packets.
 
     `should_drop(index, pkt)` is asked for every data packet (payload > 0), `index` counting them

@@ -8,6 +8,8 @@ from .topology import BYTES_PER_KB, Topology, build_topology
 from .transport import TcpConnection, TcpSettings, make_congestion_control
 from .units import ms_to_ps, s_to_ps, us_to_ps
 
+EVENTS_PER_SLICE = 1 << 16  # about 20 ms of the compiled kernel's work
+
 
 def tcp_settings(config: SimConfig) -> TcpSettings:
     """Translate `tcp.*` (milliseconds, KiB) into the transport's picosecond/byte settings."""
@@ -55,4 +57,11 @@ class Simulation:
 
     def run(self) -> None:
         """Run until no event is left or `engine.max_sim_time_s` (then `time_limit_reached`)."""
-        self.time_limit_reached = not self.eventlist.run(s_to_ps(self.config.engine.max_sim_time_s))
+        until_ps = s_to_ps(self.config.engine.max_sim_time_s)
+        eventlist = self.eventlist
+        # In slices: the compiled kernel runs no bytecode, and Python runs signal handlers (Ctrl-C, a
+        # sweep's wall-time budget) only between bytecodes, so each return here lets them fire.
+        while not eventlist.run(until_ps, EVENTS_PER_SLICE):
+            if eventlist.heap[0][0] > until_ps:
+                self.time_limit_reached = True
+                return

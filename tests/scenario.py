@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from engine.eventlist import EventList
-from engine.network import Link, Packet, PacketDropper
+from engine.network import Link, Packet, PacketDropper, PacketSink
 from engine.transport import TcpConnection, TcpSettings, make_congestion_control
 from engine.units import PS_PER_S, gbps_to_bps, us_to_ps
 
 
-class Tap:
+class Tap(PacketSink):
     """A route sink that records (time_ps, seq, ack, payload, is_retransmit) of each packet and
     passes it on unchanged."""
 

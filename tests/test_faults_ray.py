@@ -182,7 +182,7 @@ def test_a_node_removed_mid_sweep(cluster: LoopbackCluster, tmp_path: Path) -> N
     cluster.start(workers=1)
     head, node = cluster.nodes
     head_id, node_id = cluster.node_id_of(head), cluster.node_id_of(node)
-    grid = ["seed=range(16)", "workload=incast", "workload.senders=2", "workload.bytes_per_flow=30000000",
+    grid = ["seed=range(16)", "workload=incast", "workload.senders=2", "workload.bytes_per_flow=250000000",
             "name=node_lost", f"results_dir={tmp_path / 'results'}", f"ray.address={cluster.address}",
             "hydra.launcher.flush_rows=1"]
     env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}

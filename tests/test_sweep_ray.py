@@ -327,15 +327,15 @@ def test_a_worker_killed_mid_run_is_retried_then_recorded(ray_address: str, tmp_
 
 def test_a_failed_run_makes_the_command_exit_non_zero(ray_address: str, tmp_path: Path) -> None:
     """A run past its wall-time budget: status timeout, listed with its repro, exit code 1."""
-    done = _sweep(tmp_path, "workload=incast", "workload.bytes_per_flow=20000,50000000", "name=budget",
+    done = _sweep(tmp_path, "workload=incast", "workload.bytes_per_flow=20000,5000000000", "name=budget",
                   f"results_dir={tmp_path / 'results'}", f"ray.address={ray_address}",
                   "hydra.launcher.max_wall_time_s=1")
     assert done.returncode == 1, done.stderr
     runs = read_table(tmp_path / "results" / "budget", "runs").set_index("workload.bytes_per_flow")
-    assert runs.loc[20000, "status"] == "ok" and runs.loc[50000000, "status"] == "timeout"
+    assert runs.loc[20000, "status"] == "ok" and runs.loc[5000000000, "status"] == "timeout"
     assert "  timeout          1" in done.stdout
-    assert f"  {runs.loc[50000000, 'run_id']}  timeout  wall-time budget of 1 s exceeded" in done.stdout
-    assert runs.loc[50000000, "repro"] in done.stdout
+    assert f"  {runs.loc[5000000000, 'run_id']}  timeout  wall-time budget of 1 s exceeded" in done.stdout
+    assert runs.loc[5000000000, "repro"] in done.stdout
 
 
 def test_sigkill_of_the_driver_loses_no_finished_run(ray_address: str, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from engine import load_config
 from engine.eventlist import EventList
-from engine.network import Link, Packet
+from engine.network import Link, Packet, PacketSink
 from engine.topology import build_topology
 from engine.units import PS_PER_NS, PS_PER_US, gbps_to_bps, serialisation_ps
 
@@ -29,7 +29,7 @@ def build(seed: int = 0, **overrides):
     return eventlist, build_topology(eventlist, network(**overrides), seed)
 
 
-class RecordingSink:
+class RecordingSink(PacketSink):
     """The end of a route: records (arrival time, packet)."""
 
     def __init__(self, eventlist: EventList) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from typing import Callable
 
-from ..eventlist import EventList
+from ..eventlist import EventList, EventSource
 from ..network import TCP_IP_HEADER_BYTES, Link
 from ..topology import Topology
 from ..transport import TcpConnection
@@ -99,7 +99,7 @@ class _FluidMessage:
         self.on_delivered = on_delivered
 
 
-class AnalyticalTransport:
+class AnalyticalTransport(EventSource):
     """Alpha-beta messages with max-min fair sharing of links (a fluid, flow-level model).
 
     A message of n payload bytes puts n + 40 bytes of IPv4/TCP headers per MSS segment on the wire;

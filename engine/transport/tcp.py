@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..eventlist import EventList
-from ..network import TCP_IP_HEADER_BYTES, Packet
+from ..network import TCP_IP_HEADER_BYTES, Packet, PacketSink
 from .cc import CongestionControl
 
 _NO_EVENT = -1  # `timer_event_ps` when the endpoint has no wake-up in the heap
@@ -89,7 +89,7 @@ class RttEstimator:
         self.rto_ps = min(2 * self.rto_ps, self.max_rto_ps)
 
 
-class TcpSender:
+class TcpSender(PacketSink):
     """The sending half of a connection: windows, retransmissions, the RTO timer.
 
     Sequence space: [snd_una, snd_max) is sent and unacknowledged, snd_nxt the next byte to send
@@ -114,7 +114,7 @@ class TcpSender:
         self.cc = cc
         self.rtt = RttEstimator(settings.initial_rto_ps, settings.min_rto_ps, settings.max_rto_ps,
                                 settings.clock_granularity_ps)
-        self.data_route: tuple = ()
+        self.data_route: tuple[PacketSink, ...] = ()
         self.mss_bytes = settings.mss_bytes
         self.rwnd_bytes = settings.rcv_wnd_bytes if settings.rcv_wnd_bytes else 1 << 62
         self.snd_una = 0
@@ -162,7 +162,7 @@ class TcpSender:
             return
         window = self.cc.cwnd_bytes
         if window > self.rwnd_bytes:
-            window = self.rwnd_bytes
+            window = float(self.rwnd_bytes)  # exact: windows are far below 2**53 bytes
         limit = self.snd_una + window
         mss = self.mss_bytes
         stream_end = self.stream_end
@@ -457,7 +457,7 @@ class TcpSender:
         self.send_more()
 
 
-class TcpReceiver:
+class TcpReceiver(PacketSink):
     """The receiving half: in-order delivery, out-of-order blocks, (delayed) ACKs with SACK and ECE.
 
     ACKs go at once for out-of-order data, for data that fills a hole, and when the ECN state
@@ -474,7 +474,7 @@ class TcpReceiver:
     def __init__(self, eventlist: EventList, settings: TcpSettings) -> None:
         self.eventlist = eventlist
         self.settings = settings
-        self.ack_route: tuple = ()
+        self.ack_route: tuple[PacketSink, ...] = ()
         self.rcv_nxt = 0
         self.out_of_order: list[list[int]] = []  # sorted disjoint [start, end) above rcv_nxt
         self.unacked_segments = 0
