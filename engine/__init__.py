@@ -4,9 +4,11 @@
 result rows. The engine imports nothing from the sweep layer, Hydra or Ray.
 """
 
-from .kernel import KERNEL  # first: it decides where the hot-path modules are imported from
-from .config import ConfigError, SimConfig, load_config
-from .run import PreparedRun, prepare, run
+from .kernel import choose_kernel
+
+KERNEL = choose_kernel()  # first: it decides where the hot-path modules are imported from
+from .config import ConfigError, SimConfig, load_config  # noqa: E402
+from .run import PreparedRun, prepare, run  # noqa: E402
 
 __version__ = "0.1.0"
 ENGINE_VERSION = __version__

@@ -1,26 +1,29 @@
 """Which kernel runs the hot path: the same source files compiled by mypyc, or plain CPython.
 
-The modules in `KERNEL_MODULES` are ordinary Python. `pip install` compiles them with mypyc into
-C extensions placed beside the sources (setup.py), which Python imports in preference to the
-`.py` files; that is the only difference between the two kernels, so both give identical results
-(tests/test_kernel.py runs the golden cases under both).
+The modules in `KERNEL_MODULES` are ordinary Python. `pip install` compiles them with mypyc into C
+extensions placed beside the sources (setup.py), which Python imports in preference to the `.py`
+files; that is the only difference between the two kernels, so both give identical results
+(tests/test_kernel.py runs the golden cases under both). The build also writes `BUILD_RECORD`: the
+SHA-256 of each source it compiled.
 
-The pure-Python kernel is used instead, for every kernel module at once (compiled modules call
-each other natively, so they cannot be mixed with interpreted ones), when:
+`choose_kernel()` (called by `engine/__init__.py` before any kernel module is imported) selects the
+pure-Python kernel instead, for every kernel module at once (compiled modules call each other
+natively, so they cannot be mixed with interpreted ones), when:
 - the environment sets `NETSWEEP_PURE_PYTHON=1` (at install time it also skips the compilation);
-- a module has no compiled extension (an install without a C compiler, or a plain checkout);
-- a source file is newer than its extension: an edit not yet rebuilt with `pip install -e .` must
-  not be shadowed by the stale compiled copy, so it runs interpreted, with a warning.
+- there is no compiled kernel (an install without a C compiler, or a plain checkout);
+- a source differs from the one that was compiled: an edit not yet rebuilt with `pip install -e .`
+  must not be shadowed by the stale compiled copy, so it runs interpreted, with a warning.
 
-This module is imported by `engine/__init__.py` before any kernel module and by setup.py at build
-time, so it uses the standard library only.
+Standard library only: setup.py loads this file on its own at build time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
 import warnings
@@ -39,13 +42,20 @@ KERNEL_MODULES = (
 # mypyc compiles them into one shared library, `engine/_kernel__mypyc.*.so`, holding all their code,
 # and a small shim extension per module that loads it.
 KERNEL_LIBRARY = "engine._kernel"
+BUILD_RECORD = "_kernel_sources.json"  # in the engine package, beside the library
 PURE_PYTHON_ENV = "NETSWEEP_PURE_PYTHON"
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 
-def source_path(module: str) -> Path:
+def source_path(module: str, root: Path = _PACKAGE_ROOT) -> Path:
     """The `.py` file of a kernel module."""
-    return _PACKAGE_ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    return root.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def source_digests(root: Path = _PACKAGE_ROOT) -> dict[str, str]:
+    """SHA-256 of each kernel module's source: what a build records and an import compares."""
+    return {module: hashlib.sha256(source_path(module, root).read_bytes()).hexdigest()
+            for module in KERNEL_MODULES}
 
 
 def extension_path(module: str) -> Path | None:
@@ -59,30 +69,26 @@ def extension_path(module: str) -> Path | None:
 
 
 def stale_modules() -> list[str]:
-    """Kernel modules whose source was modified after the kernel library was built (the shims are
-    rebuilt only when a module is added, so the library's time is the build's)."""
-    library = extension_path(KERNEL_LIBRARY + "__mypyc")
-    if library is None:
-        return list(KERNEL_MODULES)
-    built = library.stat().st_mtime
-    return [module for module in KERNEL_MODULES if source_path(module).stat().st_mtime > built]
+    """Kernel modules whose source is not the one the installed kernel was compiled from."""
+    try:
+        compiled = json.loads((_PACKAGE_ROOT / "engine" / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        compiled = {}
+    return [module for module, digest in source_digests().items() if compiled.get(module) != digest]
 
 
 def choose_kernel() -> str:
-    """'compiled' if every kernel module can be imported from its up-to-date extension, else
+    """'compiled' if every kernel module can be imported from an up-to-date extension, else
     'python' (and make sure the `.py` sources are what gets imported)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        reason = None
-    elif any(extension_path(module) is None for module in KERNEL_MODULES):
-        return "python"  # nothing compiled to shadow the sources: plain imports load the .py files
-    else:
+    if os.environ.get(PURE_PYTHON_ENV) != "1":
+        if extension_path(KERNEL_LIBRARY + "__mypyc") is None:
+            return "python"  # nothing compiled to shadow the sources: plain imports load the .py files
         stale = stale_modules()
         if not stale:
             return "compiled"
-        reason = (f"engine: {', '.join(stale)} changed after the compiled kernel was built; running "
-                  f"the pure-Python kernel (about 2x slower). Rebuild with `pip install -e .`")
-    if reason:
-        warnings.warn(reason, RuntimeWarning, stacklevel=3)
+        warnings.warn(f"engine: {', '.join(stale)} changed since the compiled kernel was built; running "
+                      f"the pure-Python kernel (about 3x slower). Rebuild with `pip install -e .`",
+                      RuntimeWarning, stacklevel=2)
     if not any(isinstance(finder, _SourceFirstFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _SourceFirstFinder())
     return "python"
@@ -96,6 +102,3 @@ class _SourceFirstFinder(importlib.abc.MetaPathFinder):
         if fullname not in KERNEL_MODULES:
             return None
         return importlib.util.spec_from_file_location(fullname, source_path(fullname))
-
-
-KERNEL = choose_kernel()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from heapq import heappush
 from random import Random
-from typing import Callable
+from typing import Callable, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -23,7 +23,7 @@ from .eventlist import EventList, EventSource
 from .units import BITS_PER_BYTE, PS_PER_S, bytes_in_duration, serialisation_ps
 
 # IPv4 (20 bytes) + TCP (20 bytes) headers, no options; the overhead a full segment carries on the wire.
-TCP_IP_HEADER_BYTES = 40
+TCP_IP_HEADER_BYTES: Final = 40
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -42,12 +42,13 @@ class Packet:
 
     `seq` and `ack` are byte sequence numbers; `size_bytes` is the size on the wire (headers
     included); `payload_bytes` the TCP payload. `sent_ps` and `is_retransmit` are what the receiver
-    echoes for RTT sampling (Karn's rule: no sample from a retransmitted segment).
+    echoes for RTT sampling (Karn's rule: no sample from a retransmitted segment). `arrival_ps` is
+    set by the link carrying the packet: when it reaches the next hop.
     """
 
     __slots__ = (
         "route", "hop", "size_bytes", "payload_bytes", "seq", "ack", "sack_blocks",
-        "sent_ps", "is_retransmit", "ecn_capable", "ce", "ece", "cwr",
+        "sent_ps", "is_retransmit", "ecn_capable", "ce", "ece", "cwr", "arrival_ps",
     )
 
     def __init__(
@@ -74,6 +75,7 @@ class Packet:
         self.ce = False
         self.ece = False
         self.cwr = False
+        self.arrival_ps = 0
 
     def send_on(self) -> None:
         """Hand the packet to the first sink of its route."""
@@ -127,7 +129,7 @@ class Link(PacketSink):
             no_limit if ecn_threshold_bytes is None else serialisation_ps(ecn_threshold_bytes, rate_bps)
         )
         self.busy_until_ps = 0
-        self._wire: deque[tuple[int, Packet]] = deque()  # (arrival_ps at next hop, packet), in order
+        self._wire: deque[Packet] = deque()  # the packets on the wire, in order of arrival_ps
         if loss_rate > 0.0 and rng is None:
             raise ValueError(f"link {name}: random loss needs a seeded rng")
         self._loss_rate = loss_rate
@@ -166,18 +168,19 @@ class Link(PacketSink):
         self.packets_sent += 1
         self.bytes_sent += size
         arrival_ps = busy_until + self.latency_ps
+        pkt.arrival_ps = arrival_ps
         wire = self._wire
-        wire.append((arrival_ps, pkt))
+        wire.append(pkt)
         if len(wire) == 1:
             heappush(eventlist.heap, (arrival_ps, next(eventlist.sequence), self))  # schedule, inlined
 
     def do_next_event(self) -> None:
         """The head packet reaches the next hop; schedule the next head, if any."""
         wire = self._wire
-        pkt = wire.popleft()[1]
+        pkt = wire.popleft()
         if wire:
             eventlist = self.eventlist
-            heappush(eventlist.heap, (wire[0][0], next(eventlist.sequence), self))  # schedule, inlined
+            heappush(eventlist.heap, (wire[0].arrival_ps, next(eventlist.sequence), self))  # schedule, inlined
         hop = pkt.hop + 1
         pkt.hop = hop
         pkt.route[hop].receive_packet(pkt)

@@ -4,11 +4,13 @@ Every conversion between seconds, microseconds, bits and bytes goes through this
 conversion factor is written once.
 """
 
-PS_PER_S = 1_000_000_000_000  # picoseconds in one second
-PS_PER_MS = 1_000_000_000
-PS_PER_US = 1_000_000
-PS_PER_NS = 1_000
-BITS_PER_BYTE = 8
+from typing import Final
+
+PS_PER_S: Final = 1_000_000_000_000  # picoseconds in one second
+PS_PER_MS: Final = 1_000_000_000
+PS_PER_US: Final = 1_000_000
+PS_PER_NS: Final = 1_000
+BITS_PER_BYTE: Final = 8
 
 
 def us_to_ps(us: float) -> int:

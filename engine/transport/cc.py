@@ -7,10 +7,11 @@ sender calls; each hook can be called from a unit test with no event loop. The s
 
 from __future__ import annotations
 
+from typing import Final
 
 from ..units import PS_PER_S
 
-_UNLIMITED = float("inf")
+_UNLIMITED: Final = float("inf")
 
 
 class CongestionControl:

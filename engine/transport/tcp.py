@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Final
 
 from ..eventlist import EventList
 from ..network import TCP_IP_HEADER_BYTES, Packet, PacketSink
 from .cc import CongestionControl
 
-_NO_EVENT = -1  # `timer_event_ps` when the endpoint has no wake-up in the heap
-_DUPACK_THRESHOLD = 3  # RFC 5681 DupThresh
-_MAX_SACK_BLOCKS = 3  # what fits in the TCP option space next to nothing else (RFC 2018)
+_NO_EVENT: Final = -1  # `timer_event_ps` when the endpoint has no wake-up in the heap
+_DUPACK_THRESHOLD: Final = 3  # RFC 5681 DupThresh
+_MAX_SACK_BLOCKS: Final = 3  # what fits in the TCP option space next to nothing else (RFC 2018)
 
 
 @dataclass(frozen=True, slots=True)
