@@ -6,9 +6,9 @@ selected in conf/config.yaml, `hydra_plugins/netsweep_ray_launcher/`, which does
 Exit codes: 0 for a run that finished (status `ok` or `timeout`) or was already done; 1 for a run
 that failed (status `error`, stored with a repro command) or whose rows could not be written; 2 for
 a config that cannot run (including a `${...}` that does not resolve, and a `results_dir`/`name`
-that is a file or not writable), refused before anything is launched with one line
-`error: <message>` on stderr. A config Hydra itself cannot compose (an unknown preset, a bad
-override) is reported by Hydra, without a traceback, with exit 1.
+that is a file or not writable, and a config Hydra cannot compose: an unknown preset, a key that
+does not exist, an override it cannot parse), refused before anything is launched with one line
+`error: <message>` on stderr.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, Mapping, TextIO
 
 import hydra
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
 
-from .plan import check_dataset, config_error, pop_force, validate
+from .plan import check_dataset, config_error, hydra_error, pop_force, validate
 from .runner import execute, run_id
 from .store import ResultStore
 
@@ -160,8 +161,28 @@ def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None =
     return EXIT_RUN_FAILED if rows["runs"][0]["status"] == "error" else EXIT_OK
 
 
+def main() -> None:
+    """`python -m sweep [-m] [overrides]`. Mistakes Hydra finds while composing the config (an
+    unknown preset, a key that does not exist) are reported like every other bad input: one line
+    `error: ...` on stderr, exit 2. `HYDRA_FULL_ERROR=1` still shows Hydra's own traceback."""
+    full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises its errors instead of printing them and exiting 1
+    try:
+        _hydra_main()
+    except (MissingConfigException, ConfigCompositionException, OverrideParseException) as exc:
+        if full_error == "1":
+            raise
+        print(f"error: {hydra_error(exc, sys.argv[1:])}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+    finally:
+        if full_error is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
+
+
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     """Hydra entry point of `python -m sweep`; `+force=true` reruns a run that is already done."""
     try:
         try:

@@ -12,7 +12,9 @@ that cannot run is reported with its overrides and nothing is launched.
 from __future__ import annotations
 
 import copy
+import difflib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -21,6 +23,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
@@ -64,6 +67,47 @@ def config_error(exc: OmegaConfBaseException) -> engine.ConfigError:
     value = node._value() if node is not None else None  # the text of the interpolation
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return engine.ConfigError(key, value, f"a value or an interpolation that resolves ({reason})")
+
+
+def hydra_error(exc: HydraException, args: Sequence[str]) -> engine.ConfigError:
+    """A mistake Hydra finds while composing the command line `args` (an unknown preset, an override
+    of a key that does not exist, an override it cannot parse) as a `ConfigError` naming the key,
+    the value and what is allowed, with the closest allowed name when there is one."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+        group, _, choice = exc.missing_cfg_file.rpartition("/")
+        return engine.ConfigError(group, choice, f"a preset in conf/{group}/{_closest(choice, exc.options)}: "
+                                                 f"{', '.join(sorted(exc.options))}")
+    if isinstance(exc, OverrideParseException):
+        parser = OverridesParser.create()
+        for arg in args:
+            if not arg.startswith("-"):
+                try:
+                    parser.parse_overrides([arg])
+                except OverrideParseException:
+                    return engine.ConfigError("override", arg, f"Hydra's override syntax ({lines[0]})")
+        return engine.ConfigError("override", " ".join(args), f"Hydra's override syntax ({lines[0]})")
+    # "Could not override 'tcp.min_rto'. To append to your config use +tcp.min_rto=5", and the like
+    quoted = re.search(r"'([^']+)'", lines[0])
+    key = quoted.group(1) if quoted else "config"
+    value = next((arg.split("=", 1)[1] for arg in args if "=" in arg and arg.lstrip("+~").split("=", 1)[0] == key),
+                 None)
+    cause = exc.__cause__
+    parent = getattr(cause, "parent_node", None)
+    if isinstance(cause, OmegaConfBaseException) and isinstance(parent, DictConfig) and len(parent):
+        prefix = str(getattr(cause, "full_key", "")).rpartition(".")[0]
+        where = f"{prefix}." if prefix else ""
+        known = [str(name) for name in parent.keys() if str(name) != "hydra"]
+        typo = key[len(where):].split(".")[0]
+        return engine.ConfigError(key, value, f"an existing key{_closest(typo, known, where)}: "
+                                               f"{', '.join(where + name for name in known)}")
+    return engine.ConfigError(key, value, " ".join(lines))
+
+
+def _closest(name: str, allowed: Sequence[str], prefix: str = "") -> str:
+    """' (did you mean X?)' for the allowed name closest to a mistyped one, or ''."""
+    match = difflib.get_close_matches(name, allowed, n=1)
+    return f" (did you mean {prefix}{match[0]}?)" if match else ""
 
 
 def _validate_ray(config: Mapping[str, Any]) -> None:

@@ -152,6 +152,7 @@ def test_cli_refuses_invalid_value_in_one_line(tmp_path: Path, override: str, ke
 
 def test_cli_refuses_unknown_preset_without_traceback(tmp_path: Path) -> None:
     refused = _sweep(tmp_path, "name=bad", f"results_dir={tmp_path / 'results'}", "network=nonexistent")
-    assert refused.returncode != 0
-    assert "network/nonexistent" in refused.stderr and "Traceback" not in refused.stderr
+    assert refused.returncode == EXIT_BAD_CONFIG
+    assert refused.stderr.startswith("error: network='nonexistent' is not valid: a preset in conf/network/")
+    assert "Traceback" not in refused.stderr
     assert not (tmp_path / "results").exists()
