@@ -38,6 +38,9 @@ KERNEL_MODULES = (
     "engine.network",
     "engine.transport.cc",
     "engine.transport.tcp",
+    "engine.system.algorithms",
+    "engine.system.collectives",
+    "engine.system.transport",
 )
 # mypyc compiles them into one shared library, `engine/_kernel__mypyc.*.so`, holding all their code,
 # and a small shim extension per module that loads it.

@@ -119,7 +119,7 @@ def _binary_tree_steps(p: int, half_bytes: int, mirrored: bool) -> Program:
         node = node_of(r)
         parent = [rank_of((node - 1) // 2)] if node else []
         children = [rank_of(c) for c in (2 * node + 1, 2 * node + 2) if c < p]
-        steps = []
+        steps: list[tuple[list[tuple[int, int]], list[int]]] = []
         for _ in range(blocks):  # reduce: wait for the children's block, then pass the sum up
             if children:
                 steps.append(([], children))
