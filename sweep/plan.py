@@ -80,13 +80,8 @@ def hydra_error(exc: HydraException, args: Sequence[str]) -> engine.ConfigError:
                                                  f"{', '.join(sorted(exc.options))}")
     if isinstance(exc, OverrideParseException):
         parser = OverridesParser.create()
-        for arg in args:
-            if not arg.startswith("-"):
-                try:
-                    parser.parse_overrides([arg])
-                except OverrideParseException:
-                    return engine.ConfigError("override", arg, f"Hydra's override syntax ({lines[0]})")
-        return engine.ConfigError("override", " ".join(args), f"Hydra's override syntax ({lines[0]})")
+        unparsable = next((arg for arg in args if not arg.startswith("-") and not _parses(parser, arg)), " ".join(args))
+        return engine.ConfigError("override", unparsable, f"Hydra's override syntax ({lines[0]})")
     # "Could not override 'tcp.min_rto'. To append to your config use +tcp.min_rto=5", and the like
     quoted = re.search(r"'([^']+)'", lines[0])
     key = quoted.group(1) if quoted else "config"
@@ -102,6 +97,15 @@ def hydra_error(exc: HydraException, args: Sequence[str]) -> engine.ConfigError:
         return engine.ConfigError(key, value, f"an existing key{_closest(typo, known, where)}: "
                                                f"{', '.join(where + name for name in known)}")
     return engine.ConfigError(key, value, " ".join(lines))
+
+
+def _parses(parser: OverridesParser, arg: str) -> bool:
+    """Whether Hydra can parse the single override `arg`."""
+    try:
+        parser.parse_overrides([arg])
+    except OverrideParseException:
+        return False
+    return True
 
 
 def _closest(name: str, allowed: Sequence[str], prefix: str = "") -> str:
