@@ -62,6 +62,6 @@ class Simulation:
         # In slices: the compiled kernel runs no bytecode, and Python runs signal handlers (Ctrl-C, a
         # sweep's wall-time budget) only between bytecodes, so each return here lets them fire.
         while not eventlist.run(until_ps, EVENTS_PER_SLICE):
-            if eventlist.heap[0][0] > until_ps:
+            if eventlist.next_time_ps() > until_ps:
                 self.time_limit_reached = True
                 return

@@ -426,7 +426,7 @@ class TcpSender(PacketSink):
         self.rto_deadline_ps = deadline
         if self.timer_event_ps == _NO_EVENT or self.timer_event_ps > deadline:
             self.timer_event_ps = deadline
-            self.eventlist.schedule(self, deadline)
+            self.eventlist.schedule_timer(self, deadline)
 
     def do_next_event(self) -> None:
         """A timer wake-up: fire the RTO if its deadline has come, else sleep until it."""
@@ -439,7 +439,7 @@ class TcpSender(PacketSink):
             return
         if now < deadline:
             self.timer_event_ps = deadline
-            self.eventlist.schedule(self, deadline)
+            self.eventlist.schedule_timer(self, deadline)
             return
         self._on_timeout(now)
 
@@ -589,7 +589,7 @@ class TcpReceiver(PacketSink):
         self.delack_deadline_ps = deadline
         if self.timer_event_ps == _NO_EVENT:
             self.timer_event_ps = deadline
-            self.eventlist.schedule(self, deadline)
+            self.eventlist.schedule_timer(self, deadline)
 
     def do_next_event(self) -> None:
         """Delayed-ACK timer wake-up."""
@@ -599,7 +599,7 @@ class TcpReceiver(PacketSink):
             return
         if now < self.delack_deadline_ps:
             self.timer_event_ps = self.delack_deadline_ps
-            self.eventlist.schedule(self, self.delack_deadline_ps)
+            self.eventlist.schedule_timer(self, self.delack_deadline_ps)
             return
         self._send_ack()
 
