@@ -7,11 +7,16 @@ check the structure that keeps them low.
 
 from __future__ import annotations
 
+import gc
 import heapq
 from itertools import count
 from random import Random
 
+import pytest
+
+from engine import load_config
 from engine.eventlist import EventList, EventSource
+from engine.simulation import Simulation
 
 
 class _Recorder(EventSource):
@@ -78,3 +83,18 @@ def test_run_stops_at_the_time_limit_and_resumes_in_order():
         if eventlist.next_time_ps() > until_ps:
             until_ps += 3
     assert log == _one_heap_order(3, 40)
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_the_cyclic_collector_is_off_while_the_simulation_runs_and_restored_after(enabled_before):
+    sim = Simulation(load_config({"network": {"npus": 2}}))
+    seen = []
+    sim.eventlist.call_at(5, lambda: seen.append(gc.isenabled()))
+    was_enabled = gc.isenabled()
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        sim.run()
+        assert seen == [False]
+        assert gc.isenabled() == enabled_before
+    finally:
+        (gc.enable if was_enabled else gc.disable)()
