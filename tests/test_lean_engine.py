@@ -13,10 +13,15 @@ from itertools import count
 from random import Random
 
 import pytest
+from scenario import build_path
 
 from engine import load_config
 from engine.eventlist import EventList, EventSource
 from engine.simulation import Simulation
+from engine.transport import TcpReceiver, TcpSender
+from engine.units import PS_PER_US
+
+MSS = 1460
 
 
 class _Recorder(EventSource):
@@ -98,3 +103,41 @@ def test_the_cyclic_collector_is_off_while_the_simulation_runs_and_restored_afte
         assert gc.isenabled() == enabled_before
     finally:
         (gc.enable if was_enabled else gc.disable)()
+
+
+def test_an_idle_connection_holds_no_scoreboard_queue_or_list():
+    """SACK recovery fills the sender's scoreboard and recovery lists and the receiver's
+    out-of-order blocks; once everything is acknowledged they are released (None), as is the list
+    of messages awaiting delivery: an idle connection keeps only scalars, routes and its windows."""
+    lost = {100, 102, 104}  # three holes in one window: SACK recovery
+    path = build_path(latency_us=10, should_drop=lambda index, pkt: index in lost)
+    sender, receiver = path.sender, path.receiver
+    busy_fields = {"sacked": False, "recovery_retransmits": False, "out_of_order": False, "message_ends": False}
+    path.send(400 * MSS)
+    path.send(100 * MSS)  # a second message queued behind the first
+    for step in range(1, 200):
+        path.run_s(step * 1e-5)
+        for name in busy_fields:
+            owner = receiver if name in ("out_of_order", "message_ends") else sender
+            busy_fields[name] |= getattr(owner, name) is not None
+    assert len(path.delivered_ps) == 2 and sender.snd_una == sender.snd_max == 500 * MSS
+    assert sender.retransmits == len(lost) and sender.timeouts == 0  # repaired by SACK recovery
+    assert all(busy_fields.values()), busy_fields  # each was in use while the connection was busy
+    assert sender.sacked is None and sender.recovery_retransmits is None and sender.lost_retransmits is None
+    assert receiver.out_of_order is None and receiver.message_ends is None and receiver.last_block is None
+
+
+def test_connection_timers_wait_on_the_timer_heap_not_among_packet_events():
+    """Mid-run, every connection's RTO wake-up is on the timer heap; the event heap holds links
+    and callbacks only, so its size follows the links busy, not the connections open."""
+    sim = Simulation(load_config({"network": {"npus": 16},
+                                  "workload": {"type": "flows", "pattern": "all_to_all", "bytes_per_flow": 20_000}}))
+    for src in range(16):
+        for dst in range(16):
+            if src != dst:
+                sim.open_connection(src, dst).send_message(20_000, lambda: None)
+    sim.eventlist.run(3 * PS_PER_US)
+    endpoints = (TcpSender, TcpReceiver)
+    assert not any(isinstance(source, endpoints) for _, _, source in sim.eventlist.heap)
+    assert sim.eventlist.pending_timers() >= len(sim.connections) == 240
+    assert len(sim.eventlist.heap) <= len(sim.topology.links)

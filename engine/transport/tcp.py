@@ -9,11 +9,15 @@ message has been delivered in order.
 
 Timers are deadlines, not heap entries: each endpoint keeps at most one pending wake-up and, when
 it fires, re-arms itself if the deadline has moved later (lazy cancellation).
+
+Idle connections are lean: a DLRM all-to-all keeps n(n - 1) of them open. What only a busy
+connection needs -- the SACK scoreboard, the retransmissions of a recovery, the receiver's
+out-of-order blocks and its messages awaiting delivery -- is None until needed and None again once
+emptied, so an idle connection holds scalars, its two routes and its congestion state.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Final
 
@@ -24,6 +28,9 @@ from .cc import CongestionControl
 _NO_EVENT: Final = -1  # `timer_event_ps` when the endpoint has no wake-up in the heap
 _DUPACK_THRESHOLD: Final = 3  # RFC 5681 DupThresh
 _MAX_SACK_BLOCKS: Final = 3  # what fits in the TCP option space next to nothing else (RFC 2018)
+# `rwnd_bytes` without a receive window: far above any window, and below 2**62 so that compiled code
+# keeps it unboxed (a larger int would be an object of its own in every sender)
+_NO_RWND_LIMIT: Final = 1 << 61
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +101,8 @@ class TcpSender(PacketSink):
 
     Sequence space: [snd_una, snd_max) is sent and unacknowledged, snd_nxt the next byte to send
     (below snd_max after a timeout: go-back-N), stream_end the end of what the application wrote.
-    `sacked` is the SACK scoreboard, a sorted list of disjoint [start, end) blocks above snd_una.
+    `sacked` is the SACK scoreboard, a sorted list of disjoint [start, end) blocks above snd_una
+    (None when empty, as are the recovery's lists).
     """
 
     __slots__ = (
@@ -116,7 +124,7 @@ class TcpSender(PacketSink):
                                 settings.clock_granularity_ps)
         self.data_route: tuple[PacketSink, ...] = ()
         self.mss_bytes = settings.mss_bytes
-        self.rwnd_bytes = settings.rcv_wnd_bytes if settings.rcv_wnd_bytes else 1 << 62
+        self.rwnd_bytes = settings.rcv_wnd_bytes if settings.rcv_wnd_bytes else _NO_RWND_LIMIT
         self.snd_una = 0
         self.snd_nxt = 0
         self.snd_max = 0
@@ -124,10 +132,10 @@ class TcpSender(PacketSink):
         self.in_recovery = False
         self.recover_seq = 0
         self.dupacks = 0
-        self.sacked: list[list[int]] = []
+        self.sacked: list[list[int]] | None = None
         self.high_rxt = 0
-        self.recovery_retransmits: list[tuple[int, int, int]] = []  # (start, end, sent_ps) in recovery
-        self.lost_retransmits: list[tuple[int, int]] = []  # retransmissions known lost, to resend
+        self.recovery_retransmits: list[tuple[int, int, int]] | None = None  # (start, end, sent_ps) in recovery
+        self.lost_retransmits: list[tuple[int, int]] | None = None  # retransmissions known lost, to resend
         self.ecn_recover_seq = 0
         self.cwr_pending = False
         self.rto_deadline_ps = 0  # 0: timer not armed
@@ -202,8 +210,11 @@ class TcpSender(PacketSink):
         mss = self.mss_bytes
         cwnd = self.cc.cwnd_bytes
         while cwnd - self._pipe_bytes() >= mss:
-            if self.lost_retransmits:
-                start, end = self.lost_retransmits.pop(0)
+            lost = self.lost_retransmits
+            if lost:
+                start, end = lost.pop(0)
+                if not lost:
+                    self.lost_retransmits = None
                 self._retransmit(start, end - start)
                 continue
             hole_start, hole_end = self._next_hole()
@@ -222,36 +233,44 @@ class TcpSender(PacketSink):
         """Resend [start, start + length) during SACK recovery and remember when, so that a
         retransmission that is itself lost can be detected (`_detect_lost_retransmissions`)."""
         self._transmit(start, length)
+        if self.recovery_retransmits is None:
+            self.recovery_retransmits = []
         self.recovery_retransmits.append((start, start + length, self.eventlist.now_ps))
 
     def _detect_lost_retransmissions(self, delivered_sent_ps: int) -> None:
         """A segment sent at `delivered_sent_ps` has reached the receiver. Paths keep each flow's
         packets in order, so a retransmission sent before it that is still missing was lost (the
-        idea of RACK, RFC 8985): queue it to be sent again instead of waiting for the RTO."""
+        idea of RACK, RFC 8985): queue it to be sent again instead of waiting for the RTO.
+        Called only while there are recovery retransmissions."""
+        assert self.recovery_retransmits is not None
         still_out = []
         for start, end, sent_ps in self.recovery_retransmits:
             if end <= self.snd_una or self._is_sacked(start, end):
                 continue  # delivered
             if sent_ps < delivered_sent_ps:
+                if self.lost_retransmits is None:
+                    self.lost_retransmits = []
                 self.lost_retransmits.append((max(start, self.snd_una), end))
             else:
                 still_out.append((start, end, sent_ps))
-        self.recovery_retransmits = still_out
+        self.recovery_retransmits = still_out or None
 
     def _is_sacked(self, start: int, end: int) -> bool:
-        for block_start, block_end in self.sacked:
-            if block_start <= start and end <= block_end:
-                return True
+        if self.sacked is not None:
+            for block_start, block_end in self.sacked:
+                if block_start <= start and end <= block_end:
+                    return True
         return False
 
     def _next_hole(self) -> tuple[int, int]:
         """First un-SACKed range at or above max(snd_una, high_rxt) and below the highest SACK."""
         start = self.high_rxt if self.high_rxt > self.snd_una else self.snd_una
-        for block_start, block_end in self.sacked:
-            if start < block_start:
-                return start, block_start
-            if start < block_end:
-                start = block_end
+        if self.sacked is not None:
+            for block_start, block_end in self.sacked:
+                if start < block_start:
+                    return start, block_start
+                if start < block_end:
+                    start = block_end
         return start, start
 
     def _pipe_bytes(self) -> int:
@@ -376,8 +395,8 @@ class TcpSender(PacketSink):
     def _end_recovery(self) -> None:
         self.in_recovery = False
         self.dupacks = 0
-        self.recovery_retransmits = []
-        self.lost_retransmits = []
+        self.recovery_retransmits = None
+        self.lost_retransmits = None
 
     def _react_to_ece(self, now_ps: int) -> None:
         """ECE: reduce once per window of data (RFC 3168), and tell the receiver with CWR."""
@@ -388,7 +407,7 @@ class TcpSender(PacketSink):
 
     def _merge_sack(self, blocks: tuple) -> None:
         snd_una = self.snd_una
-        sacked = self.sacked
+        sacked = self.sacked if self.sacked is not None else []
         for start, end in blocks:
             if end <= snd_una:
                 continue
@@ -410,13 +429,17 @@ class TcpSender(PacketSink):
             if not placed:
                 merged.append([start, end])
             sacked = merged
-        self.sacked = sacked
+        self.sacked = sacked or None
 
     def _forget_sacked_below(self, ack: int) -> None:
+        """Drop what the cumulative ACK `ack` now covers (called while there are SACK blocks)."""
         sacked = self.sacked
+        assert sacked is not None
         while sacked and sacked[0][1] <= ack:
             sacked.pop(0)
-        if sacked and sacked[0][0] < ack:
+        if not sacked:
+            self.sacked = None
+        elif sacked[0][0] < ack:
             sacked[0][0] = ack
 
     # -- retransmission timer ---------------------------------------------------------------
@@ -450,7 +473,7 @@ class TcpSender(PacketSink):
         self.rtt.back_off()
         self._end_recovery()
         self.recover_seq = self.snd_max  # RFC 6582 (4.1): no fast retransmit for this window
-        self.sacked = []  # RFC 2018: SACK information is discarded after a timeout
+        self.sacked = None  # RFC 2018: SACK information is discarded after a timeout
         self.high_rxt = self.snd_una
         self.snd_nxt = self.snd_una
         self.rto_deadline_ps = 0
@@ -462,6 +485,7 @@ class TcpReceiver(PacketSink):
 
     ACKs go at once for out-of-order data, for data that fills a hole, and when the ECN state
     changes (DCTCP); otherwise every second full segment, or when the delayed-ACK timer expires.
+    `out_of_order` and `message_ends` are None when empty.
     """
 
     __slots__ = (
@@ -476,7 +500,7 @@ class TcpReceiver(PacketSink):
         self.settings = settings
         self.ack_route: tuple[PacketSink, ...] = ()
         self.rcv_nxt = 0
-        self.out_of_order: list[list[int]] = []  # sorted disjoint [start, end) above rcv_nxt
+        self.out_of_order: list[list[int]] | None = None  # sorted disjoint [start, end) above rcv_nxt
         self.unacked_segments = 0
         self.delack_deadline_ps = 0
         self.timer_event_ps = _NO_EVENT
@@ -485,13 +509,16 @@ class TcpReceiver(PacketSink):
         self.echo_sent_ps = 0
         self.echo_retransmit = False
         self.last_block: list[int] | None = None
-        self.message_ends: deque = deque()  # (end_seq, callback), in stream order
+        # (end_seq, callback) in stream order: a list, as a connection has few messages outstanding
+        self.message_ends: list[tuple[int, Callable[[], None]]] | None = None
         self.ce_received = 0
         self.acks_sent = 0
         self.segments_received = 0
 
     def expect_message_end(self, end_seq: int, on_delivered: Callable[[], None]) -> None:
         """Call `on_delivered` once every byte below `end_seq` has arrived in order."""
+        if self.message_ends is None:
+            self.message_ends = []
         self.message_ends.append((end_seq, on_delivered))
 
     def receive_packet(self, pkt: Packet) -> None:
@@ -507,18 +534,24 @@ class TcpReceiver(PacketSink):
         if seq <= rcv_nxt < end:
             rcv_nxt = end
             immediate = False
-            if self.out_of_order:
+            ooo = self.out_of_order
+            if ooo is not None:
                 immediate = True  # RFC 5681: ACK at once when a segment fills (part of) a hole
-                ooo = self.out_of_order
                 while ooo and ooo[0][0] <= rcv_nxt:
                     block_end = ooo.pop(0)[1]
                     if block_end > rcv_nxt:
                         rcv_nxt = block_end
+                if not ooo:
+                    self.out_of_order = None
                 self.last_block = None
             self.rcv_nxt = rcv_nxt
             message_ends = self.message_ends
-            while message_ends and message_ends[0][0] <= rcv_nxt:
-                message_ends.popleft()[1]()
+            if message_ends is not None:
+                # a callback may write the next message on this connection: it appends to this list
+                while message_ends and message_ends[0][0] <= rcv_nxt:
+                    message_ends.pop(0)[1]()
+                if not message_ends:
+                    self.message_ends = None
             if immediate or not self.settings.delayed_ack:
                 self._send_ack()
                 return
@@ -549,6 +582,8 @@ class TcpReceiver(PacketSink):
 
     def _store_out_of_order(self, start: int, end: int) -> None:
         ooo = self.out_of_order
+        if ooo is None:
+            ooo = self.out_of_order = []
         index = 0
         while index < len(ooo) and ooo[index][1] < start:
             index += 1
@@ -561,8 +596,10 @@ class TcpReceiver(PacketSink):
         self.last_block = block
 
     def _sack_blocks(self) -> tuple:
-        """Up to three SACK blocks, the one holding the latest segment first (RFC 2018)."""
+        """Up to three SACK blocks, the one holding the latest segment first (RFC 2018); called
+        while there are out-of-order blocks."""
         ooo = self.out_of_order
+        assert ooo is not None
         first = self.last_block
         blocks = [] if first is None else [(first[0], first[1])]
         for block in ooo:
