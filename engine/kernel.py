@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
-# The hot path: event list, links and packets, TCP and its congestion control.
+# The hot path: event list, links and packets, TCP and its congestion control; the system layer.
 KERNEL_MODULES = (
     "engine.units",
     "engine.eventlist",
@@ -40,6 +40,7 @@ KERNEL_MODULES = (
     "engine.transport.tcp",
     "engine.system.algorithms",
     "engine.system.collectives",
+    "engine.system.messages",
     "engine.system.transport",
 )
 # mypyc compiles them into one shared library, `engine/_kernel__mypyc.*.so`, holding all their code,

@@ -48,7 +48,7 @@ class PreparedRun:
             tables["collectives"] = [record.row() for record in self.system.records]
             tables["layers"] = self.training.layer_rows()
             workload_summary = self.training.summary()
-        tables["flows"] = [record.row() for record in self.transport.records]
+        tables["flows"] = self.transport.records.rows()
         run_row = {**summary_row(self.sim, self.finished, wall_s, tables["flows"]), **workload_summary}
         if self.config.engine.backend == "analytical":
             # the fluid model has no packets, queues or losses: say so instead of reporting zeros

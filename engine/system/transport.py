@@ -1,14 +1,13 @@
 """What the system layer sends messages over: the packet network (persistent TCP connections), or
 the analytical backend (alpha-beta costs with links shared fairly among concurrent messages).
 
-Both offer `send(src, dst, nbytes, on_delivered)` and record one `MessageRecord` per message for
-the `flows` table.
+Both offer `send(src, dst, nbytes, on_delivered)` and log every message in a `MessageLog` (the
+`flows` table).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from typing import Callable
 
@@ -16,35 +15,8 @@ from ..eventlist import EventList, EventSource
 from ..network import TCP_IP_HEADER_BYTES, Link
 from ..topology import Topology
 from ..transport import TcpConnection
-from ..units import BITS_PER_BYTE, PS_PER_S, goodput_gbps, ps_to_s
-
-
-@dataclass
-class MessageRecord:
-    """One point-to-point message and what happened to it (a `flows` table row)."""
-
-    flow_id: int
-    src: int
-    dst: int
-    size_bytes: int
-    start_ps: int
-    end_ps: int = -1
-    retransmits: int = 0
-    timeouts: int = 0
-    ecn_marks: int = 0
-
-    def row(self) -> dict:
-        """The `flows` table row (DESIGN.md); times in seconds."""
-        done = self.end_ps >= 0
-        fct_ps = self.end_ps - self.start_ps if done else None
-        return {
-            "flow_id": self.flow_id, "src": self.src, "dst": self.dst, "bytes": self.size_bytes,
-            "start_s": ps_to_s(self.start_ps),
-            "end_s": ps_to_s(self.end_ps) if done else None,
-            "fct_s": ps_to_s(fct_ps) if fct_ps is not None else None,
-            "goodput_gbps": goodput_gbps(self.size_bytes, fct_ps) if fct_ps else None,
-            "retransmits": self.retransmits, "timeouts": self.timeouts, "ecn_marks": self.ecn_marks,
-        }
+from ..units import BITS_PER_BYTE, PS_PER_S
+from .messages import MessageLog, MessageRecord
 
 
 class PacketTransport:
@@ -57,31 +29,53 @@ class PacketTransport:
     def __init__(self, eventlist: EventList, open_connection: Callable[[int, int], TcpConnection]) -> None:
         self.eventlist = eventlist
         self._open_connection = open_connection
-        self._connections: dict[tuple[int, int], TcpConnection] = {}
-        self.records: list[MessageRecord] = []
+        # src -> dst -> connection: int keys the NPU groups already hold, no (src, dst) tuple a pair
+        self._connections: dict[int, dict[int, TcpConnection]] = {}
+        self.records = MessageLog()
 
     def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None],
              new_connection: bool = False) -> None:
         """Send `nbytes` from NPU `src` to NPU `dst`; `on_delivered` runs when all have arrived.
         `new_connection` opens a connection of its own (a fresh TCP flow) instead of the pair's."""
-        connection = None if new_connection else self._connections.get((src, dst))
-        if connection is None:
+        if new_connection:
             connection = self._open_connection(src, dst)
-            if not new_connection:
-                self._connections[(src, dst)] = connection
-        sender, receiver = connection.sender, connection.receiver
-        record = MessageRecord(len(self.records), src, dst, nbytes, self.eventlist.now_ps)
-        self.records.append(record)
-        base_retransmits, base_timeouts, base_marks = sender.retransmits, sender.timeouts, receiver.ce_received
+        else:
+            by_dst = self._connections.get(src)
+            if by_dst is None:
+                by_dst = self._connections[src] = {}
+            pair_connection = by_dst.get(dst)
+            if pair_connection is None:
+                pair_connection = by_dst[dst] = self._open_connection(src, dst)
+            connection = pair_connection
+        flow_id = self.records.add(src, dst, nbytes, self.eventlist.now_ps)
+        connection.send_message(nbytes, _Delivery(self, flow_id, connection, on_delivered))
 
-        def delivered() -> None:
-            record.end_ps = self.eventlist.now_ps
-            record.retransmits = sender.retransmits - base_retransmits
-            record.timeouts = sender.timeouts - base_timeouts
-            record.ecn_marks = receiver.ce_received - base_marks
-            on_delivered()
 
-        connection.send_message(nbytes, delivered)
+class _Delivery:
+    """Runs when a message's last byte has arrived: logs it, then calls the sender's `on_delivered`.
+    (An object, not a closure: a few dozen bytes a message in flight instead of a few hundred.)"""
+
+    __slots__ = ("transport", "flow_id", "connection", "base_retransmits", "base_timeouts", "base_marks",
+                 "on_delivered")
+
+    def __init__(self, transport: PacketTransport, flow_id: int, connection: TcpConnection,
+                 on_delivered: Callable[[], None]) -> None:
+        self.transport = transport
+        self.flow_id = flow_id
+        self.connection = connection
+        # the connection's counts so far: the message's own are the growth until its delivery
+        self.base_retransmits = connection.sender.retransmits
+        self.base_timeouts = connection.sender.timeouts
+        self.base_marks = connection.receiver.ce_received
+        self.on_delivered = on_delivered
+
+    def __call__(self) -> None:
+        sender, receiver = self.connection.sender, self.connection.receiver
+        self.transport.records.finish(self.flow_id, self.transport.eventlist.now_ps,
+                                      sender.retransmits - self.base_retransmits,
+                                      sender.timeouts - self.base_timeouts,
+                                      receiver.ce_received - self.base_marks)
+        self.on_delivered()
 
 
 class _FluidMessage:
@@ -114,7 +108,7 @@ class AnalyticalTransport(EventSource):
         self.eventlist = eventlist
         self.topology = topology
         self.mss_bytes = mss_bytes
-        self.records: list[MessageRecord] = []
+        self.records = MessageLog()
         self._active: list[_FluidMessage] = []
         self._last_update_ps = 0
         self._next_wake_ps = -1  # time of the pending wake-up, -1 if none
@@ -128,8 +122,8 @@ class AnalyticalTransport(EventSource):
     def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None]) -> None:
         """Start a message; `on_delivered` runs when its last byte has arrived."""
         links = self.topology.path(src, dst, len(self.records))
-        record = MessageRecord(len(self.records), src, dst, nbytes, self.eventlist.now_ps)
-        self.records.append(record)
+        record = MessageRecord(self.records.add(src, dst, nbytes, self.eventlist.now_ps), src, dst, nbytes,
+                               self.eventlist.now_ps)
         packet_bytes = min(self.mss_bytes, nbytes) + TCP_IP_HEADER_BYTES
         # propagation of every hop + one packet's serialisation at each hop after the first
         latency_ps = sum(link.latency_ps for link in links) + sum(
@@ -223,6 +217,6 @@ class AnalyticalTransport(EventSource):
 
     def _deliverer(self, message: _FluidMessage) -> Callable[[], None]:
         def deliver() -> None:
-            message.record.end_ps = self.eventlist.now_ps
+            self.records.finish(message.record.flow_id, self.eventlist.now_ps)
             message.on_delivered()
         return deliver

@@ -1,0 +1,106 @@
+"""The `flows` table as a run fills it: one entry per point-to-point message, kept in columns.
+
+A DLRM iteration on n NPUs sends about 16 n(n - 1) messages (16.8 million at 1,024 NPUs), so an
+object per message (a record and, at the end, a row dict: about 1 KB) does not fit in memory; eight
+arrays of 64-bit integers take 64 bytes a message. Rows or columns in the table's units (seconds,
+Gb/s) are made only when asked for, at the end.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..units import goodput_gbps, ps_to_s
+
+FLOW_COLUMNS = ("flow_id", "src", "dst", "bytes", "start_s", "end_s", "fct_s", "goodput_gbps",
+                "retransmits", "timeouts", "ecn_marks")  # the `flows` table (DESIGN.md), in order
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    """One message as the log holds it, times in picoseconds; `end_ps` is -1 until delivered."""
+
+    flow_id: int
+    src: int
+    dst: int
+    size_bytes: int
+    start_ps: int
+    end_ps: int = -1
+    retransmits: int = 0
+    timeouts: int = 0
+    ecn_marks: int = 0
+
+
+class MessageLog:
+    """Messages in the order they were sent; a message's index is its `flow_id`."""
+
+    __slots__ = ("_src", "_dst", "_size_bytes", "_start_ps", "_end_ps", "_retransmits", "_timeouts",
+                 "_ecn_marks")
+
+    def __init__(self) -> None:
+        self._src = array("q")
+        self._dst = array("q")
+        self._size_bytes = array("q")
+        self._start_ps = array("q")
+        self._end_ps = array("q")  # -1 until delivered
+        self._retransmits = array("q")
+        self._timeouts = array("q")
+        self._ecn_marks = array("q")
+
+    def add(self, src: int, dst: int, size_bytes: int, start_ps: int) -> int:
+        """Log a message sent at `start_ps`; returns its flow_id."""
+        self._src.append(src)
+        self._dst.append(dst)
+        self._size_bytes.append(size_bytes)
+        self._start_ps.append(start_ps)
+        self._end_ps.append(-1)
+        self._retransmits.append(0)
+        self._timeouts.append(0)
+        self._ecn_marks.append(0)
+        return len(self._src) - 1
+
+    def finish(self, flow_id: int, end_ps: int, retransmits: int = 0, timeouts: int = 0,
+               ecn_marks: int = 0) -> None:
+        """The message's last byte arrived at `end_ps`; the counts are its own, not its connection's."""
+        self._end_ps[flow_id] = end_ps
+        self._retransmits[flow_id] = retransmits
+        self._timeouts[flow_id] = timeouts
+        self._ecn_marks[flow_id] = ecn_marks
+
+    def __len__(self) -> int:
+        return len(self._src)
+
+    def __getitem__(self, flow_id: int) -> MessageRecord:
+        return MessageRecord(flow_id, self._src[flow_id], self._dst[flow_id], self._size_bytes[flow_id],
+                             self._start_ps[flow_id], self._end_ps[flow_id], self._retransmits[flow_id],
+                             self._timeouts[flow_id], self._ecn_marks[flow_id])
+
+    def __iter__(self) -> Iterator[MessageRecord]:
+        for flow_id in range(len(self._src)):
+            yield self[flow_id]
+
+    def columns(self) -> dict[str, list]:
+        """The `flows` table (DESIGN.md) by column, times in seconds; None where a message was not
+        delivered (and goodput None for a zero flow completion time)."""
+        fct_ps = [end - start if end >= 0 else -1 for start, end in zip(self._start_ps, self._end_ps)]
+        return {
+            "flow_id": list(range(len(self._src))),
+            "src": self._src.tolist(),
+            "dst": self._dst.tolist(),
+            "bytes": self._size_bytes.tolist(),
+            "start_s": [ps_to_s(start) for start in self._start_ps],
+            "end_s": [ps_to_s(end) if end >= 0 else None for end in self._end_ps],
+            "fct_s": [ps_to_s(fct) if fct >= 0 else None for fct in fct_ps],
+            "goodput_gbps": [goodput_gbps(size, fct) if fct > 0 else None
+                             for size, fct in zip(self._size_bytes, fct_ps)],
+            "retransmits": self._retransmits.tolist(),
+            "timeouts": self._timeouts.tolist(),
+            "ecn_marks": self._ecn_marks.tolist(),
+        }
+
+    def rows(self) -> list[dict]:
+        """The `flows` table as one dict per message (for small runs; `columns` at any size)."""
+        columns = self.columns()
+        return [dict(zip(FLOW_COLUMNS, values)) for values in zip(*[columns[name] for name in FLOW_COLUMNS])]
