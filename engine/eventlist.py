@@ -1,30 +1,30 @@
-"""The event list: a heap of (time_ps, seq, source) and a heap of timer wake-ups, one instance per
-simulation.
+"""The event list: a heap of events and a heap of timer wake-ups, one instance per simulation.
 
 An event source is any object with a `do_next_event()` method. Sources schedule themselves; a
 component keeps at most one pending entry where it can, and timers are deadlines checked lazily
 when their entry fires (a moved or cancelled deadline leaves a stale entry that does nothing).
 
-Two heaps, one order. Packets and slow layers schedule on `heap` (`schedule`); per-connection
-timers (RTO, delayed ACK) on the timer heap (`schedule_timer`). A connection in use keeps one or
-two timer entries, which mostly lapse unused (a 200 ms RTO against microseconds of transfer): on
-one heap they would outnumber the events that do happen (a DLRM iteration on 256 NPUs: 131,000
-timer entries, at most 642 others) and every packet event would sift through them. Both heaps draw `seq` from one
-counter and `run` takes whichever head is first by (time_ps, seq): events run in exactly the order
-one heap would give. The timer heap keeps its entries in three parallel arrays (24 bytes an entry,
-not a tuple and two int objects), since there is one or two per connection.
+Two heaps, one order. Packets and slow layers schedule on the event heap (`schedule`,
+`schedule_entry`); per-connection timers (RTO, delayed ACK) on the timer heap (`schedule_timer`).
+A connection in use keeps one or two timer entries, which mostly lapse unused (a 200 ms RTO
+against microseconds of transfer): on one heap they would outnumber the events that do happen (a
+DLRM iteration on 256 NPUs: 131,000 timer entries, at most 642 others) and every packet event
+would sift through them. Both heaps draw `seq` from one counter (`next_seq`) and `run` takes
+whichever head is first by (time_ps, seq): events run in exactly the order one heap would give.
+The timer heap keeps its entries in three parallel arrays (24 bytes an entry), since there are
+one or two per connection.
 """
 
 from __future__ import annotations
 
 from array import array
-from heapq import heappop, heappush
-from itertools import count
 from typing import Callable, Final
 
 from mypy_extensions import mypyc_attr
 
-_NO_TIMER: Final = 1 << 62  # `next_timer_ps` with no timer pending: later than any simulated time
+# `next_timer_ps` with no timer pending: later than any simulated time, and below 2**62 so that
+# compiled code compares it as a native integer
+_NO_TIMER: Final = 1 << 61
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -39,19 +39,36 @@ class EventSource:
         raise NotImplementedError
 
 
-class EventList:
-    """A discrete-event clock and its two heaps. Ties at equal times run in scheduling order (`seq`)."""
+class EventEntry:
+    """One pending wake-up on the event heap: `source` at `time_ps`, `seq` its place among entries
+    of equal time (the order they were scheduled in). A component with at most one pending event
+    (a link) keeps one entry and schedules it again and again; anything else gets a new entry."""
 
-    __slots__ = ("now_ps", "events_run", "heap", "sequence", "next_timer_ps", "next_timer_seq",
+    __slots__ = ("time_ps", "seq", "source")
+
+    def __init__(self, source: EventSource) -> None:
+        self.time_ps = 0
+        self.seq = 0
+        self.source = source
+
+
+class EventList:
+    """A discrete-event clock and its two heaps. Ties at equal times run in scheduling order (`seq`).
+
+    The event heap is a binary heap of `EventEntry` objects ordered by (time_ps, seq), sifted here
+    rather than by `heapq`: compiled, comparing two entries is two native integer comparisons, where
+    `heapq` on (time_ps, seq, source) tuples calls Python's rich comparison on tuples and their
+    items (a quarter of a DLRM run's time), and an entry a link reuses costs no tuple per event.
+    """
+
+    __slots__ = ("now_ps", "events_run", "heap", "next_seq", "next_timer_ps", "next_timer_seq",
                  "_timer_times_ps", "_timer_seqs", "_timer_sources")
 
     def __init__(self) -> None:
         self.now_ps = 0
         self.events_run = 0
-        # Hot-path components push (time_ps, next(sequence), self) onto `heap` directly, saving a
-        # method call per event; everything else uses `schedule`.
-        self.heap: list[tuple[int, int, EventSource]] = []
-        self.sequence = count()
+        self.heap: list[EventEntry] = []
+        self.next_seq = 0  # the seq of the next entry scheduled, on either heap
         # The timer heap: entry i is (_timer_times_ps[i], _timer_seqs[i], _timer_sources[i]); its
         # head's time and seq are kept in `next_timer_ps` / `next_timer_seq` for `run`.
         self.next_timer_ps = _NO_TIMER
@@ -62,12 +79,58 @@ class EventList:
 
     def schedule(self, source: EventSource, time_ps: int) -> None:
         """Wake `source` at absolute time `time_ps` (never earlier than now)."""
-        heappush(self.heap, (time_ps, next(self.sequence), source))
+        self.schedule_entry(EventEntry(source), time_ps)
+
+    def schedule_entry(self, entry: EventEntry, time_ps: int) -> None:
+        """Put `entry` (not pending) on the event heap for `time_ps` (never earlier than now)."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        entry.time_ps = time_ps
+        entry.seq = seq
+        heap = self.heap
+        heap.append(entry)
+        position = len(heap) - 1
+        while position:  # sift up: parents later than the new entry move down a level
+            parent_position = (position - 1) >> 1
+            parent = heap[parent_position]
+            if parent.time_ps < time_ps or (parent.time_ps == time_ps and parent.seq < seq):
+                break
+            heap[position] = parent
+            position = parent_position
+        heap[position] = entry
+
+    def _pop_entry(self) -> EventEntry:
+        """Remove and return the head of the event heap (which must not be empty)."""
+        heap = self.heap
+        head = heap[0]
+        last = heap.pop()
+        size = len(heap)
+        if size:
+            time_ps = last.time_ps
+            seq = last.seq
+            position = 0
+            child_position = 1
+            while child_position < size:  # sift down: the earlier child moves up a level
+                child = heap[child_position]
+                right_position = child_position + 1
+                if right_position < size:
+                    right = heap[right_position]
+                    if right.time_ps < child.time_ps or (right.time_ps == child.time_ps and right.seq < child.seq):
+                        child = right
+                        child_position = right_position
+                if time_ps < child.time_ps or (time_ps == child.time_ps and seq < child.seq):
+                    break
+                heap[position] = child
+                position = child_position
+                child_position = 2 * position + 1
+            heap[position] = last
+        return head
 
     def schedule_timer(self, source: EventSource, time_ps: int) -> None:
         """As `schedule`, on the timer heap: for deadlines that are mostly moved or cancelled before
         they come (each source keeps at most one or two such entries)."""
-        seq = next(self.sequence)
+        seq = self.next_seq
+        self.next_seq = seq + 1
         times, seqs, sources = self._timer_times_ps, self._timer_seqs, self._timer_sources
         times.append(time_ps)
         seqs.append(seq)
@@ -147,37 +210,35 @@ class EventList:
 
     def next_time_ps(self) -> int:
         """Time of the earliest pending entry (call only when `pending()`)."""
-        heap_ps = self.heap[0][0] if self.heap else _NO_TIMER
+        heap_ps = self.heap[0].time_ps if self.heap else _NO_TIMER
         return heap_ps if heap_ps < self.next_timer_ps else self.next_timer_ps
 
     def run(self, until_ps: int, max_events: int = -1) -> bool:
         """Run events with time <= `until_ps`, at most `max_events` of them if that is not negative.
         Returns True if both heaps ran empty (all work done)."""
         heap = self.heap
-        pop = heappop  # local binding: this loop is the hottest code in the engine
         events = 0
-        while True:
+        while True:  # this loop is the hottest code in the engine
             if heap:
                 if events == max_events:
                     break
-                entry = pop(heap)
-                time_ps = entry[0]
+                entry = heap[0]
+                time_ps = entry.time_ps
                 timer_ps = self.next_timer_ps
-                if time_ps < timer_ps or (time_ps == timer_ps and entry[1] < self.next_timer_seq):
+                if time_ps < timer_ps or (time_ps == timer_ps and entry.seq < self.next_timer_seq):
                     if time_ps > until_ps:
-                        heappush(heap, entry)  # not yet: put it back (once per call, not per event)
                         break
+                    self._pop_entry()
                     self.now_ps = time_ps
-                    entry[2].do_next_event()
+                    entry.source.do_next_event()
                     events += 1
                     continue
-                heappush(heap, entry)  # a timer comes first: rare, most timers lapse unused
             elif self.next_timer_ps == _NO_TIMER:
                 self.events_run += events
                 return True
             elif events == max_events:
                 break
-            time_ps = self.next_timer_ps
+            time_ps = self.next_timer_ps  # the timer heap's head comes first
             if time_ps > until_ps:
                 break
             source = self._pop_timer()

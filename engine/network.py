@@ -13,13 +13,12 @@ for the head's arrival at the next hop.
 from __future__ import annotations
 
 from collections import deque
-from heapq import heappush
 from random import Random
 from typing import Callable, Final
 
 from mypy_extensions import mypyc_attr
 
-from .eventlist import EventList, EventSource
+from .eventlist import EventEntry, EventList, EventSource
 from .units import BITS_PER_BYTE, PS_PER_S, bytes_in_duration, serialisation_ps
 
 # IPv4 (20 bytes) + TCP (20 bytes) headers, no options; the overhead a full segment carries on the wire.
@@ -97,7 +96,7 @@ class Link(PacketSink):
     __slots__ = (
         "name", "eventlist", "rate_bps", "latency_ps", "buffer_bytes", "ecn_threshold_bytes",
         "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "_ps_per_byte", "busy_until_ps", "_wire",
-        "_loss_rate", "_rng", "packets_sent", "bytes_sent", "drops", "ecn_marks", "max_backlog_ps",
+        "_loss_rate", "_rng", "_event", "packets_sent", "bytes_sent", "drops", "ecn_marks", "max_backlog_ps",
     )
 
     def __init__(
@@ -130,6 +129,7 @@ class Link(PacketSink):
         )
         self.busy_until_ps = 0
         self._wire: deque[Packet] = deque()  # the packets on the wire, in order of arrival_ps
+        self._event = EventEntry(self)  # its one pending event (the head's arrival), scheduled again and again
         if loss_rate > 0.0 and rng is None:
             raise ValueError(f"link {name}: random loss needs a seeded rng")
         self._loss_rate = loss_rate
@@ -172,15 +172,14 @@ class Link(PacketSink):
         wire = self._wire
         wire.append(pkt)
         if len(wire) == 1:
-            heappush(eventlist.heap, (arrival_ps, next(eventlist.sequence), self))  # schedule, inlined
+            eventlist.schedule_entry(self._event, arrival_ps)
 
     def do_next_event(self) -> None:
         """The head packet reaches the next hop; schedule the next head, if any."""
         wire = self._wire
         pkt = wire.popleft()
         if wire:
-            eventlist = self.eventlist
-            heappush(eventlist.heap, (wire[0].arrival_ps, next(eventlist.sequence), self))  # schedule, inlined
+            self.eventlist.schedule_entry(self._event, wire[0].arrival_ps)
         hop = pkt.hop + 1
         pkt.hop = hop
         pkt.route[hop].receive_packet(pkt)

@@ -138,6 +138,6 @@ def test_connection_timers_wait_on_the_timer_heap_not_among_packet_events():
                 sim.open_connection(src, dst).send_message(20_000, lambda: None)
     sim.eventlist.run(3 * PS_PER_US)
     endpoints = (TcpSender, TcpReceiver)
-    assert not any(isinstance(source, endpoints) for _, _, source in sim.eventlist.heap)
+    assert not any(isinstance(entry.source, endpoints) for entry in sim.eventlist.heap)
     assert sim.eventlist.pending_timers() >= len(sim.connections) == 240
     assert len(sim.eventlist.heap) <= len(sim.topology.links)
