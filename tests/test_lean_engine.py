@@ -18,6 +18,7 @@ from scenario import build_path
 from engine import load_config
 from engine.eventlist import EventList, EventSource
 from engine.simulation import Simulation
+from engine.system.algorithms import _direct_order, _link, plan
 from engine.transport import TcpReceiver, TcpSender
 from engine.units import PS_PER_US
 
@@ -141,3 +142,24 @@ def test_connection_timers_wait_on_the_timer_heap_not_among_packet_events():
     assert not any(isinstance(entry.source, endpoints) for entry in sim.eventlist.heap)
     assert sim.eventlist.pending_timers() >= len(sim.connections) == 240
     assert len(sim.eventlist.heap) <= len(sim.topology.links)
+
+
+@pytest.mark.parametrize("op, algorithm, p, node_size", [
+    ("all_reduce", "ring", 2, 1), ("all_reduce", "ring", 7, 1), ("all_to_all", "ring", 6, 1),
+    ("all_gather", "ring", 5, 1), ("all_reduce", "direct", 6, 1), ("all_to_all", "direct", 8, 1),
+    ("all_to_all", "direct", 8, 2), ("all_to_all", "direct", 12, 4), ("reduce_scatter", "direct", 9, 3)])
+def test_programs_made_on_demand_equal_the_linked_raw_steps(op, algorithm, p, node_size):
+    """Ring and direct programs (p^2 sends) make each step when asked; every step equals the one
+    the generic linker makes from the algorithm's raw steps (whom each rank sends to, and
+    receives from, at each step)."""
+    (program,) = plan(op, algorithm, p, 1_000_003, node_size)
+    sizes = [send.size_bytes for step in program[0] for send in step.sends[:1]]
+    if algorithm == "ring":
+        raw = [[([((r + 1) % p, size)], [(r - 1) % p]) for size in sizes] for r in range(p)]
+    else:
+        raw = [[([(q, size) for q in _direct_order(r, p, node_size)], _direct_order(r, p, node_size))
+                for size in sizes] for r in range(p)]
+    def fields(steps) -> list:
+        return [([(send.peer, send.size_bytes, send.peer_step) for send in step.sends], step.receives) for step in steps]
+    assert len(program) == p
+    assert [fields(program[rank]) for rank in range(p)] == [fields(steps) for steps in _link(raw)]
