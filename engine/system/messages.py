@@ -1,8 +1,9 @@
 """The `flows` table as a run fills it: one entry per point-to-point message, kept in columns.
 
 A DLRM iteration on n NPUs sends about 16 n(n - 1) messages (16.8 million at 1,024 NPUs), so an
-object per message (a record and, at the end, a row dict: about 1 KB) does not fit in memory; eight
-arrays of 64-bit integers take 64 bytes a message. Rows or columns in the table's units (seconds,
+object per message (a record and, at the end, a row dict: about 1 KB) does not fit in memory; five
+arrays of 64-bit integers take 40 bytes a message, and the few messages that saw retransmissions,
+timeouts or ECN marks keep those counts in a dict. Rows or columns in the table's units (seconds,
 Gb/s) are made only when asked for, at the end.
 """
 
@@ -36,8 +37,7 @@ class MessageRecord:
 class MessageLog:
     """Messages in the order they were sent; a message's index is its `flow_id`."""
 
-    __slots__ = ("_src", "_dst", "_size_bytes", "_start_ps", "_end_ps", "_retransmits", "_timeouts",
-                 "_ecn_marks")
+    __slots__ = ("_src", "_dst", "_size_bytes", "_start_ps", "_end_ps", "_counts")
 
     def __init__(self) -> None:
         self._src = array("q")
@@ -45,9 +45,7 @@ class MessageLog:
         self._size_bytes = array("q")
         self._start_ps = array("q")
         self._end_ps = array("q")  # -1 until delivered
-        self._retransmits = array("q")
-        self._timeouts = array("q")
-        self._ecn_marks = array("q")
+        self._counts: dict[int, tuple[int, int, int]] = {}  # flow_id -> (retransmits, timeouts, ecn_marks) if any
 
     def add(self, src: int, dst: int, size_bytes: int, start_ps: int) -> int:
         """Log a message sent at `start_ps`; returns its flow_id."""
@@ -56,26 +54,22 @@ class MessageLog:
         self._size_bytes.append(size_bytes)
         self._start_ps.append(start_ps)
         self._end_ps.append(-1)
-        self._retransmits.append(0)
-        self._timeouts.append(0)
-        self._ecn_marks.append(0)
         return len(self._src) - 1
 
     def finish(self, flow_id: int, end_ps: int, retransmits: int = 0, timeouts: int = 0,
                ecn_marks: int = 0) -> None:
         """The message's last byte arrived at `end_ps`; the counts are its own, not its connection's."""
         self._end_ps[flow_id] = end_ps
-        self._retransmits[flow_id] = retransmits
-        self._timeouts[flow_id] = timeouts
-        self._ecn_marks[flow_id] = ecn_marks
+        if retransmits or timeouts or ecn_marks:
+            self._counts[flow_id] = (retransmits, timeouts, ecn_marks)
 
     def __len__(self) -> int:
         return len(self._src)
 
     def __getitem__(self, flow_id: int) -> MessageRecord:
+        retransmits, timeouts, ecn_marks = self._counts.get(flow_id, (0, 0, 0))
         return MessageRecord(flow_id, self._src[flow_id], self._dst[flow_id], self._size_bytes[flow_id],
-                             self._start_ps[flow_id], self._end_ps[flow_id], self._retransmits[flow_id],
-                             self._timeouts[flow_id], self._ecn_marks[flow_id])
+                             self._start_ps[flow_id], self._end_ps[flow_id], retransmits, timeouts, ecn_marks)
 
     def __iter__(self) -> Iterator[MessageRecord]:
         for flow_id in range(len(self._src)):
@@ -85,6 +79,10 @@ class MessageLog:
         """The `flows` table (DESIGN.md) by column, times in seconds; None where a message was not
         delivered (and goodput None for a zero flow completion time)."""
         fct_ps = [end - start if end >= 0 else -1 for start, end in zip(self._start_ps, self._end_ps)]
+        count_columns = [[0] * len(self._src) for _ in range(3)]
+        for flow_id, counts in self._counts.items():
+            for column, count in zip(count_columns, counts):
+                column[flow_id] = count
         return {
             "flow_id": list(range(len(self._src))),
             "src": self._src.tolist(),
@@ -95,9 +93,9 @@ class MessageLog:
             "fct_s": [ps_to_s(fct) if fct >= 0 else None for fct in fct_ps],
             "goodput_gbps": [goodput_gbps(size, fct) if fct > 0 else None
                              for size, fct in zip(self._size_bytes, fct_ps)],
-            "retransmits": self._retransmits.tolist(),
-            "timeouts": self._timeouts.tolist(),
-            "ecn_marks": self._ecn_marks.tolist(),
+            "retransmits": count_columns[0],
+            "timeouts": count_columns[1],
+            "ecn_marks": count_columns[2],
         }
 
     def rows(self) -> list[dict]:
