@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 from .plan import PlannedRun
 from .runner import ERROR_TAIL_LINES, execute, failed_rows
 
-Rows = dict[str, list[dict[str, Any]]]
+Rows = dict[str, Sequence[dict[str, Any]]]  # by table; `flows` a ColumnRows (see runner.execute)
 
 LOOPBACK = "127.0.0.1"
 # Ray binds its services to the address other machines would reach this one by, on every interface,

@@ -22,9 +22,11 @@ import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import engine
+
+from .store import ColumnRows
 
 # Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
 NON_IDENTITY_KEYS = ("name", "results_dir", "ray")
@@ -192,9 +194,10 @@ def failed_rows(config: Mapping[str, Any], error: str) -> dict[str, list[dict[st
 
 
 def execute(config: Mapping[str, Any],
-            max_wall_time_s: float | None = None) -> dict[str, list[dict[str, Any]]]:
+            max_wall_time_s: float | None = None) -> dict[str, Sequence[dict[str, Any]]]:
     """Run one simulation and return its rows by table (`runs`: one row; `collectives`, `layers`,
-    `flows`: as many as the engine returned, empty tables included).
+    `flows`: as many as the engine returned, empty tables included; `flows` is a `ColumnRows`,
+    rows kept as columns).
 
     Every row gets `run_id`; the runs row also gets every config leaf (flattened with dots),
     `repro`, `wall_s`, `engine_version`, `git_commit` and `started_at` (UTC, ISO 8601). An exception
@@ -208,7 +211,7 @@ def execute(config: Mapping[str, Any],
     wall_start = time.perf_counter()
     try:
         with _wall_time_alarm(max_wall_time_s):
-            rows = engine.run(config)
+            rows = engine.run(config, flow_columns=True)
         run_row = dict(rows["runs"][0])
         other_tables = {table: table_rows for table, table_rows in rows.items() if table != "runs"}
     except WallTimeExceeded as exc:
@@ -220,7 +223,10 @@ def execute(config: Mapping[str, Any],
     # The engine times its own run (events_per_s is based on it); keep that figure when present.
     run_row.setdefault("wall_s", time.perf_counter() - wall_start)
 
-    result = {"runs": [_runs_row(config, identity, run_row, started_at)]}
+    result: dict[str, Any] = {"runs": [_runs_row(config, identity, run_row, started_at)]}
     for table, table_rows in other_tables.items():
-        result[table] = [{"run_id": identity, **row} for row in table_rows]
+        if table == "flows":  # columns (`engine.run(..., flow_columns=True)`): millions of rows at scale
+            result[table] = ColumnRows(table_rows, {"run_id": identity})
+        else:
+            result[table] = [{"run_id": identity, **row} for row in table_rows]
     return result

@@ -190,8 +190,8 @@ def test_two_simulations_in_one_process_do_not_interact():
             if not workload.finished:
                 sim.eventlist.run(horizon)
     sim, workload, records = sims[0]
-    flows = records.rows()
-    interleaved = _stable({"runs": [summary_row(sim, workload.finished, 1.0, flows)], "flows": flows})
+    interleaved = _stable({"runs": [summary_row(sim, workload.finished, 1.0, records.columns())],
+                           "flows": records.rows()})
     # the stepped run stops at slice boundaries, so only the simulated end time may differ; compare
     # everything else
     for row in (alone["runs"][0], interleaved["runs"][0]):

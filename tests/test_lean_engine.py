@@ -15,10 +15,11 @@ from random import Random
 import pytest
 from scenario import build_path
 
-from engine import load_config
+from engine import load_config, run
 from engine.eventlist import EventList, EventSource
 from engine.simulation import Simulation
 from engine.system.algorithms import _direct_order, _link, plan
+from engine.system.messages import flow_rows
 from engine.transport import TcpReceiver, TcpSender
 from engine.units import PS_PER_US
 
@@ -163,3 +164,20 @@ def test_programs_made_on_demand_equal_the_linked_raw_steps(op, algorithm, p, no
         return [([(send.peer, send.size_bytes, send.peer_step) for send in step.sends], step.receives) for step in steps]
     assert len(program) == p
     assert [fields(program[rank]) for rank in range(p)] == [fields(steps) for steps in _link(raw)]
+
+
+def test_flow_columns_hold_the_flow_rows():
+    """`run(config, flow_columns=True)` (what the sweep stores) gives the flows table as typed
+    arrays holding exactly the rows `run(config)` gives, NaN where a row has None (here: messages
+    still in flight when the time limit stops the run); every other table is the same."""
+    config = {"engine": {"max_sim_time_s": 0.00002},
+              "network": {"topology": "leaf_spine", "npus": 8, "hosts_per_leaf": 4, "spines": 2, "uplink_gbps": 100},
+              "workload": {"type": "flows", "pattern": "all_to_all", "bytes_per_flow": 30_000}}
+    as_rows, as_columns = run(config), run(config, flow_columns=True)
+    assert {name: len(column) for name, column in as_columns["flows"].items()} == {name: 56 for name in as_rows["flows"][0]}
+    assert flow_rows(as_columns["flows"]) == as_rows["flows"]
+    assert any(row["end_s"] is None for row in as_rows["flows"]) and any(row["end_s"] for row in as_rows["flows"])
+    for table in ("runs", "collectives", "layers"):
+        for row in as_rows[table] + as_columns[table]:
+            row.pop("wall_s", None), row.pop("events_per_s", None)
+        assert as_rows[table] == as_columns[table]

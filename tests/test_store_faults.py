@@ -87,7 +87,7 @@ def test_corrupt_parts_are_quarantined_and_their_runs_rerun(tmp_path: Path, caps
 
     # resume: exactly the two runs with lost rows run again
     calls: list[Any] = []
-    monkeypatch.setattr(engine, "run", lambda config: calls.append(config) or _REAL_ENGINE_RUN(config))
+    monkeypatch.setattr(engine, "run", lambda config, **options: calls.append(config) or _REAL_ENGINE_RUN(config, **options))
     assert ResultStore(dataset).completed_run_ids() == {ids[0]}
     for config in configs:
         assert run_one(config, out=io.StringIO()) == EXIT_OK

@@ -26,9 +26,9 @@ def _count_engine_runs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Wrap `engine.run` so the test sees every call."""
     calls: list[Any] = []
 
-    def counting_run(config: Any) -> dict:
+    def counting_run(config: Any, **options: Any) -> dict:
         calls.append(config)
-        return _REAL_ENGINE_RUN(config)
+        return _REAL_ENGINE_RUN(config, **options)
 
     monkeypatch.setattr(engine, "run", counting_run)
     return calls
@@ -56,7 +56,7 @@ def test_run_one_stores_rows_and_resumes(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_failed_run_is_stored_and_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken_engine(config: Any) -> dict:
+    def broken_engine(config: Any, **options: Any) -> dict:
         raise RuntimeError("engine bug")
 
     monkeypatch.setattr(engine, "run", broken_engine)

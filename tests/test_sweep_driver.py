@@ -63,7 +63,7 @@ def _fail_seed(seed: int) -> Callable[[dict[str, Any]], Any]:
     def run_fn(config: dict[str, Any]) -> Any:
         if config["seed"] != seed:
             return execute(config)
-        def broken(cfg: Any) -> dict:
+        def broken(cfg: Any, **options: Any) -> dict:
             raise RuntimeError("injected engine failure")
         engine.run = broken
         try:
@@ -164,7 +164,7 @@ def test_rows_are_written_by_rows_or_seconds_while_waiting(tmp_path: Path) -> No
 
 
 def test_execute_stops_a_run_past_its_wall_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def stuck_engine(config: Any) -> dict:
+    def stuck_engine(config: Any, **options: Any) -> dict:
         time.sleep(30)
         return {}
 

@@ -199,7 +199,7 @@ def _misbehaving_execute(marker_dir: str) -> Any:
         if seed not in (1, 4):
             return execute(config, max_wall_time_s)
 
-        def misbehaving_engine(cfg: Any) -> dict:
+        def misbehaving_engine(cfg: Any, **options: Any) -> dict:
             if seed == 1:
                 raise RuntimeError("injected engine failure")
             time.sleep(60)

@@ -58,7 +58,7 @@ def test_execute_adds_identity_config_and_provenance(tmp_path: Path) -> None:
 
 
 def test_engine_error_becomes_an_error_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken_engine(config: Any) -> dict:
+    def broken_engine(config: Any, **options: Any) -> dict:
         raise ZeroDivisionError("the engine divided by zero")
 
     monkeypatch.setattr(engine, "run", broken_engine)

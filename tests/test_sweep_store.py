@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweep import store as store_module
-from sweep.store import ResultStore, part_files, read_table, write_part
+from sweep.store import ColumnRows, ResultStore, part_files, read_table, write_part
 
 
 def _files(directory: Path) -> list[str]:
@@ -129,3 +129,25 @@ def test_completed_run_ids_counts_only_ok_runs(tmp_path: Path) -> None:
     store.append({"runs": [{"run_id": "e", "status": "ok"}, {"run_id": "f", "status": "timeout"}]})
     assert store.completed_run_ids() == {"a", "c", "d", "e"}  # buffered rows count too
     assert ResultStore(tmp_path / "empty").completed_run_ids() == set()
+
+
+def test_column_rows_read_and_store_as_the_rows_they_hold(tmp_path: Path) -> None:
+    """`ColumnRows` (how `execute` gives the flows table: typed arrays, NaN for a missing float, a
+    run_id of one value) reads as row dicts and is written as the same part those rows would
+    make; a flush with row dicts of the same table in it stores both."""
+    from array import array
+
+    columns = {"flow_id": array("q", [0, 1, 2]), "end_s": array("d", [0.5, float("nan"), 1.25]),
+               "bytes": array("q", [10, 20, 30])}
+    table = ColumnRows(columns, {"run_id": "a"})
+    rows = [{"run_id": "a", "flow_id": 0, "end_s": 0.5, "bytes": 10},
+            {"run_id": "a", "flow_id": 1, "end_s": None, "bytes": 20},
+            {"run_id": "a", "flow_id": 2, "end_s": 1.25, "bytes": 30}]
+    assert len(table) == 3 and list(table) == rows and table[-1] == rows[2] and table[1:] == rows[1:]
+    as_rows = pq.read_table(write_part(tmp_path / "rows", rows))
+    store = ResultStore(tmp_path / "dataset", flush_rows=100, flush_interval_s=3600)
+    store.append({"flows": table})
+    store.append({"flows": [{"run_id": "b", "flow_id": 0, "end_s": None, "bytes": 5}]})
+    stored = pq.read_table(store.flush()["flows"])
+    assert stored.schema == as_rows.schema
+    assert stored.to_pylist() == [{"run_id": "b", "flow_id": 0, "end_s": None, "bytes": 5}, *rows]

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from math import nan as NAN
 from typing import Iterator
 
 from ..units import goodput_gbps, ps_to_s
-
-FLOW_COLUMNS = ("flow_id", "src", "dst", "bytes", "start_s", "end_s", "fct_s", "goodput_gbps",
-                "retransmits", "timeouts", "ecn_marks")  # the `flows` table (DESIGN.md), in order
 
 
 @dataclass(frozen=True)
@@ -75,24 +73,26 @@ class MessageLog:
         for flow_id in range(len(self._src)):
             yield self[flow_id]
 
-    def columns(self) -> dict[str, list]:
-        """The `flows` table (DESIGN.md) by column, times in seconds; None where a message was not
-        delivered (and goodput None for a zero flow completion time)."""
+    def columns(self) -> dict[str, array]:
+        """The `flows` table (DESIGN.md) by column, in its order: typed arrays (64-bit integers,
+        doubles), times in seconds, NaN where a row holds None (a message not delivered; goodput
+        of a zero flow completion time)."""
+        count = len(self._src)
         fct_ps = [end - start if end >= 0 else -1 for start, end in zip(self._start_ps, self._end_ps)]
-        count_columns = [[0] * len(self._src) for _ in range(3)]
+        count_columns = [array("q", bytes(8 * count)) for _ in range(3)]  # zeros
         for flow_id, counts in self._counts.items():
-            for column, count in zip(count_columns, counts):
-                column[flow_id] = count
+            for column, value in zip(count_columns, counts):
+                column[flow_id] = value
         return {
-            "flow_id": list(range(len(self._src))),
-            "src": self._src.tolist(),
-            "dst": self._dst.tolist(),
-            "bytes": self._size_bytes.tolist(),
-            "start_s": [ps_to_s(start) for start in self._start_ps],
-            "end_s": [ps_to_s(end) if end >= 0 else None for end in self._end_ps],
-            "fct_s": [ps_to_s(fct) if fct >= 0 else None for fct in fct_ps],
-            "goodput_gbps": [goodput_gbps(size, fct) if fct > 0 else None
-                             for size, fct in zip(self._size_bytes, fct_ps)],
+            "flow_id": array("q", range(count)),
+            "src": self._src,
+            "dst": self._dst,
+            "bytes": self._size_bytes,
+            "start_s": array("d", [ps_to_s(start) for start in self._start_ps]),
+            "end_s": array("d", [ps_to_s(end) if end >= 0 else NAN for end in self._end_ps]),
+            "fct_s": array("d", [ps_to_s(fct) if fct >= 0 else NAN for fct in fct_ps]),
+            "goodput_gbps": array("d", [goodput_gbps(size, fct) if fct > 0 else NAN
+                                        for size, fct in zip(self._size_bytes, fct_ps)]),
             "retransmits": count_columns[0],
             "timeouts": count_columns[1],
             "ecn_marks": count_columns[2],
@@ -100,5 +100,11 @@ class MessageLog:
 
     def rows(self) -> list[dict]:
         """The `flows` table as one dict per message (for small runs; `columns` at any size)."""
-        columns = self.columns()
-        return [dict(zip(FLOW_COLUMNS, values)) for values in zip(*[columns[name] for name in FLOW_COLUMNS])]
+        return flow_rows(self.columns())
+
+
+def flow_rows(columns: dict[str, array]) -> list[dict]:
+    """`MessageLog.columns` as one dict per row, None where a column holds NaN."""
+    names = list(columns)
+    return [{name: None if value != value else value for name, value in zip(names, values)}  # NaN != NaN
+            for values in zip(*[columns[name] for name in names])]
