@@ -6,13 +6,13 @@ route and the index of the hop it is at, and each link hands it on to `route[hop
 A `Link` is an egress port: a FIFO drop-tail queue, the serialiser at the link rate and the wire's
 propagation delay, in one component. Because the queue is FIFO and work-conserving, a packet's
 departure time is known when it is enqueued (`busy_until_ps`), so the link needs no event per
-departure: it keeps the packets on the wire in arrival order and holds at most one pending event,
+departure: it keeps the packets on the wire in arrival order (a list linked through the packets,
+`next_on_wire`: no container to grow, no method call per hop) and holds at most one pending event,
 for the head's arrival at the next hop.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from random import Random
 from typing import Callable, Final
 
@@ -41,13 +41,14 @@ class Packet:
 
     `seq` and `ack` are byte sequence numbers; `size_bytes` is the size on the wire (headers
     included); `payload_bytes` the TCP payload. `sent_ps` and `is_retransmit` are what the receiver
-    echoes for RTT sampling (Karn's rule: no sample from a retransmitted segment). `arrival_ps` is
-    set by the link carrying the packet: when it reaches the next hop.
+    echoes for RTT sampling (Karn's rule: no sample from a retransmitted segment). `arrival_ps` and
+    `next_on_wire` are set by the link carrying the packet: when it reaches the next hop, and the
+    packet behind it on that link's wire.
     """
 
     __slots__ = (
         "route", "hop", "size_bytes", "payload_bytes", "seq", "ack", "sack_blocks",
-        "sent_ps", "is_retransmit", "ecn_capable", "ce", "ece", "cwr", "arrival_ps",
+        "sent_ps", "is_retransmit", "ecn_capable", "ce", "ece", "cwr", "arrival_ps", "next_on_wire",
     )
 
     def __init__(
@@ -75,6 +76,7 @@ class Packet:
         self.ece = False
         self.cwr = False
         self.arrival_ps = 0
+        self.next_on_wire: Packet | None = None
 
     def send_on(self) -> None:
         """Hand the packet to the first sink of its route."""
@@ -95,7 +97,7 @@ class Link(PacketSink):
 
     __slots__ = (
         "name", "eventlist", "rate_bps", "latency_ps", "buffer_bytes", "ecn_threshold_bytes",
-        "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "_ps_per_byte", "busy_until_ps", "_wire",
+        "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "_ps_per_byte", "busy_until_ps", "_wire_head", "_wire_tail",
         "_loss_rate", "_rng", "_event", "packets_sent", "bytes_sent", "drops", "ecn_marks", "max_backlog_ps",
     )
 
@@ -128,7 +130,9 @@ class Link(PacketSink):
             no_limit if ecn_threshold_bytes is None else serialisation_ps(ecn_threshold_bytes, rate_bps)
         )
         self.busy_until_ps = 0
-        self._wire: deque[Packet] = deque()  # the packets on the wire, in order of arrival_ps
+        # the packets on the wire, in order of arrival_ps: the first, and the last (None if none)
+        self._wire_head: Packet | None = None
+        self._wire_tail: Packet | None = None
         self._event = EventEntry(self)  # its one pending event (the head's arrival), scheduled again and again
         if loss_rate > 0.0 and rng is None:
             raise ValueError(f"link {name}: random loss needs a seeded rng")
@@ -169,17 +173,25 @@ class Link(PacketSink):
         self.bytes_sent += size
         arrival_ps = busy_until + self.latency_ps
         pkt.arrival_ps = arrival_ps
-        wire = self._wire
-        wire.append(pkt)
-        if len(wire) == 1:
+        tail = self._wire_tail
+        self._wire_tail = pkt
+        if tail is None:
+            self._wire_head = pkt
             eventlist.schedule_entry(self._event, arrival_ps)
+        else:
+            tail.next_on_wire = pkt
 
     def do_next_event(self) -> None:
         """The head packet reaches the next hop; schedule the next head, if any."""
-        wire = self._wire
-        pkt = wire.popleft()
-        if wire:
-            self.eventlist.schedule_entry(self._event, wire[0].arrival_ps)
+        pkt = self._wire_head
+        assert pkt is not None  # the link's event is pending only while packets are on the wire
+        following = pkt.next_on_wire
+        self._wire_head = following
+        if following is None:
+            self._wire_tail = None
+        else:
+            pkt.next_on_wire = None
+            self.eventlist.schedule_entry(self._event, following.arrival_ps)
         hop = pkt.hop + 1
         pkt.hop = hop
         pkt.route[hop].receive_packet(pkt)

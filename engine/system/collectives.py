@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from ..eventlist import EventList, EventSource
+from ..eventlist import EventEntry, EventList, EventSource
 from ..units import ps_to_s
 from .algorithms import Program, Step, plan
 
@@ -63,8 +63,8 @@ class _ProgramRun:
     """One step program executing on one group of NPUs. `step[rank]` is the step the rank is at,
     once it has issued it (programs may make steps on demand: each is asked for once)."""
 
-    __slots__ = ("system", "group", "program", "position", "step", "issued", "received", "ranks_left",
-                 "on_done")
+    __slots__ = ("system", "group", "program", "position", "step", "issued", "received", "issuers",
+                 "ranks_left", "on_done")
 
     def __init__(self, system: "SystemLayer", group: tuple[int, ...], program: Program,
                  on_done: Callable[[], None]) -> None:
@@ -75,6 +75,8 @@ class _ProgramRun:
         self.step: list[Step | None] = [None] * len(group)
         self.issued = [False] * len(group)  # has the rank sent its current step's messages yet?
         self.received = [[0] * len(program[rank]) for rank in range(len(group))]
+        # with an endpoint delay, each rank's step issue is an event: one reusable source a rank
+        self.issuers = [_IssueStep(self, rank) for rank in range(len(group))] if system.endpoint_delay_ps else []
         self.ranks_left = len(group)
         self.on_done = on_done
 
@@ -92,7 +94,7 @@ class _ProgramRun:
         delay_ps = self.system.endpoint_delay_ps
         if delay_ps:
             eventlist = self.system.eventlist
-            eventlist.schedule(_IssueStep(self, rank), eventlist.now_ps + delay_ps)
+            eventlist.schedule_entry(self.issuers[rank].entry, eventlist.now_ps + delay_ps)
         else:
             self.issue(rank)
 
@@ -119,13 +121,15 @@ class _ProgramRun:
 
 
 class _IssueStep(EventSource):
-    """Wakes a rank `endpoint_delay_ps` after it entered a step, to send that step's messages."""
+    """Wakes a rank `endpoint_delay_ps` after it entered a step, to send that step's messages (at
+    most one pending per rank: `entry` is scheduled again for each step)."""
 
-    __slots__ = ("run", "rank")
+    __slots__ = ("run", "rank", "entry")
 
     def __init__(self, run: _ProgramRun, rank: int) -> None:
         self.run = run
         self.rank = rank
+        self.entry = EventEntry(self)
 
     def do_next_event(self) -> None:
         self.run.issue(self.rank)
