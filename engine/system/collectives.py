@@ -63,18 +63,18 @@ class _ProgramRun:
     """One step program executing on one group of NPUs. `step[rank]` is the step the rank is at,
     once it has issued it (programs may make steps on demand: each is asked for once)."""
 
-    __slots__ = ("system", "group", "program", "position", "step", "issued", "received", "issuers",
+    __slots__ = ("system", "group", "rank_steps", "position", "step", "issued", "received", "issuers",
                  "ranks_left", "on_done")
 
     def __init__(self, system: "SystemLayer", group: tuple[int, ...], program: Program,
                  on_done: Callable[[], None]) -> None:
         self.system = system
         self.group = group
-        self.program = program
+        self.rank_steps = [program[rank] for rank in range(len(group))]
         self.position = [0] * len(group)
         self.step: list[Step | None] = [None] * len(group)
         self.issued = [False] * len(group)  # has the rank sent its current step's messages yet?
-        self.received = [[0] * len(program[rank]) for rank in range(len(group))]
+        self.received = [[0] * len(steps) for steps in self.rank_steps]
         # with an endpoint delay, each rank's step issue is an event: one reusable source a rank
         self.issuers = [_IssueStep(self, rank) for rank in range(len(group))] if system.endpoint_delay_ps else []
         self.ranks_left = len(group)
@@ -101,7 +101,7 @@ class _ProgramRun:
     def issue(self, rank: int) -> None:
         """Send the messages of the rank's current step."""
         step_index = self.position[rank]
-        step = self.program[rank][step_index]
+        step = self.rank_steps[rank][step_index]
         self.step[rank] = step
         src = self.group[rank]
         for send in step.sends:
