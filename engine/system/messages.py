@@ -112,11 +112,21 @@ class MessageLog:
 
     def columns(self) -> dict[str, array]:
         """The `flows` table (DESIGN.md) by column, in its order: typed arrays (64-bit integers,
-        doubles), times in seconds, NaN where a row holds None (a message not delivered; goodput
-        of a zero flow completion time)."""
+        doubles; `src`, `dst` and `bytes` are the log's own), times in seconds, NaN where a row holds
+        None (a message not delivered; goodput of a zero flow completion time). Made `_BATCH` rows
+        at a time, so no list of all values is ever held."""
         end_ps = self._end_ps()
         count = self._count
-        fct_ps = [end - start if end >= 0 else -1 for start, end in zip(self._start_ps, end_ps)]
+        start_s, end_s, fct_s, goodput = array("d"), array("d"), array("d"), array("d")
+        for first in range(0, count, _BATCH):
+            starts = self._start_ps[first:first + _BATCH]
+            ends = end_ps[first:first + _BATCH]
+            fcts = [end - start if end >= 0 else -1 for start, end in zip(starts, ends)]
+            start_s.fromlist([ps_to_s(start) for start in starts])
+            end_s.fromlist([ps_to_s(end) if end >= 0 else NAN for end in ends])
+            fct_s.fromlist([ps_to_s(fct) if fct >= 0 else NAN for fct in fcts])
+            goodput.fromlist([goodput_gbps(size, fct) if fct > 0 else NAN
+                              for size, fct in zip(self._size_bytes[first:first + _BATCH], fcts)])
         count_columns = [array("q", bytes(8 * count)) for _ in range(3)]  # zeros
         for flow_id, counts in self._counts.items():
             for column, value in zip(count_columns, counts):
@@ -126,11 +136,10 @@ class MessageLog:
             "src": self._src,
             "dst": self._dst,
             "bytes": self._size_bytes,
-            "start_s": array("d", [ps_to_s(start) for start in self._start_ps]),
-            "end_s": array("d", [ps_to_s(end) if end >= 0 else NAN for end in end_ps]),
-            "fct_s": array("d", [ps_to_s(fct) if fct >= 0 else NAN for fct in fct_ps]),
-            "goodput_gbps": array("d", [goodput_gbps(size, fct) if fct > 0 else NAN
-                                        for size, fct in zip(self._size_bytes, fct_ps)]),
+            "start_s": start_s,
+            "end_s": end_s,
+            "fct_s": fct_s,
+            "goodput_gbps": goodput,
             "retransmits": count_columns[0],
             "timeouts": count_columns[1],
             "ecn_marks": count_columns[2],
