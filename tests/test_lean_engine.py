@@ -19,7 +19,7 @@ from engine import load_config, run
 from engine.eventlist import EventList, EventSource
 from engine.simulation import Simulation
 from engine.system.algorithms import _direct_order, _link, plan
-from engine.system.messages import flow_rows
+from engine.system.messages import MessageLog, flow_rows
 from engine.transport import TcpReceiver, TcpSender
 from engine.units import PS_PER_US
 
@@ -181,3 +181,26 @@ def test_flow_columns_hold_the_flow_rows():
         for row in as_rows[table] + as_columns[table]:
             row.pop("wall_s", None), row.pop("events_per_s", None)
         assert as_rows[table] == as_columns[table]
+
+
+def test_message_log_holds_every_message_across_its_batches():
+    """The log gathers messages in lists and moves them to its arrays 4,096 at a time; messages
+    finish in any order. Every column holds what was logged, by flow_id, wherever the batch
+    boundaries fell."""
+    log, rng = MessageLog(), Random(5)
+    sent = [(rng.randrange(64), rng.randrange(64), rng.randrange(1, 10**6), rng.randrange(10**12)) for _ in range(10_001)]
+    ended = {}
+    for flow_id, (src, dst, size, start_ps) in enumerate(sent):
+        assert log.add(src, dst, size, start_ps) == flow_id
+        if flow_id % 3 and rng.random() < 0.9:  # finish an earlier message, in no particular order
+            done = rng.randrange(flow_id + 1)
+            if done not in ended:
+                ended[done] = sent[done][3] + rng.randrange(1, 10**9)
+                log.finish(done, ended[done], retransmits=1 if done % 7 == 0 else 0)
+    columns = log.columns()
+    assert len(log) == len(sent) and all(len(column) == len(sent) for column in columns.values())
+    assert list(zip(columns["src"], columns["dst"], columns["bytes"])) == [row[:3] for row in sent]
+    assert list(columns["start_s"]) == [start_ps / 10**12 for *_, start_ps in sent]
+    assert [end_s == end_s for end_s in columns["end_s"]] == [flow_id in ended for flow_id in range(len(sent))]
+    assert [record.end_ps for record in log] == [ended.get(flow_id, -1) for flow_id in range(len(sent))]
+    assert sum(columns["retransmits"]) == sum(1 for flow_id in ended if flow_id % 7 == 0)
