@@ -114,19 +114,20 @@ def test_an_idle_connection_holds_no_scoreboard_queue_or_list():
     lost = {100, 102, 104}  # three holes in one window: SACK recovery
     path = build_path(latency_us=10, should_drop=lambda index, pkt: index in lost)
     sender, receiver = path.sender, path.receiver
-    busy_fields = {"sacked": False, "recovery_retransmits": False, "out_of_order": False, "message_ends": False}
+    busy_fields = {"sacked": False, "recovery_retransmits": False, "out_of_order": False, "later_messages": False}
     path.send(400 * MSS)
     path.send(100 * MSS)  # a second message queued behind the first
     for step in range(1, 200):
         path.run_s(step * 1e-5)
         for name in busy_fields:
-            owner = receiver if name in ("out_of_order", "message_ends") else sender
+            owner = receiver if name in ("out_of_order", "later_messages") else sender
             busy_fields[name] |= getattr(owner, name) is not None
     assert len(path.delivered_ps) == 2 and sender.snd_una == sender.snd_max == 500 * MSS
     assert sender.retransmits == len(lost) and sender.timeouts == 0  # repaired by SACK recovery
     assert all(busy_fields.values()), busy_fields  # each was in use while the connection was busy
     assert sender.sacked is None and sender.recovery_retransmits is None and sender.lost_retransmits is None
-    assert receiver.out_of_order is None and receiver.message_ends is None and receiver.last_block is None
+    assert receiver.out_of_order is None and receiver.last_block is None
+    assert receiver.on_next_message is None and receiver.later_messages is None
 
 
 def test_connection_timers_wait_on_the_timer_heap_not_among_packet_events():

@@ -485,13 +485,16 @@ class TcpReceiver(PacketSink):
 
     ACKs go at once for out-of-order data, for data that fills a hole, and when the ECN state
     changes (DCTCP); otherwise every second full segment, or when the delayed-ACK timer expires.
-    `out_of_order` and `message_ends` are None when empty.
+    `out_of_order` is None when empty. The oldest message awaiting delivery is held in
+    `next_message_end_seq` / `on_next_message` (None: no message), any later ones in
+    `later_messages` (None when empty): a message costs no container while it is alone.
     """
 
     __slots__ = (
         "eventlist", "settings", "ack_route", "rcv_nxt", "out_of_order", "unacked_segments",
         "delack_deadline_ps", "timer_event_ps", "ce_state", "ece_latched", "echo_sent_ps",
-        "echo_retransmit", "last_block", "message_ends", "ce_received", "acks_sent",
+        "echo_retransmit", "last_block", "next_message_end_seq", "on_next_message", "later_messages",
+        "ce_received", "acks_sent",
         "segments_received",
     )
 
@@ -509,17 +512,22 @@ class TcpReceiver(PacketSink):
         self.echo_sent_ps = 0
         self.echo_retransmit = False
         self.last_block: list[int] | None = None
-        # (end_seq, callback) in stream order: a list, as a connection has few messages outstanding
-        self.message_ends: list[tuple[int, Callable[[], None]]] | None = None
+        self.next_message_end_seq = 0
+        self.on_next_message: Callable[[], None] | None = None
+        self.later_messages: list[tuple[int, Callable[[], None]]] | None = None  # (end_seq, callback), in order
         self.ce_received = 0
         self.acks_sent = 0
         self.segments_received = 0
 
     def expect_message_end(self, end_seq: int, on_delivered: Callable[[], None]) -> None:
         """Call `on_delivered` once every byte below `end_seq` has arrived in order."""
-        if self.message_ends is None:
-            self.message_ends = []
-        self.message_ends.append((end_seq, on_delivered))
+        if self.on_next_message is None:
+            self.next_message_end_seq = end_seq
+            self.on_next_message = on_delivered
+        else:
+            if self.later_messages is None:
+                self.later_messages = []
+            self.later_messages.append((end_seq, on_delivered))
 
     def receive_packet(self, pkt: Packet) -> None:
         """A data segment arrives."""
@@ -545,13 +553,17 @@ class TcpReceiver(PacketSink):
                     self.out_of_order = None
                 self.last_block = None
             self.rcv_nxt = rcv_nxt
-            message_ends = self.message_ends
-            if message_ends is not None:
-                # a callback may write the next message on this connection: it appends to this list
-                while message_ends and message_ends[0][0] <= rcv_nxt:
-                    message_ends.pop(0)[1]()
-                if not message_ends:
-                    self.message_ends = None
+            on_delivered = self.on_next_message
+            while on_delivered is not None and self.next_message_end_seq <= rcv_nxt:
+                later = self.later_messages  # the next message moves up before the callback runs:
+                if later:  # it may write another message on this connection
+                    self.next_message_end_seq, self.on_next_message = later.pop(0)
+                    if not later:
+                        self.later_messages = None
+                else:
+                    self.on_next_message = None
+                on_delivered()
+                on_delivered = self.on_next_message
             if immediate or not self.settings.delayed_ack:
                 self._send_ack()
                 return
