@@ -92,26 +92,12 @@ def _part_name() -> str:
     return f"part-{stamp}-{uuid.uuid4().hex}.parquet"
 
 
-def write_part(table_dir: Path, rows: Sequence[Mapping[str, Any]],
+def write_part(table_dir: Path, rows: Sequence[Mapping[str, Any]] | pa.Table,
                name: str | None = None) -> Path:
-    """Write `rows` as one new Parquet part in `table_dir` (created if needed), atomically; return
-    its path (named `name`, or a new unique part name). The part has every column any row has;
-    column types are inferred from the values; a column that is all None gets the null type, which
-    `read_table` promotes to the type other parts give it."""
-    return write_table_part(table_dir, rows_table(rows), name)
-
-
-def rows_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """Rows as an Arrow table with every column any row has (null where a row has none): pyarrow
-    would take the columns from the first row alone and drop the others (a flows run's row has no
-    training columns). Column types are inferred from the values."""
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    return pa.Table.from_pylist([{column: row.get(column) for column in columns} for row in rows])
-
-
-def write_table_part(table_dir: Path, table: pa.Table, name: str | None = None) -> Path:
-    """Write `table` as one new Parquet part in `table_dir` (created if needed), atomically; return
-    its path (named `name`, or a new unique part name)."""
+    """Write `rows` (row dicts, or an Arrow table) as one new Parquet part in `table_dir` (created
+    if needed), atomically; return its path (named `name`, or a new unique part name). Row dicts
+    make the columns of `rows_table`."""
+    table = rows if isinstance(rows, pa.Table) else rows_table(rows)
     table_dir.mkdir(parents=True, exist_ok=True)
     final_path = table_dir / (name or _part_name())
     # A leading dot hides the temporary file from pyarrow datasets; the suffix hides it from globs.
@@ -126,6 +112,15 @@ def write_table_part(table_dir: Path, table: pa.Table, name: str | None = None) 
         tmp_path.unlink(missing_ok=True)
         raise
     return final_path
+
+
+def rows_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Rows as an Arrow table with every column any row has (null where a row has none: pyarrow
+    would take the columns from the first row alone and drop the others, and a flows run's row has
+    no training columns). Column types are inferred from the values; a column that is all None gets
+    the null type, which `read_table` promotes to the type other parts give it."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return pa.Table.from_pylist([{column: row.get(column) for column in columns} for row in rows])
 
 
 def part_files(dataset: str | os.PathLike[str], table: str) -> list[Path]:
@@ -353,11 +348,14 @@ class ResultStore:
         for table in sorted(self._buffer.keys() | self._column_buffer.keys(),
                             key=lambda name: name == "runs"):  # False sorts first
             rows = self._buffer.get(table, [])
-            parts = ([rows_table(rows)] if rows else []) + self._column_buffer.get(table, [])
-            if parts:
-                whole = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
-                written[table] = write_table_part(self.path / table, whole, name)
-                self._buffered_rows -= whole.num_rows
+            column_parts = self._column_buffer.get(table, [])
+            batch: Sequence[Mapping[str, Any]] | pa.Table = rows
+            if column_parts:
+                parts = ([rows_table(rows)] if rows else []) + column_parts
+                batch = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+            if len(batch):
+                written[table] = write_part(self.path / table, batch, name)
+                self._buffered_rows -= len(batch)
             self._buffer.pop(table, None)
             self._column_buffer.pop(table, None)
         self._last_flush_s = time.monotonic()
