@@ -3,15 +3,15 @@
 Hosts are numbered 0..npus-1. A host's NIC (its first link) has an unlimited buffer, as a host
 qdisc backs up into TCP rather than dropping; every switch egress port has `network.buffer_kb` of
 drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several equal-cost paths
-exist (leaf_spine, the two directions of an even ring), a flow hash picks one per flow (ECMP).
-Sizes in `_kb` are KiB (1024 bytes).
+exist (leaf_spine, fat_tree, the two directions of an even ring), a flow hash picks one per flow
+(ECMP). Sizes in `_kb` are KiB (1024 bytes).
 """
 
 from __future__ import annotations
 
 from random import Random
 
-from .config import NetworkConfig
+from .config import NetworkConfig, smallest_fat_tree_k
 from .eventlist import EventList
 from .network import Link
 from .units import gbps_to_bps, us_to_ps
@@ -145,6 +145,60 @@ class LeafSpineTopology(Topology):
         return (self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst])
 
 
+class FatTreeTopology(Topology):
+    """A k-ary three-tier Clos (Al-Fares et al., SIGCOMM 2008): k pods of k/2 edge and k/2
+    aggregation switches, every edge switch joined to every aggregation switch of its pod, and
+    aggregation switch j of every pod joined to core switches j*k/2 .. j*k/2 + k/2 - 1 ((k/2)^2 cores).
+    Host h sits on edge switch h // (k/2); only the first `npus` of the k^3/4 hosts exist, while every
+    switch and switch link is built. Host links run at `link_gbps`, switch links at `uplink_gbps`
+    (null: `link_gbps`; lower oversubscribes the fabric), all with `link_latency_us`. ECMP per flow
+    at every tier: one flow hash picks the aggregation switch going up and, across pods, the core.
+
+    Links live in flat lists indexed by switch numbers (edge e = pod * k/2 + i, aggregation
+    a = pod * k/2 + j, core c = j * k/2 + m): O(k^3) links, no per-pair state."""
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+        super().__init__(eventlist, net, seed)
+        self.k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
+        half = self.half = self.k // 2
+        k = self.k
+        uplink_gbps = net.uplink_gbps if net.uplink_gbps is not None else net.link_gbps
+        latency_us = net.link_latency_us
+        self.host_up = [self.add_link(f"h{h}->edge{h // half}", net.link_gbps, latency_us, False)
+                        for h in range(net.npus)]
+        self.host_down = [self.add_link(f"edge{h // half}->h{h}", net.link_gbps, latency_us, True)
+                          for h in range(net.npus)]
+        switches = k * half  # edge switches, and aggregation switches, in all pods
+        # edge e -> aggregation j of its pod, at [e * half + j]; aggregation a -> edge i, at [a * half + i]
+        self.edge_up = [self.add_link(f"edge{e}->agg{e - e % half + j}", uplink_gbps, latency_us, True)
+                        for e in range(switches) for j in range(half)]
+        self.agg_down = [self.add_link(f"agg{a}->edge{a - a % half + i}", uplink_gbps, latency_us, True)
+                         for a in range(switches) for i in range(half)]
+        # aggregation a = (pod, j) -> core j * half + m, at [a * half + m];
+        # core c -> the aggregation switch of a pod it is joined to, at [c * k + pod]
+        self.agg_up = [self.add_link(f"agg{a}->core{a % half * half + m}", uplink_gbps, latency_us, True)
+                       for a in range(switches) for m in range(half)]
+        self.core_down = [self.add_link(f"core{c}->agg{pod * half + c // half}", uplink_gbps, latency_us, True)
+                          for c in range(half * half) for pod in range(k)]
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        half = self.half
+        src_edge, dst_edge = src // half, dst // half
+        if src_edge == dst_edge:
+            return (self.host_up[src], self.host_down[dst])
+        # ECMP: both directions of a connection hash the same (unordered) pair, as on leaf_spine
+        choice = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id)
+        j = choice % half
+        src_agg, dst_agg = src_edge - src_edge % half + j, dst_edge - dst_edge % half + j
+        up = (self.host_up[src], self.edge_up[src_edge * half + j])
+        down = (self.agg_down[dst_agg * half + dst_edge % half], self.host_down[dst])
+        if src_agg == dst_agg:  # one pod
+            return up + down
+        m = choice // half % half
+        core = j * half + m
+        return up + (self.agg_up[src_agg * half + m], self.core_down[core * self.k + dst_edge // half]) + down
+
+
 class HierarchicalTopology(Topology):
     """Nodes of `npus_per_node` NPUs on a scale-up switch (`scaleup_gbps`, `scaleup_latency_us`);
     every NPU also has a NIC of `link_gbps` to one scale-out switch joining the nodes."""
@@ -179,6 +233,7 @@ _TOPOLOGIES: dict[str, type[Topology]] = {
     "dumbbell": DumbbellTopology,
     "ring": RingTopology,
     "leaf_spine": LeafSpineTopology,
+    "fat_tree": FatTreeTopology,
     "hierarchical": HierarchicalTopology,
 }
 
