@@ -5,11 +5,16 @@ qdisc backs up into TCP rather than dropping; every switch egress port has `netw
 drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several equal-cost paths
 exist (leaf_spine, fat_tree, the two directions of an even ring), a flow hash picks one per flow
 (ECMP). Sizes in `_kb` are KiB (1024 bytes).
+
+Routes come in a few classes (`route_class`): all routes of one class cross links of the same rates
+and latencies, so the alpha_beta backend costs a class once instead of every pair of hosts.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from random import Random
+from typing import Sequence
 
 from .config import NetworkConfig, smallest_fat_tree_k
 from .eventlist import EventList
@@ -66,6 +71,37 @@ class Topology:
         network has one dimension holding every NPU."""
         return [(tuple(range(self.npus)),)]
 
+    def locality(self, host: int) -> tuple[int, ...]:
+        """The nested domains holding `host`, outermost first (fat_tree: its pod, then its edge
+        switch; one switch: none). Two hosts whose domains agree on the first L entries and differ
+        on the next are joined by routes of class L; hosts agreeing on all share the innermost."""
+        return ()
+
+    def route_class(self, src: int, dst: int) -> int:
+        """The kind of route from `src` to `dst`: every route of one class crosses links of the same
+        rates and latencies in the same order and leaves its host by the same one of the host's
+        links, whichever hosts it joins and whichever equal-cost path it takes."""
+        src_domains, dst_domains = self.locality(src), self.locality(dst)
+        common = 0
+        while common < len(src_domains) and src_domains[common] == dst_domains[common]:
+            common += 1
+        return common
+
+    def peer_class_counts(self, group: Sequence[int]) -> set[tuple[tuple[int, int], ...]]:
+        """How the members of `group` see the others: for each member, the sorted (route class,
+        number of other members it reaches by that class) pairs; the distinct ones (a handful).
+        Counts members per domain prefix, so it takes O(len(group)), not a pass over every pair."""
+        domains = [self.locality(host) for host in group]
+        depth = len(domains[0])
+        sharing = [Counter(host_domains[:level] for host_domains in domains) for level in range(depth + 1)]
+        seen: set[tuple[tuple[int, int], ...]] = set()
+        for host_domains in domains:
+            # members sharing the first `level` domains with this one (itself included), non-increasing
+            within = [sharing[level][host_domains[:level]] for level in range(depth + 1)] + [1]
+            seen.add(tuple((level, within[level] - within[level + 1]) for level in range(depth + 1)
+                           if within[level] > within[level + 1]))
+        return seen
+
 
 class SwitchTopology(Topology):
     """Every host on one switch: host -> switch -> host."""
@@ -91,6 +127,10 @@ class DumbbellTopology(Topology):
         self.left_to_right = self.add_link("L->R", net.bottleneck_gbps, net.bottleneck_latency_us, True)
         self.right_to_left = self.add_link("R->L", net.bottleneck_gbps, net.bottleneck_latency_us, True)
 
+    def locality(self, host: int) -> tuple[int, ...]:
+        """The side: class 0 crosses the bottleneck, class 1 stays on one switch."""
+        return (int(host >= self.half),)
+
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         src_left, dst_left = src < self.half, dst < self.half
         if src_left == dst_left:
@@ -110,6 +150,17 @@ class RingTopology(Topology):
                           for i in range(n)]
         self.counter = [self.add_link(f"n{i}->n{(i - 1) % n}", net.link_gbps, net.link_latency_us, True)
                         for i in range(n)]
+
+    def route_class(self, src: int, dst: int) -> int:
+        """The number of ring links the route crosses (either way round, half-way included)."""
+        forward = (dst - src) % self.npus
+        return min(forward, self.npus - forward)
+
+    def peer_class_counts(self, group: Sequence[int]) -> set[tuple[tuple[int, int], ...]]:
+        """Every NPU sees the whole ring alike; a smaller group is counted pair by pair."""
+        members = group if len(group) < self.npus else group[:1]
+        return {tuple(sorted(Counter(self.route_class(host, other) for other in group if other != host).items()))
+                for host in members}
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         n = self.npus
@@ -135,6 +186,10 @@ class LeafSpineTopology(Topology):
                          for s in range(net.spines)] for l in range(leaves)]
         self.spine_down = [[self.add_link(f"spine{s}->leaf{l}", net.uplink_gbps, net.link_latency_us, True)
                             for l in range(leaves)] for s in range(net.spines)]
+
+    def locality(self, host: int) -> tuple[int, ...]:
+        """The leaf: class 0 crosses a spine, class 1 stays on one leaf."""
+        return (host // self.hosts_per_leaf,)
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
@@ -181,6 +236,11 @@ class FatTreeTopology(Topology):
         self.core_down = [self.add_link(f"core{c}->agg{pod * half + c // half}", uplink_gbps, latency_us, True)
                           for c in range(half * half) for pod in range(k)]
 
+    def locality(self, host: int) -> tuple[int, ...]:
+        """Pod, then edge switch: class 0 crosses the core, class 1 an aggregation switch, class 2
+        stays on one edge switch."""
+        return (host // (self.half * self.half), host // self.half)
+
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         half = self.half
         src_edge, dst_edge = src // half, dst // half
@@ -221,6 +281,10 @@ class HierarchicalTopology(Topology):
         local = tuple(tuple(node * per_node + i for i in range(per_node)) for node in range(nodes))
         across = tuple(tuple(node * per_node + i for node in range(nodes)) for i in range(per_node))
         return [dims for dims in (local, across) if len(dims[0]) > 1] or [local]
+
+    def locality(self, host: int) -> tuple[int, ...]:
+        """The node: class 0 goes through the NICs, class 1 through the node's scale-up fabric."""
+        return (host // self.npus_per_node,)
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         if src // self.npus_per_node == dst // self.npus_per_node:

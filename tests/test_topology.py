@@ -412,3 +412,46 @@ def test_fat_tree_runs_on_the_packet_backend():
     packet, analytical = run("packet"), run("analytical")
     assert packet["status"] == "ok" and packet["drops"] == 0
     assert packet["iteration_time_s"] == pytest.approx(analytical["iteration_time_s"], rel=0.10)
+
+
+# --------------------------------------------------------------------------------------------
+# route classes (what the alpha_beta backend costs instead of every pair of hosts)
+# --------------------------------------------------------------------------------------------
+
+ROUTE_CLASS_NETWORKS = [
+    dict(topology="switch", npus=6),
+    dict(topology="dumbbell", npus=6, bottleneck_gbps=10, bottleneck_latency_us=5),
+    dict(topology="ring", npus=7),
+    dict(topology="ring", npus=8),
+    LEAF_SPINE,
+    dict(topology="fat_tree", npus=16, uplink_gbps=25),
+    dict(topology="fat_tree", npus=45, fat_tree_k=6),  # the last pod partly filled
+    HIERARCHICAL,
+]
+
+
+@pytest.mark.parametrize("overrides", ROUTE_CLASS_NETWORKS, ids=lambda net: f"{net['topology']}{net['npus']}")
+def test_routes_of_one_class_cross_the_same_kinds_of_links(overrides):
+    _, topo = build(**overrides)
+    shapes: dict[int, tuple] = {}
+    for src in range(topo.npus):
+        for dst in range(topo.npus):
+            if src == dst:
+                continue
+            route_class = topo.route_class(src, dst)
+            assert topo.route_class(dst, src) == route_class
+            for flow_id in range(3):
+                shape = tuple((link.rate_bps, link.latency_ps) for link in topo.path(src, dst, flow_id))
+                assert shapes.setdefault(route_class, shape) == shape, (src, dst, flow_id)
+    # every class occurs from host 0 (the alpha_beta backend takes its representatives there)
+    assert {topo.route_class(0, dst) for dst in range(1, topo.npus)} == set(shapes)
+
+
+@pytest.mark.parametrize("overrides", ROUTE_CLASS_NETWORKS, ids=lambda net: f"{net['topology']}{net['npus']}")
+def test_peer_class_counts_match_counting_every_pair(overrides):
+    _, topo = build(**overrides)
+    groups = [group for dimension in topo.dimensions() for group in dimension] + [tuple(range(topo.npus))]
+    for group in groups + [tuple(range(1, topo.npus, 2))]:
+        every_pair = {tuple(sorted(Counter(topo.route_class(host, other) for other in group if other != host).items()))
+                      for host in group}
+        assert topo.peer_class_counts(group) == every_pair, group
