@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
-BACKENDS = ("packet", "analytical")
+BACKENDS = ("packet", "analytical", "alpha_beta")
 WORKLOAD_TYPES = ("dlrm", "astra", "collective", "flows")
 COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 SYSTEM_ALGORITHMS = {

@@ -65,10 +65,12 @@ def _count(value: Any) -> str:
 
 
 def _network_lines(run: Mapping[str, Any]) -> list[str]:
-    """Packet counters and engine speed; the analytical backend has no packets to count."""
+    """Packet counters and engine speed; the analytical and alpha_beta backends have no packets to count."""
     lines = []
     if run.get("engine.backend") == "analytical":
         lines.append("  packets          n/a (analytical backend: no packets, queues or losses)")
+    elif run.get("engine.backend") == "alpha_beta":
+        lines.append("  packets          n/a (alpha_beta backend: collective steps in closed form, no contention)")
     else:
         lines += [
             f"  retransmits      {_count(run.get('retransmits'))}   timeouts {_count(run.get('timeouts'))}",
@@ -120,7 +122,8 @@ def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> s
             f"exposed comm {_number(run.get('exposed_comm_s'), scale=ms)} ms",
             f"                   all-to-all {_number(run.get('all_to_all_s'), scale=ms)} ms   "
             f"all-reduce {_number(run.get('all_reduce_s'), scale=ms)} ms",
-            f"  messages         {_count(run.get('flows_completed'))}/{_count(run.get('flows'))} delivered",
+            *([] if run.get("flows") is None else  # alpha_beta times whole phases: no messages
+              [f"  messages         {_count(run.get('flows_completed'))}/{_count(run.get('flows'))} delivered"]),
             *_network_lines(run),
         ]
     stored = ", ".join(f"{table} +{len(table_rows)}" for table, table_rows in rows.items() if table_rows)

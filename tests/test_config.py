@@ -104,6 +104,8 @@ BAD_CONFIGS = [
      "network.fat_tree_k", "4", "the smallest is 6"),
     ("fat-tree-uplink-zero", with_overrides(network={"topology": "fat_tree", "npus": 16, "uplink_gbps": 0}),
      "network.uplink_gbps", "0", "> 0"),
+    ("alpha-beta-flows", with_overrides(engine={"backend": "alpha_beta"}),
+     "engine.backend", "'alpha_beta'", "packet for workload.type=flows"),
     ("rcv-wnd-below-one-mss", with_overrides(tcp={"rcv_wnd_kb": 1}),
      "tcp.rcv_wnd_kb", "1", "one MSS"),
     ("cubic-beta-one", with_overrides(tcp={"cubic_beta": 1.0}),
