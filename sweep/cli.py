@@ -13,6 +13,7 @@ does not exist, an override it cannot parse), refused before anything is launche
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import sys
 from pathlib import Path
@@ -29,24 +30,11 @@ from .plan import check_dataset, config_error, hydra_error, pop_force, validate
 from .runner import execute, run_id
 from .store import ResultStore
 
-# The repository root (this checkout, installed editable); conf/ and ../shared are found from it.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# An absolute path: given "../conf", Hydra would look for a Python package `conf` whenever the
-# entry point is imported as `sweep.cli` (as under `python -m sweep`) rather than run as a file.
-CONF_DIR = str(PROJECT_ROOT / "conf")
+# The configs, installed as the package `sweep.conf` (conf/ of the repository; see setup.py): a
+# folder on disk in an editable install and in a wheel alike. An absolute path: given a relative
+# one, Hydra would look for it relative to the entry point's module.
+CONF_DIR = str(importlib.resources.files("sweep.conf"))
 
-
-def project_root(relative: str = "") -> str:
-    """The `${project_root:}` resolver of conf/: the repository root, or with an argument that path
-    relative to the root, absolute and normalised (`${project_root:../shared/x.txt}`). It resolves
-    when the config is composed, so a run gets a plain absolute path that does not depend on the
-    working directory, on Hydra or on this process."""
-    return os.path.normpath(PROJECT_ROOT / relative)
-
-
-# Registered on import: whatever composes conf/ (the CLI, the tests, a launcher) imports this module.
-if not OmegaConf.has_resolver("project_root"):
-    OmegaConf.register_new_resolver("project_root", project_root)
 
 # Exit codes (see the module docstring).
 EXIT_OK = 0

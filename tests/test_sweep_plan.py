@@ -54,7 +54,7 @@ POINTS = [
     ["network.ecn_threshold_kb=20", "tcp=dctcp", "tcp.min_rto_ms=1"],
     ["network.buffer_kb=null", "system=halving_doubling", "system.splits=4"],
     ["+force=true", "seed=1"],
-    ["workload=astra_dlrm", "workload.iterations=1"],  # the ${project_root:} resolver
+    ["workload=astra_dlrm", "workload.iterations=1"],  # a bundled workload file
     ["network=dumbbell", "++network.bottleneck_gbps=50"],
 ]
 
