@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, TextIO
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -27,7 +28,8 @@ from omegaconf.errors import OmegaConfBaseException
 import engine
 
 from .plan import check_dataset, config_error, hydra_error, pop_force, validate
-from .runner import execute, run_id
+from .runner import execute, label_presets, run_id
+from .schema import PRESET_COLUMNS
 from .store import ResultStore
 
 # The configs, installed as the package `sweep.conf` (conf/ of the repository; see setup.py): a
@@ -117,9 +119,10 @@ def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> s
 
 
 def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None = None,
-            err: TextIO | None = None) -> int:
+            err: TextIO | None = None, presets: Mapping[str, str | None] | None = None) -> int:
     """Validate, resume-check, run and store one resolved config; print a summary; return the exit
-    code. A run already stored with status `ok` is skipped unless `force`."""
+    code. A run already stored with status `ok` is skipped unless `force`; `presets` (the preset
+    of each config group it was composed from) label its runs row."""
     out = out or sys.stdout
     err = err or sys.stderr
     config = dict(config)
@@ -139,6 +142,7 @@ def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None =
         return EXIT_OK
 
     rows = execute(config)
+    label_presets(rows, presets or {})
     try:
         store.append(rows)
         store.flush()
@@ -182,6 +186,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     except engine.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
-    code = run_one(config, force=force)
+    choices = HydraConfig.get().runtime.choices
+    code = run_one(config, force=force, presets={group: choices.get(group) for group in PRESET_COLUMNS})
     if code != EXIT_OK:
         sys.exit(code)  # SystemExit passes through Hydra's error reporting untouched
