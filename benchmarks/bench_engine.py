@@ -2,14 +2,14 @@
 
 Scenarios:
   bulk    one TCP NewReno+SACK flow of --bytes over a 10 Gb/s point-to-point link with 10 us one-way
-          delay; MSS 1448, 128 KiB send/receive windows, delayed ACKs: the settings of ns-3's
-          `ns3_tcp_bulk` (its defaults), so both simulators carry the same packets.
+          delay; MSS 1448 (1488-byte packets), 128 KiB windows, delayed ACKs: ns3/ns3_tcp_bulk.cc
+          sets ns-3 up the same, so both simulators carry the same packets.
   incast  16 hosts each sending 64 KiB to one host through a switch port with a 64 KiB buffer,
           10 rounds, 200 ms minimum RTO: drops, timeouts and retransmissions on the hot path.
 
-References: ns-3.44 compiled C++ on both scenarios -- the bulk transfer (built with
-../shared/bench/build_ns3_tcp_bulk.sh; pass --ns3 PATH to the binary) and the incast (built with
-ns3/build_ns3_incast.sh; pass --ns3-incast PATH), or --build-ns3 DIR to build both -- and, for the
+References: ns-3.44 compiled C++ on both scenarios, our programs ns3/ns3_tcp_bulk.cc and
+ns3/ns3_tcp_incast.cc (built by ns3/build_ns3.sh DIR; pass --ns3 PATH and --ns3-incast PATH to the
+binaries, or --build-ns3 DIR to build both first) -- and, for the
 bulk transfer, the bare heapq loop with no TCP logic (../shared/bench/lean_loop_ceiling.py), the
 ceiling for pure Python.
 
@@ -94,7 +94,8 @@ def _result_line(command: list[str]) -> dict[str, str]:
 
 
 def bench_ns3(binary: str, nbytes: int) -> dict:
-    """ns-3's bulk transfer; packets are the data segments its receiver's device saw."""
+    """ns-3's bulk transfer (ns3/ns3_tcp_bulk.cc); packets are the data segments its receiver's
+    device received."""
     fields = _result_line([binary, f"--bytes={nbytes}"])
     return {"sim": "ns-3.44 C++ bulk", "scenario": "bulk", "reference": True,
             "packets": int(fields["rx_pkts"]), "events": int(fields["events"]),
@@ -160,8 +161,7 @@ def main() -> None:
         return
     ns3_binary, ns3_incast_binary = args.ns3, args.ns3_incast
     if args.build_ns3:
-        subprocess.run(["sh", str(SHARED_BENCH / "build_ns3_tcp_bulk.sh"), args.build_ns3], check=True)
-        subprocess.run(["sh", str(NS3_DIR / "build_ns3_incast.sh"), args.build_ns3], check=True)
+        subprocess.run(["sh", str(NS3_DIR / "build_ns3.sh"), args.build_ns3], check=True)
         ns3_binary = str(Path(args.build_ns3) / "ns3_tcp_bulk")
         ns3_incast_binary = str(Path(args.build_ns3) / "ns3_tcp_incast")
 
