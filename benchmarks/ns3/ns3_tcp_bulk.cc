@@ -2,11 +2,11 @@
 // timing ns-3 on the same packets as our engine.
 //
 // Two hosts on one point-to-point link (--rate 10 Gb/s, --delay 10 us one way). One TCP connection
-// carries --bytes from host 0 to host 1: the sending application writes as much as the socket's
-// send buffer takes, and again whenever the buffer drains; the receiving one reads everything. The
-// run stops when the receiver has read the last byte, as the engine stops when the message is
-// delivered (the closing handshake and stale timers do not run). sim_time_s counts from the first
-// write, once the connection is established (the engine's scenario has no handshake).
+// carries --bytes from host 0 to host 1: the sending application writes as many whole segments as
+// the socket's send buffer takes, and again whenever the buffer drains; the receiving one reads
+// everything. The run stops when the receiver has read the last byte, as the engine stops when the
+// message is delivered (the closing handshake and stale timers do not run). sim_time_s counts from
+// the first write, once the connection is established (the engine's scenario has no handshake).
 //
 // TCP as bench_engine.py configures the engine: NewReno with SACK, MSS 1448 without the timestamp
 // option (40 bytes of TCP/IP headers: 1488-byte IP packets, the engine's), initial cwnd 10, delayed
