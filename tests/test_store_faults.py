@@ -190,7 +190,7 @@ READER = textwrap.dedent("""
 
 
 def test_two_writers_at_once_lose_nothing_and_tear_nothing(tmp_path: Path) -> None:
-    dataset, runs = tmp_path / "shared", 60
+    dataset, runs = tmp_path / "both", 60
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(dataset), name, str(runs)],
                                 stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
     reader = subprocess.run([sys.executable, "-c", READER, str(dataset), "3"], capture_output=True, text=True,
