@@ -23,6 +23,7 @@ from typing import Any, Generator, Iterator, Protocol, Sequence, TextIO
 
 from .plan import PlannedRun
 from .progress import ProgressBar, SweepSummary
+from .runner import label_presets
 from .store import ResultStore
 
 
@@ -128,6 +129,7 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
                                 store.flush_if_due()
                             continue
                         run, rows = item
+                        label_presets(rows, run.presets)
                         with _signals_deferred():  # stored and counted together, never half
                             stores[run.dataset].append(rows)
                             summary.record(rows["runs"][0])
