@@ -26,7 +26,7 @@ from pathlib import Path
 
 import engine
 
-WORKLOAD = Path(__file__).resolve().parents[2] / "shared" / "astra-sim-1.0-workloads" / "DLRM_HybridParallel.txt"
+WORKLOAD = "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"
 TOPOLOGIES = {
     "fat_tree": {"topology": "fat_tree"},
     "leaf_spine": {"topology": "leaf_spine", "hosts_per_leaf": 16, "spines": 4, "uplink_gbps": 100},
@@ -41,7 +41,7 @@ def measure(backend: str, topology: str, npus: int, iterations: int) -> dict:
     row = engine.run({
         "engine": {"backend": backend, "max_sim_time_s": 100},
         "network": network,
-        "workload": {"type": "astra", "path": str(WORKLOAD), "iterations": iterations},
+        "workload": {"type": "astra", "path": WORKLOAD, "iterations": iterations},
     })["runs"][0]
     wall_s = time.perf_counter() - start
     return {"npus": npus, "backend": backend, "topology": topology, "status": row["status"], "wall_s": wall_s,

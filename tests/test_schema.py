@@ -33,6 +33,8 @@ KINDS = {
                               "workload.bytes_per_flow=20000"],
     "ring_dlrm_analytical": ["network=ring", "network.npus=4", "workload=dlrm_small", "engine.backend=analytical",
                              "workload.iterations=1"],
+    "fat_tree_astra_alpha_beta": ["network=fat_tree", "network.npus=8", "workload=astra_dlrm",
+                                  "engine.backend=alpha_beta", "workload.iterations=1"],
 }
 
 
@@ -82,7 +84,7 @@ def test_pandas_pyarrow_duckdb_and_polars_read_a_mixed_dataset_as_it_is(mixed_da
         assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(rows,)]
         assert pl.read_parquet(glob).height == rows
     runs = pd.read_parquet(mixed_dataset / "runs")
-    assert set(runs["network"].dropna()) == {"switch", "leaf_spine", "hierarchical", "dumbbell", "ring"}
+    assert set(runs["network"].dropna()) == {"switch", "leaf_spine", "hierarchical", "dumbbell", "ring", "fat_tree"}
     spines = runs.set_index("network")["network.spines"]
     assert spines["leaf_spine"] == 4 and pd.isna(spines["switch"])
 
