@@ -40,6 +40,7 @@ KERNEL_MODULES = (
     "engine.transport.tcp",
     "engine.system.algorithms",
     "engine.system.collectives",
+    "engine.system.maxmin",
     "engine.system.transport",
 )
 # mypyc compiles them into one shared library, `engine/_kernel__mypyc.*.so`, holding all their code,
