@@ -3,7 +3,10 @@ binary tree), independent of the topology they run on.
 
 A program gives every rank of a group (ranks 0..p-1) a list of steps. At a step a rank issues its
 sends, then waits for the messages that step needs; the next step starts once they have all
-arrived. Each send names the receiving rank, the bytes and the receiver's step that consumes it.
+arrived. Each send names the receiving rank (relative to the sender: `peer_offset`, so p - 1 is the
+previous rank), the bytes and the receiver's step that consumes it. Ranks whose steps read the same
+that way share one list (every rank of a ring, of a direct exchange): a program then holds
+O(steps) objects, not O(p x steps), which at a thousand NPUs is millions fewer.
 `chunk_bytes` is the per-NPU data of the collective (for all-gather: the gathered result).
 """
 
@@ -16,9 +19,10 @@ from ..config import SYSTEM_ALGORITHMS as ALGORITHMS  # the algorithms each op o
 
 @dataclass(frozen=True)
 class Send:
-    """One message of a step: to `peer`, `size_bytes` long, consumed by the peer's step `peer_step`."""
+    """One message of a step: to the rank `peer_offset` after the sender (modulo p), `size_bytes`
+    long, consumed by the peer's step `peer_step`."""
 
-    peer: int
+    peer_offset: int
     size_bytes: int
     peer_step: int
 
@@ -31,7 +35,7 @@ class Step:
     receives: int
 
 
-Program = list[list[Step]]  # one list of steps per rank
+Program = list[list[Step]]  # one list of steps per rank (ranks may share one list)
 
 
 def _share(total_bytes: int, parts: int) -> int:
@@ -48,6 +52,7 @@ def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> Program:
             for source in receives_from:
                 consuming_steps.setdefault((source, rank), []).append(index)
     used: dict[tuple[int, int], int] = {}
+    p = len(raw)
     program: Program = []
     for rank, steps in enumerate(raw):
         linked = []
@@ -56,14 +61,17 @@ def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> Program:
             for peer, size in sends:
                 k = used.get((rank, peer), 0)
                 used[(rank, peer)] = k + 1
-                sends_linked.append(Send(peer, size, consuming_steps[(rank, peer)][k]))
+                sends_linked.append(Send((peer - rank) % p, size, consuming_steps[(rank, peer)][k]))
             linked.append(Step(tuple(sends_linked), len(receives_from)))
         program.append(linked)
     return program
 
 
 def _ring_steps(p: int, sizes: list[int]) -> Program:
-    return _link([[([((r + 1) % p, size)], [(r - 1) % p]) for size in sizes] for r in range(p)])
+    """Each rank sends step k's block to the next rank, whose step k consumes it; one list of
+    steps serves every rank."""
+    steps = [Step((Send(1, size, k),), 1) for k, size in enumerate(sizes)]
+    return [steps] * p
 
 
 def _direct_steps(p: int, sizes: list[int], node_size: int = 1) -> Program:
@@ -71,15 +79,20 @@ def _direct_steps(p: int, sizes: list[int], node_size: int = 1) -> Program:
     the send order the ranks of one node target different nodes, and different ranks within them
     (a two-level Latin square): rank r = n * B + i goes to nodes n, n+1, ... and in each to local
     ranks i, i+1, .... With B = 1 that is r+1, r+2, ...: the first messages of all ranks then go to
-    different receivers, not all to rank 0 (which would start every step with an incast)."""
-    nodes = p // node_size
+    different receivers, not all to rank 0 (which would start every step with an incast).
 
-    def others(r: int) -> list[int]:
-        node, local = divmod(r, node_size)
-        order = [((node + j) % nodes) * node_size + (local + m) % node_size
-                 for j in range(nodes) for m in range(node_size)]
-        return [q for q in order if q != r]
-    return _link([[([(q, size) for q in others(r)], others(r)) for size in sizes] for r in range(p)])
+    At step k every rank sends to each other one and receives from each; the k-th message from a
+    to b is consumed by b's step k. Relative to the sender, the order depends only on its local
+    rank i, so ranks of equal i share one list of steps."""
+    nodes = p // node_size
+    steps_by_local: list[list[Step]] = []
+    for local in range(node_size):
+        offsets = [j * node_size + (local + m) % node_size - local  # peer - rank, for any node
+                   for j in range(nodes) for m in range(node_size)]
+        offsets = [offset % p for offset in offsets if offset % p]
+        steps_by_local.append([Step(tuple(Send(offset, size, k) for offset in offsets), p - 1)
+                               for k, size in enumerate(sizes)])
+    return [steps_by_local[r % node_size] for r in range(p)]
 
 
 def _halving_doubling_steps(p: int, chunk_bytes: int, reduce: bool, gather: bool) -> Program:

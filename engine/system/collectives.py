@@ -95,10 +95,11 @@ class _ProgramRun:
     def _issue(self, rank: int) -> None:
         step_index = self.position[rank]
         step = self.program[rank][step_index]
-        src = self.group[rank]
+        group = self.group
+        src = group[rank]
         for send in step.sends:
-            self.system.transport.send(src, self.group[send.peer], send.size_bytes,
-                                       self._receiver(send.peer, send.peer_step))
+            peer = (rank + send.peer_offset) % len(group)
+            self.system.transport.send(src, group[peer], send.size_bytes, self._receiver(peer, send.peer_step))
         self.issued[rank] = True
         self._try_advance(rank)
 
