@@ -3,7 +3,8 @@ memory of one iteration of ASTRA-sim's DLRM_HybridParallel.txt as the number of 
 
 Each measurement runs `engine.run` in a child process of its own, so its peak resident memory is
 that run's alone; the wall time is the fastest of --repeat runs (the engine's own `wall_s`: the
-simulation and its result rows, not Python's start-up). A run still going after --timeout seconds
+simulation and its result rows, not Python's start-up), shown with that run's CPU time (which
+other processes on a shared machine disturb less). A run still going after --timeout seconds
 is stopped and shown as such, and larger sizes of that backend and topology are skipped.
 
 Backends and topologies are tables below: a new one is one entry (its config keys), and
@@ -53,12 +54,12 @@ def child(config_json: str) -> None:
 
     import engine
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     rows = engine.run(json.loads(config_json))
-    wall_s = time.perf_counter() - start
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     run = rows["runs"][0]
     print(json.dumps({
-        "status": run["status"], "wall_s": wall_s, "events": run["events"], "messages": run["flows"],
+        "status": run["status"], "wall_s": wall_s, "cpu_s": cpu_s, "events": run["events"], "messages": run["flows"],
         "iteration_ms": run["iteration_time_s"] * 1e3 if run.get("iteration_time_s") else None,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
         "kernel": engine.KERNEL, "engine_dir": str(Path(engine.__file__).parent),
@@ -92,7 +93,7 @@ def main() -> None:
         child(args.child)
         return
     print(f"one DLRM_HybridParallel iteration; wall = fastest of {args.repeat} runs, timeout {args.timeout:g} s")
-    print(f"{'backend':11} {'topology':11} {'npus':>5} {'messages':>11} {'events':>11} {'wall s':>9} "
+    print(f"{'backend':11} {'topology':11} {'npus':>5} {'messages':>11} {'events':>11} {'wall s':>9} {'cpu s':>9} "
           f"{'peak MiB':>9} {'iteration ms':>13} kernel")
     for backend in args.backends:
         for topology in args.topologies:
@@ -105,7 +106,7 @@ def main() -> None:
                     break
                 best = min(finished, key=lambda result: result["wall_s"])
                 print(f"{backend:11} {topology:11} {npus:5d} {best['messages']:11,d} {best['events']:11,d} "
-                      f"{best['wall_s']:9.3f} {best['peak_rss_mib']:9.0f} {best['iteration_ms']:13.4f} "
+                      f"{best['wall_s']:9.3f} {best['cpu_s']:9.3f} {best['peak_rss_mib']:9.0f} {best['iteration_ms']:13.4f} "
                       f"{best['kernel']}", flush=True)
 
 
