@@ -7,7 +7,6 @@ the `flows` table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from typing import Callable, Final, cast
 
@@ -21,19 +20,23 @@ from .maxmin import Flow, MaxMinSharing, SharedLink
 STALE_ENTRIES_KEPT: Final = 1024  # completion-heap entries left stale before the heap is compacted
 
 
-@dataclass
 class MessageRecord:
-    """One point-to-point message and what happened to it (a `flows` table row)."""
+    """One point-to-point message and what happened to it (a `flows` table row); `end_ps` is -1
+    until it has arrived. (A plain class with slots: one is made per message.)"""
 
-    flow_id: int
-    src: int
-    dst: int
-    size_bytes: int
-    start_ps: int
-    end_ps: int = -1
-    retransmits: int = 0
-    timeouts: int = 0
-    ecn_marks: int = 0
+    __slots__ = ("flow_id", "src", "dst", "size_bytes", "start_ps", "end_ps", "retransmits", "timeouts",
+                 "ecn_marks")
+
+    def __init__(self, flow_id: int, src: int, dst: int, size_bytes: int, start_ps: int) -> None:
+        self.flow_id = flow_id
+        self.src = src
+        self.dst = dst
+        self.size_bytes = size_bytes
+        self.start_ps = start_ps
+        self.end_ps = -1
+        self.retransmits = 0
+        self.timeouts = 0
+        self.ecn_marks = 0
 
     def row(self) -> dict:
         """The `flows` table row (DESIGN.md); times in seconds."""
