@@ -175,10 +175,22 @@ def fill(capacity: list[float], users: list[list[Flow]], flows: list[Flow]) -> N
     share and leaves its capacity to the rest. A heap of (share, slot, version) with stale entries
     skipped keeps this O((flows x hops + links) log links) instead of a scan of all links per
     round; ties go to the lower slot. Each link whose share a round changed gets one new entry,
-    after the round."""
+    after the round; a flow alone on all its links never enters the heap."""
+    unfixed = [len(link_users) for link_users in users]
     for flow in flows:
         flow.rate_bps = -1.0  # not fixed yet
-    unfixed = [len(link_users) for link_users in users]
+    for flow in flows:
+        # alone on every link it crosses (the common case of the messages of a ring step): its
+        # tightest link's capacity, as the rounds would give it
+        share = inf
+        for link in flow.links:
+            if unfixed[link.slot] != 1:
+                break
+            share = min(share, max(capacity[link.slot], 0.0))
+        else:
+            flow.rate_bps = share
+            for link in flow.links:
+                unfixed[link.slot] = 0
     version = [0] * len(capacity)  # per slot: rounds that changed its share
     heap = [(max(capacity[slot], 0.0) / unfixed[slot], slot, 0) for slot in range(len(capacity)) if unfixed[slot]]
     heapify(heap)
