@@ -36,6 +36,7 @@ KERNEL_MODULES = (
     "engine.units",
     "engine.eventlist",
     "engine.network",
+    "engine.topology",
     "engine.transport.cc",
     "engine.transport.tcp",
     "engine.system.algorithms",
