@@ -91,8 +91,8 @@ class PacketTransport:
 
 class _FluidMessage(Flow):
     """A message in the analytical backend: a flow with the wire bits it had left at
-    `updated_ps` (its rate has not changed since) and its completion time at that rate, the key
-    of its valid entry in the transport's completion heap (`heap_seq` names that entry)."""
+    `updated_ps` (its rate has not changed since); `heap_seq` names its one valid entry in the
+    transport's completion heap, the others being stale."""
 
     __slots__ = ("record", "remaining_bits", "updated_ps", "heap_seq", "latency_ps", "on_delivered",
                  "next_in_pair")
