@@ -12,8 +12,8 @@ and larger sizes of that backend and topology are skipped.
 Backends and topologies are tables below: a new one is one entry (its config keys), and
 `--backends`/`--topologies` pick among them.
 
-Usage: python benchmarks/bench_scale.py [--npus 16 32 64 128 256 1024] [--backends analytical]
-       [--topologies leaf_spine] [--repeat 3] [--timeout 600]
+Usage: python benchmarks/bench_scale.py [--npus 16 32 64 128 256 512 1024] [--backends analytical]
+       [--topologies leaf_spine] [--repeat 3] [--timeout 600] [--rows-up-to 256]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ TOPOLOGIES = {
     "leaf_spine": {"topology": "leaf_spine", "hosts_per_leaf": 16, "spines": 4, "link_gbps": 100,
                    "uplink_gbps": 100, "link_latency_us": 1},
 }
-DEFAULT_NPUS = (16, 32, 64, 128, 256, 1024)
+DEFAULT_NPUS = (16, 32, 64, 128, 256, 512, 1024)
 
 
 def config(backend: str, topology: str, npus: int) -> dict:
@@ -87,8 +87,7 @@ def measure(cfg: dict, rows: bool, timeout_s: float) -> dict | None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     try:
         done = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg), *(["--rows"] if rows else [])],
-                              cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=timeout_s, check=True)
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s, check=True)
     except subprocess.TimeoutExpired:
         return None
     result = json.loads(done.stdout.strip().splitlines()[-1])
