@@ -36,10 +36,12 @@ KERNEL_MODULES = (
     "engine.units",
     "engine.eventlist",
     "engine.network",
+    "engine.topology",
     "engine.transport.cc",
     "engine.transport.tcp",
     "engine.system.algorithms",
     "engine.system.collectives",
+    "engine.system.maxmin",
     "engine.system.transport",
     "engine.system.alpha_beta",
 )

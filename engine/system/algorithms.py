@@ -3,7 +3,10 @@ binary tree), independent of the topology they run on.
 
 A program gives every rank of a group (ranks 0..p-1) a list of steps. At a step a rank issues its
 sends, then waits for the messages that step needs; the next step starts once they have all
-arrived. Each send names the receiving rank, the bytes and the receiver's step that consumes it.
+arrived. Each send names the receiving rank (relative to the sender: `peer_offset`, so p - 1 is the
+previous rank), the bytes and the receiver's step that consumes it. Ranks whose steps read the same
+that way share one list (every rank of a ring, of a direct exchange): a program then holds
+O(steps) objects, not O(p x steps), which at a thousand NPUs is millions fewer.
 `chunk_bytes` is the per-NPU data of the collective (for all-gather: the gathered result).
 Where every rank does the same at each step (ring, direct, halving_doubling), the algorithm is
 defined once as a list of `SymmetricStep`s and every rank's program is expanded from it.
@@ -18,9 +21,10 @@ from ..config import SYSTEM_ALGORITHMS as ALGORITHMS  # the algorithms each op o
 
 @dataclass(frozen=True)
 class Send:
-    """One message of a step: to `peer`, `size_bytes` long, consumed by the peer's step `peer_step`."""
+    """One message of a step: to the rank `peer_offset` after the sender (modulo p), `size_bytes`
+    long, consumed by the peer's step `peer_step`."""
 
-    peer: int
+    peer_offset: int
     size_bytes: int
     peer_step: int
 
@@ -33,7 +37,7 @@ class Step:
     receives: int
 
 
-Program = list[list[Step]]  # one list of steps per rank
+Program = list[list[Step]]  # one list of steps per rank (ranks may share one list)
 
 
 def _share(total_bytes: int, parts: int) -> int:
@@ -50,6 +54,7 @@ def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> Program:
             for source in receives_from:
                 consuming_steps.setdefault((source, rank), []).append(index)
     used: dict[tuple[int, int], int] = {}
+    p = len(raw)
     program: Program = []
     for rank, steps in enumerate(raw):
         linked = []
@@ -58,7 +63,7 @@ def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> Program:
             for peer, size in sends:
                 k = used.get((rank, peer), 0)
                 used[(rank, peer)] = k + 1
-                sends_linked.append(Send(peer, size, consuming_steps[(rank, peer)][k]))
+                sends_linked.append(Send((peer - rank) % p, size, consuming_steps[(rank, peer)][k]))
             linked.append(Step(tuple(sends_linked), len(receives_from)))
         program.append(linked)
     return program
@@ -94,8 +99,33 @@ def _direct_order(p: int, node_size: int, r: int) -> list[int]:
     return [q for q in order if q != r]
 
 
+def _direct_program(p: int, node_size: int, sizes: list[int]) -> Program:
+    """A direct algorithm's program: at step k every rank sends `sizes[k]` to each other one in
+    `_direct_order` and receives from each; the k-th message from a to b is consumed by b's step
+    k. Relative to the sender, that order depends only on its local rank i (peer - rank =
+    j * B + (i + m) % B - i for node offset j and local offset m), so ranks of equal i share one
+    list of steps."""
+    nodes = p // node_size
+    steps_by_local: list[list[Step]] = []
+    for local in range(node_size):
+        offsets = [(j * node_size + (local + m) % node_size - local) % p
+                   for j in range(nodes) for m in range(node_size)]
+        offsets = [offset for offset in offsets if offset]
+        steps_by_local.append([Step(tuple(Send(offset, size, k) for offset in offsets), p - 1)
+                               for k, size in enumerate(sizes)])
+    return [steps_by_local[r % node_size] for r in range(p)]
+
+
 def _expand(p: int, steps: list[SymmetricStep], node_size: int) -> Program:
-    """Every rank's own steps of a symmetric algorithm."""
+    """Every rank's steps of a symmetric algorithm. A ring (each rank sends step k's block to the
+    next rank, whose step k consumes it) is one list of steps shared by every rank, a direct
+    algorithm one per local rank (`_direct_program`); halving-doubling, whose partner's offset
+    differs from rank to rank, is linked rank by rank (O(p log p))."""
+    if all(step.pattern == RING for step in steps):
+        shared = [Step((Send(1, step.size_bytes, k),), 1) for k, step in enumerate(steps)]
+        return [shared] * p
+    if all(step.pattern == ALL for step in steps):
+        return _direct_program(p, node_size, [step.size_bytes for step in steps])
     raw: list[list[tuple[list[tuple[int, int]], list[int]]]] = []
     for r in range(p):
         rank_steps: list[tuple[list[tuple[int, int]], list[int]]] = []

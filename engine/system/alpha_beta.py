@@ -244,11 +244,12 @@ class AlphaBetaSystemLayer(SystemLayer):
                 step = steps[index]
                 if issued[rank] == index:
                     issue_ps = entered_ps[rank] + delay_ps
-                    classes = [self.topology.route_class(group[rank], group[send.peer]) for send in step.sends]
+                    peers = [(rank + send.peer_offset) % len(group) for send in step.sends]
+                    classes = [self.topology.route_class(group[rank], group[peer]) for peer in peers]
                     counts: ClassCounts = tuple(sorted(Counter(classes).items()))
-                    for send, route_class in zip(step.sends, classes):
+                    for send, peer, route_class in zip(step.sends, peers, classes):
                         arrival_ps = issue_ps + self.costs.arrivals_ps(counts, send.size_bytes)[route_class]
-                        peer, peer_step = send.peer, send.peer_step
+                        peer_step = send.peer_step
                         arrived[peer][peer_step] += 1
                         latest_ps[peer][peer_step] = max(latest_ps[peer][peer_step], arrival_ps)
                         if position[peer] == peer_step and arrived[peer][peer_step] == program[peer][peer_step].receives:
@@ -268,11 +269,12 @@ class AlphaBetaSystemLayer(SystemLayer):
             for rank, steps in enumerate(program):
                 for step in steps:
                     for send in step.sends:
-                        route_class = self.topology.route_class(group[rank], group[send.peer])
+                        peer = (rank + send.peer_offset) % len(group)
+                        route_class = self.topology.route_class(group[rank], group[peer])
                         wire = self.costs.wire_bytes(send.size_bytes)
                         latency_ps = self.costs.latency_ps(route_class, send.size_bytes)
                         for end in ((group[rank], self.costs.route(route_class)[0]),
-                                    (group[send.peer], self.costs.inbound(route_class))):
+                                    (group[peer], self.costs.inbound(route_class))):
                             entry = load.setdefault(end, [0, latency_ps])
                             entry[0] += wire
                             entry[1] = min(entry[1], latency_ps)

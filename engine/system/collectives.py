@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from ..eventlist import EventList
+from ..eventlist import EventList, EventSource
 from ..units import ps_to_s
 from .algorithms import Program, plan
 
@@ -62,7 +62,8 @@ class CollectiveRecord:
 class _ProgramRun:
     """One step program executing on one group of NPUs."""
 
-    __slots__ = ("system", "group", "program", "position", "issued", "received", "ranks_left", "on_done")
+    __slots__ = ("system", "group", "program", "position", "issued", "received", "ranks_left", "on_done",
+                 "issuers")
 
     def __init__(self, system: "SystemLayer", group: tuple[int, ...], program: Program,
                  on_done: Callable[[], None]) -> None:
@@ -74,6 +75,8 @@ class _ProgramRun:
         self.received = [[0] * len(steps) for steps in program]
         self.ranks_left = len(group)
         self.on_done = on_done
+        # one reusable event per rank for its steps' endpoint delay (a rank waits out one at a time)
+        self.issuers = [_StepIssue(self, rank) for rank in range(len(group))] if system.endpoint_delay_ps else []
 
     def start(self) -> None:
         for rank in range(len(self.group)):
@@ -88,19 +91,22 @@ class _ProgramRun:
         self.issued[rank] = False
         delay_ps = self.system.endpoint_delay_ps
         if delay_ps:
-            self.system.eventlist.call_at(self.system.eventlist.now_ps + delay_ps, lambda: self._issue(rank))
+            eventlist = self.system.eventlist
+            eventlist.schedule(self.issuers[rank], eventlist.now_ps + delay_ps)
         else:
-            self._issue(rank)
+            self.issue(rank)
 
-    def _issue(self, rank: int) -> None:
+    def issue(self, rank: int) -> None:
+        """Send the rank's messages of its current step."""
         step_index = self.position[rank]
         step = self.program[rank][step_index]
-        src = self.group[rank]
+        group = self.group
+        src = group[rank]
         transport = self.system.transport
         assert transport is not None  # a system layer without one times its phases itself (alpha_beta)
         for send in step.sends:
-            transport.send(src, self.group[send.peer], send.size_bytes,
-                                       self._receiver(send.peer, send.peer_step))
+            peer = (rank + send.peer_offset) % len(group)
+            transport.send(src, group[peer], send.size_bytes, self._receiver(peer, send.peer_step))
         self.issued[rank] = True
         self._try_advance(rank)
 
@@ -118,6 +124,19 @@ class _ProgramRun:
                 self.received[rank][step_index] >= self.program[rank][step_index].receives:
             self.position[rank] = step_index + 1
             self._enter(rank)
+
+
+class _StepIssue(EventSource):
+    """A rank of a program run issuing its current step, once the endpoint delay has passed."""
+
+    __slots__ = ("run", "rank")
+
+    def __init__(self, run: _ProgramRun, rank: int) -> None:
+        self.run = run
+        self.rank = rank
+
+    def do_next_event(self) -> None:
+        self.run.issue(self.rank)
 
 
 @dataclass
