@@ -6,7 +6,7 @@ in completion order and None when nothing finished for a while) and appends ever
 its dataset's `ResultStore` the moment they arrive; the store writes Parquet parts by rows or
 seconds. A run already stored with status `ok` is skipped (resume) unless it was planned with
 `force`; a failed one runs again. Ctrl-C or SIGTERM stops the sweep: what finished is flushed
-first, and running the same sweep again resumes it.
+first (and the executor stops what it started), and running the same sweep again resumes it.
 """
 
 from __future__ import annotations
@@ -84,8 +84,7 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
     rss_every = int(rss_setting) if rss_setting.isdigit() else 0
     if todo:
         try:
-            # SIGTERM is taken over once Ray is up: Ray's driver sets a handler of its own on connecting.
-            with executor, sigterm_as_interrupt(), contextlib.closing(executor.results(todo)) as finished, \
+            with sigterm_as_interrupt(), executor, contextlib.closing(executor.results(todo)) as finished, \
                     ProgressBar(len(todo), progress_file, show_progress) as bar:
                 try:
                     for item in finished:
