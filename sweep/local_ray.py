@@ -91,7 +91,7 @@ class ProcessTree:
 
         self._psutil = psutil
         self._me = psutil.Process()
-        self._session = os.getsid(0)
+        self._session = os.getsid(0) if hasattr(os, "getsid") else None  # None: no sessions (Windows)
         self._before = {key for process in self._me.children(recursive=True) if (key := self._key(process))}
 
     def _key(self, process: Any) -> tuple[int, float] | None:
@@ -111,6 +111,8 @@ class ProcessTree:
         return found
 
     def _in_session(self, pid: int) -> bool:
+        if self._session is None:
+            return True
         try:
             return os.getsid(pid) == self._session
         except OSError:  # gone meanwhile
