@@ -41,6 +41,7 @@ KERNEL_MODULES = (
     "engine.system.algorithms",
     "engine.system.collectives",
     "engine.system.transport",
+    "engine.system.alpha_beta",
 )
 # mypyc compiles them into one shared library, `engine/_kernel__mypyc.*.so`, holding all their code,
 # and a small shim extension per module that loads it.

@@ -22,6 +22,7 @@ from typing import Any, Generator, Iterator, Protocol, Sequence, TextIO
 from .interrupts import interrupts_deferred, sigterm_as_interrupt
 from .plan import PlannedRun
 from .progress import ProgressBar, SweepSummary
+from .runner import label_presets
 from .store import ResultStore
 
 
@@ -93,6 +94,7 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
                                 store.flush_if_due()
                             continue
                         run, rows = item
+                        label_presets(rows, run.presets)
                         with interrupts_deferred():  # stored and counted together, never half
                             stores[run.dataset].append(rows)
                             summary.record(rows["runs"][0])

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweep import store as store_module
+from sweep.schema import DECLARED_COLUMNS
 from sweep.store import ResultStore, part_files, read_table, write_part
 
 
@@ -18,22 +19,25 @@ def _files(directory: Path) -> list[str]:
 
 
 def test_write_part_is_atomic_and_readable(tmp_path: Path) -> None:
-    path = write_part(tmp_path / "runs", [{"run_id": "a", "status": "ok", "x": 1.5}])
-    assert _files(tmp_path / "runs") == [path.name]  # no temporary file left behind
+    path = write_part(tmp_path / "t", [{"run_id": "a", "status": "ok", "x": 1.5}])
+    assert _files(tmp_path / "t") == [path.name]  # no temporary file left behind
     assert path.name.startswith("part-") and path.suffix == ".parquet"
     assert pq.read_table(path).to_pylist() == [{"run_id": "a", "status": "ok", "x": 1.5}]
 
 
 def test_write_part_keeps_columns_the_first_row_lacks(tmp_path: Path) -> None:
     """A batch mixes kinds of runs (a flows run has no training columns, a failed run no metrics):
-    every column of every row is kept, null where a row has none."""
+    every column of every row is kept, null where a row has none; a declared table has all its
+    declared columns, typed, in their order, then the others."""
     rows = [{"run_id": "a", "status": "error"}, {"run_id": "b", "status": "ok", "iteration_time_s": 0.5},
-            {"run_id": "c", "status": "ok", "flows": 3}]
-    path = write_part(tmp_path / "runs", rows)
-    assert pq.read_table(path).to_pylist() == [
-        {"run_id": "a", "status": "error", "iteration_time_s": None, "flows": None},
-        {"run_id": "b", "status": "ok", "iteration_time_s": 0.5, "flows": None},
-        {"run_id": "c", "status": "ok", "iteration_time_s": None, "flows": 3}]
+            {"run_id": "c", "status": "ok", "flows": 3, "extra": "x"}]
+    table = pq.read_table(write_part(tmp_path / "runs", rows))
+    assert table.schema.names == [*DECLARED_COLUMNS["runs"], "extra"]
+    assert table.select(["run_id", "status", "iteration_time_s", "flows", "extra"]).to_pylist() == [
+        {"run_id": "a", "status": "error", "iteration_time_s": None, "flows": None, "extra": None},
+        {"run_id": "b", "status": "ok", "iteration_time_s": 0.5, "flows": None, "extra": None},
+        {"run_id": "c", "status": "ok", "iteration_time_s": None, "flows": 3, "extra": "x"}]
+    assert str(table.schema.field("flows").type) == "int64" and str(table.schema.field("tcp.min_rto_ms").type) == "double"
 
 
 def test_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

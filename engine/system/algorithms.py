@@ -5,6 +5,8 @@ A program gives every rank of a group (ranks 0..p-1) a list of steps. At a step 
 sends, then waits for the messages that step needs; the next step starts once they have all
 arrived. Each send names the receiving rank, the bytes and the receiver's step that consumes it.
 `chunk_bytes` is the per-NPU data of the collective (for all-gather: the gathered result).
+Where every rank does the same at each step (ring, direct, halving_doubling), the algorithm is
+defined once as a list of `SymmetricStep`s and every rank's program is expanded from it.
 """
 
 from __future__ import annotations
@@ -62,43 +64,88 @@ def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> Program:
     return program
 
 
-def _ring_steps(p: int, sizes: list[int]) -> Program:
-    return _link([[([((r + 1) % p, size)], [(r - 1) % p]) for size in sizes] for r in range(p)])
+RING = "ring"  # every rank sends to rank r+1 and receives from r-1
+XOR = "xor"  # every rank exchanges with rank r XOR mask
+ALL = "all"  # every rank sends to every other rank and receives from each
 
 
-def _direct_steps(p: int, sizes: list[int], node_size: int = 1) -> Program:
-    """Every rank sends to every other at once, in a staggered order so that at each position of
+@dataclass(frozen=True)
+class SymmetricStep:
+    """A step every rank of a group performs alike: send `size_bytes` to each of its peers under
+    `pattern` (RING, XOR with `mask`, or ALL), then wait for one message from each rank that has it
+    as a peer. A list of them describes a whole algorithm in O(steps), whatever the group size: the
+    alpha_beta backend costs it without materialising the p x (p - 1) messages of a direct step."""
+
+    pattern: str
+    size_bytes: int
+    mask: int = 0
+
+
+def _direct_order(p: int, node_size: int, r: int) -> list[int]:
+    """The ranks rank r sends to in a direct step, in a staggered order so that at each position of
     the send order the ranks of one node target different nodes, and different ranks within them
     (a two-level Latin square): rank r = n * B + i goes to nodes n, n+1, ... and in each to local
     ranks i, i+1, .... With B = 1 that is r+1, r+2, ...: the first messages of all ranks then go to
     different receivers, not all to rank 0 (which would start every step with an incast)."""
     nodes = p // node_size
-
-    def others(r: int) -> list[int]:
-        node, local = divmod(r, node_size)
-        order = [((node + j) % nodes) * node_size + (local + m) % node_size
-                 for j in range(nodes) for m in range(node_size)]
-        return [q for q in order if q != r]
-    return _link([[([(q, size) for q in others(r)], others(r)) for size in sizes] for r in range(p)])
+    node, local = divmod(r, node_size)
+    order = [((node + j) % nodes) * node_size + (local + m) % node_size
+             for j in range(nodes) for m in range(node_size)]
+    return [q for q in order if q != r]
 
 
-def _halving_doubling_steps(p: int, chunk_bytes: int, reduce: bool, gather: bool) -> Program:
+def _expand(p: int, steps: list[SymmetricStep], node_size: int) -> Program:
+    """Every rank's own steps of a symmetric algorithm."""
+    raw: list[list[tuple[list[tuple[int, int]], list[int]]]] = []
+    for r in range(p):
+        rank_steps: list[tuple[list[tuple[int, int]], list[int]]] = []
+        others = _direct_order(p, node_size, r) if any(step.pattern == ALL for step in steps) else []
+        for step in steps:
+            if step.pattern == RING:
+                rank_steps.append(([((r + 1) % p, step.size_bytes)], [(r - 1) % p]))
+            elif step.pattern == XOR:
+                rank_steps.append(([(r ^ step.mask, step.size_bytes)], [r ^ step.mask]))
+            else:
+                rank_steps.append(([(q, step.size_bytes) for q in others], others))
+        raw.append(rank_steps)
+    return _link(raw)
+
+
+def symmetric_steps(op: str, algorithm: str, p: int, chunk_bytes: int) -> list[SymmetricStep] | None:
+    """The steps of `op` with `algorithm` on p ranks, if every rank performs them alike (ring, direct,
+    halving_doubling); None for double_binary_tree, whose ranks play different roles."""
+    if algorithm not in ALGORITHMS.get(op, ()):
+        raise ValueError(f"{op} has no algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS.get(op, ()))}")
+    if p == 1:
+        return []
+    block = _share(chunk_bytes, p)
+    if algorithm == "ring":
+        if op == "all_reduce":
+            return [SymmetricStep(RING, block)] * (2 * (p - 1))
+        if op == "all_to_all":
+            # step s forwards the blocks still on their way: p-1-s of them
+            return [SymmetricStep(RING, block * (p - 1 - s)) for s in range(p - 1)]
+        return [SymmetricStep(RING, block)] * (p - 1)
+    if algorithm == "direct":
+        steps = 2 if op == "all_reduce" else 1  # all-reduce: direct reduce-scatter, then all-gather
+        return [SymmetricStep(ALL, block)] * steps
+    if algorithm == "halving_doubling":
+        return _halving_doubling_steps(p, chunk_bytes, reduce=op != "all_gather", gather=op != "reduce_scatter")
+    return None
+
+
+def _halving_doubling_steps(p: int, chunk_bytes: int, reduce: bool, gather: bool) -> list[SymmetricStep]:
     """Rabenseifner: recursive halving (partner r XOR p/2, p/4, ...; sizes c/2, c/4, ..., c/p), then
     recursive doubling back (partner r XOR 1, 2, ...; sizes c/p, 2c/p, ..., c/2)."""
+    if p & (p - 1):
+        raise ValueError(f"halving_doubling needs a power-of-two group, got {p} NPUs")
     levels = p.bit_length() - 1
-    raw = []
-    for r in range(p):
-        steps = []
-        if reduce:
-            for k in range(levels):
-                partner = r ^ (p >> (k + 1))
-                steps.append(([(partner, _share(chunk_bytes, 2 ** (k + 1)))], [partner]))
-        if gather:
-            for k in range(levels):
-                partner = r ^ (1 << k)
-                steps.append(([(partner, _share(chunk_bytes * 2 ** k, p))], [partner]))
-        raw.append(steps)
-    return _link(raw)
+    steps: list[SymmetricStep] = []
+    if reduce:
+        steps += [SymmetricStep(XOR, _share(chunk_bytes, 2 ** (k + 1)), p >> (k + 1)) for k in range(levels)]
+    if gather:
+        steps += [SymmetricStep(XOR, _share(chunk_bytes * 2 ** k, p), 1 << k) for k in range(levels)]
+    return steps
 
 
 TREE_PIPELINE_BLOCKS = 8  # blocks each tree's data is cut into, so tree levels work in parallel
@@ -136,26 +183,10 @@ def _binary_tree_steps(p: int, half_bytes: int, mirrored: bool) -> Program:
 
 def plan(op: str, algorithm: str, p: int, chunk_bytes: int, node_size: int = 1) -> list[Program]:
     """Programs (run concurrently) that perform collective `op` with `algorithm` on p ranks;
-    `node_size` consecutive ranks share a node (it staggers direct sends, see `_direct_steps`)."""
-    if algorithm not in ALGORITHMS.get(op, ()):
-        raise ValueError(f"{op} has no algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS.get(op, ()))}")
-    if p == 1:
-        return []
-    block = _share(chunk_bytes, p)
-    if algorithm == "ring":
-        if op == "all_reduce":
-            return [_ring_steps(p, [block] * (2 * (p - 1)))]
-        if op == "all_to_all":
-            # step s forwards the blocks still on their way: p-1-s of them
-            return [_ring_steps(p, [block * (p - 1 - s) for s in range(p - 1)])]
-        return [_ring_steps(p, [block] * (p - 1))]
-    if algorithm == "direct":
-        steps = 2 if op == "all_reduce" else 1  # all-reduce: direct reduce-scatter, then all-gather
-        return [_direct_steps(p, [block] * steps, node_size if p % node_size == 0 else 1)]
-    if algorithm == "halving_doubling":
-        if p & (p - 1):
-            raise ValueError(f"halving_doubling needs a power-of-two group, got {p} NPUs")
-        return [_halving_doubling_steps(p, chunk_bytes, reduce=op != "all_gather", gather=op != "reduce_scatter")]
+    `node_size` consecutive ranks share a node (it staggers direct sends, see `_direct_order`)."""
+    steps = symmetric_steps(op, algorithm, p, chunk_bytes)
+    if steps is not None:
+        return [_expand(p, steps, node_size if p % node_size == 0 else 1)] if steps else []
     # double_binary_tree (all_reduce): two trees, each carrying half of the data
     half = _share(chunk_bytes, 2)
     return [_binary_tree_steps(p, half, mirrored=False), _binary_tree_steps(p, half, mirrored=True)]

@@ -96,8 +96,10 @@ class _ProgramRun:
         step_index = self.position[rank]
         step = self.program[rank][step_index]
         src = self.group[rank]
+        transport = self.system.transport
+        assert transport is not None  # a system layer without one times its phases itself (alpha_beta)
         for send in step.sends:
-            self.system.transport.send(src, self.group[send.peer], send.size_bytes,
+            transport.send(src, self.group[send.peer], send.size_bytes,
                                        self._receiver(send.peer, send.peer_step))
         self.issued[rank] = True
         self._try_advance(rank)
@@ -147,7 +149,8 @@ class _Collective:
 
 
 class SystemLayer:
-    """Runs collectives over `transport` on the given network dimensions.
+    """Runs collectives over `transport` on the given network dimensions (`transport` is None for
+    a subclass that times each phase itself instead of sending messages: `AlphaBetaSystemLayer`).
 
     `algorithms` maps each op to its algorithm name; `hierarchy` is `baseline` (the whole collective
     in every dimension in turn) or `local_bw_aware` (reduce-scatter up the dimensions, all-reduce on
@@ -156,7 +159,7 @@ class SystemLayer:
     of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks).
     """
 
-    def __init__(self, eventlist: EventList, transport: MessageTransport, dimensions: list[Dimension],
+    def __init__(self, eventlist: EventList, transport: MessageTransport | None, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
                  hierarchy: str, endpoint_delay_ps: int) -> None:
         self.eventlist = eventlist
@@ -229,6 +232,11 @@ class SystemLayer:
             return
         chunk = self._ready[dimension].pop() if self.lifo else self._ready[dimension].pop(0)
         self._busy[dimension] = True
+        self._run_phase(chunk, dimension)
+
+    def _run_phase(self, chunk: _Chunk, dimension: int) -> None:
+        """Run the chunk's current phase on every group of the dimension, message by message over
+        the transport; `_phase_done` when all groups have finished."""
         phase = chunk.phases[chunk.next_phase]
         dim = self.dimensions[dimension]
         programs = plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size)
