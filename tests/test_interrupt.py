@@ -20,13 +20,14 @@ from typing import Any, Callable, Iterator
 import pyarrow.parquet as pq
 import pytest
 
-from sweep.cli import PROJECT_ROOT
+import sweep
 from sweep.interrupts import EXIT_INTERRUPTED, interrupts_deferred, sigterm_as_interrupt
 from sweep.store import read_table
 
 LINUX = sys.platform.startswith("linux")
 pytestmark = pytest.mark.skipif(not LINUX, reason="follows processes through /proc")
 TABLES = ("runs", "flows", "collectives", "layers")
+CODE_ROOT = Path(sweep.__file__).resolve().parent.parent  # the folder holding the `sweep` package under test
 ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # 0: Ray binds to loopback (read when Ray is imported)
 # A run of about a second of wall time; with flush_rows=1 each finished run is written at once.
 SECOND_RUNS = ["workload=incast", "workload.senders=2", "workload.bytes_per_flow=100000000"]
@@ -49,7 +50,7 @@ class SweepProcess:
         # Ray's own defaults: its token authentication on (the warning about it must not show).
         env = {key: value for key, value in os.environ.items() if key not in ("HYDRA_FULL_ERROR", "RAY_AUTH_MODE")}
         # the code under test, also where another checkout is installed
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CODE_ROOT), env.get("PYTHONPATH")]))
         self.stdout_path, self.stderr_path = cwd / "stdout.txt", cwd / "stderr.txt"
         with open(self.stdout_path, "w") as stdout, open(self.stderr_path, "w") as stderr:
             self.process = subprocess.Popen([sys.executable, "-m", "sweep", "-m", *overrides], cwd=cwd, env=env,
