@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import engine
 
+from .interrupts import interrupts_deferred
 from .plan import check_dataset, config_error, hydra_error, pop_force, validate
 from .runner import execute, label_presets, run_id
 from .schema import PRESET_COLUMNS
@@ -147,8 +148,9 @@ def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None =
     rows = execute(config)
     label_presets(rows, presets or {})
     try:
-        store.append(rows)
-        store.flush()
+        with interrupts_deferred():  # a Ctrl-C now waits until the rows are on disk
+            store.append(rows)
+            store.flush()
     except OSError as exc:  # the disk filled up, the directory went away or read-only meanwhile
         print(f"error: cannot write the results to {dataset}/: {exc}", file=err)
         return EXIT_RUN_FAILED
