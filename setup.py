@@ -1,8 +1,8 @@
 """Build step: compile the engine's hot-path modules (engine/kernel.py, KERNEL_MODULES) with mypyc.
 
 The compiled extensions sit beside the sources and give the same results about three times as
-fast; `NETSWEEP_PURE_PYTHON=1 pip install -e .` skips the compilation (no C compiler needed). All
-other metadata is in pyproject.toml.
+fast; `NETSWEEP_PURE_PYTHON=1 pip install -e .` skips the compilation (no C compiler needed). The
+package list is here too (conf/ is installed as `sweep.conf`); all other metadata is in pyproject.toml.
 """
 
 import importlib.util
@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_namespace_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -58,4 +58,10 @@ def kernel_extensions() -> list:
     return extensions
 
 
-setup(ext_modules=kernel_extensions(), cmdclass={"build_ext": BuildKernel})
+# The configs live in conf/ at the top of the repository and are installed as the package
+# `sweep.conf`, so `python -m sweep` finds them from any folder, in an editable install or a wheel.
+PACKAGES = [*find_namespace_packages(include=["engine*", "sweep*", "hydra_plugins*"],
+                                    exclude=["engine.workloads*"]), "sweep.conf"]
+
+setup(packages=PACKAGES, package_dir={"sweep.conf": "conf"}, ext_modules=kernel_extensions(),
+      cmdclass={"build_ext": BuildKernel})

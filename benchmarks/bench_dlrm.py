@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import resource
 import time
-from pathlib import Path
 
 import engine
 from engine import run
 
-WORKLOAD = Path(__file__).resolve().parents[2] / "shared" / "astra-sim-1.0-workloads" / "DLRM_HybridParallel.txt"
+# the copy shipped inside the engine package (engine/workloads/), as the astra_dlrm preset names it;
+# the engine resolves the name with engine.workload.layers.workload_file
+WORKLOAD = "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"
 
 
 def measure(backend: str, npus: int, iterations: int) -> dict:
@@ -27,7 +28,7 @@ def measure(backend: str, npus: int, iterations: int) -> dict:
     row = run({
         "engine": {"backend": backend, "max_sim_time_s": 100},
         "network": {"topology": "switch", "npus": npus, "link_gbps": 100, "link_latency_us": 1},
-        "workload": {"type": "astra", "path": str(WORKLOAD), "iterations": iterations, "cycle_ns": 1.0},
+        "workload": {"type": "astra", "path": WORKLOAD, "iterations": iterations, "cycle_ns": 1.0},
     })["runs"][0]
     wall_s = time.perf_counter() - start
     return {"backend": backend, "npus": npus, "iteration_ms": row["iteration_time_s"] * 1e3,

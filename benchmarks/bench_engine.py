@@ -1,26 +1,26 @@
-"""Packet-engine benchmark, side by side with the references in ../shared/bench/ and ns3/ (run on demand).
+"""Packet-engine benchmark, side by side with its references in this folder (run on demand).
 
 Scenarios:
   bulk    one TCP NewReno+SACK flow of --bytes over a 10 Gb/s point-to-point link with 10 us one-way
-          delay; MSS 1448, 128 KiB send/receive windows, delayed ACKs: the settings of ns-3's
-          `ns3_tcp_bulk` (its defaults), so both simulators carry the same packets.
+          delay; MSS 1448 (1488-byte packets), 128 KiB windows, delayed ACKs: ns3/ns3_tcp_bulk.cc
+          sets ns-3 up the same, so both simulators carry the same packets.
   incast  16 hosts each sending 64 KiB to one host through a switch port with a 64 KiB buffer,
           10 rounds, 200 ms minimum RTO: drops, timeouts and retransmissions on the hot path.
 
-References: ns-3.44 compiled C++ on both scenarios -- the bulk transfer (built with
-../shared/bench/build_ns3_tcp_bulk.sh; pass --ns3 PATH to the binary) and the incast (built with
-ns3/build_ns3_incast.sh; pass --ns3-incast PATH), or --build-ns3 DIR to build both -- and, for the
-bulk transfer, the bare heapq loop with no TCP logic (../shared/bench/lean_loop_ceiling.py), the
-ceiling for pure Python.
+References: ns-3.44 compiled C++ on both scenarios, our programs ns3/ns3_tcp_bulk.cc and
+ns3/ns3_tcp_incast.cc (built by ns3/build_ns3.sh DIR; pass --ns3 PATH and --ns3-incast PATH to the
+binaries, or --build-ns3 DIR to build both first) -- and, for the bulk transfer, the bare heapq
+loop with no TCP logic (lean_loop_ceiling.py), the ceiling for pure Python.
 
 Our engine runs with the kernel this process has (engine/kernel.py: compiled by mypyc, or pure
 Python) and, when that is the compiled one, again with the pure-Python kernel in a child process.
 
 Usage: python benchmarks/bench_engine.py [--bytes 1e8] [--repeat 5] [--ns3 /tmp/ns3-bench/ns3_tcp_bulk]
-                                         [--ns3-incast /tmp/ns3-bench/ns3_tcp_incast]
-Prints one table (each figure the fastest of --repeat runs): packets and events per wall second, and the ratio to ns-3 on the same scenario
-(bulk rows to ns-3 bulk, the incast row to ns-3 incast; "-" without that reference). Packets are data
-segments delivered (bulk) or sent by the senders, retransmissions included (incast).
+                                         [--ns3-incast /tmp/ns3-bench/ns3_tcp_incast] [--build-ns3 DIR]
+Prints one table (each figure the fastest of --repeat runs): packets and events per wall second, and
+the ratio to ns-3 on the same scenario (bulk rows to ns-3 bulk, the incast row to ns-3 incast; "-"
+without that reference). Packets are data segments delivered (bulk) or sent by the senders,
+retransmissions included (incast).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from engine.network import Link
 from engine.transport import TcpConnection, TcpSettings, make_congestion_control
 from engine.units import PS_PER_MS, PS_PER_S, gbps_to_bps, us_to_ps
 
-SHARED_BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench"
-NS3_DIR = Path(__file__).resolve().parent / "ns3"
+BENCH_DIR = Path(__file__).resolve().parent
+NS3_DIR = BENCH_DIR / "ns3"
 
 # The incast scenario, shared by our engine's run and ns-3's program.
 INCAST = {"senders": 16, "bytes": 64 * 1024, "rounds": 10, "buffer_bytes": 64 * 1024, "min_rto_ms": 200,
@@ -94,7 +94,8 @@ def _result_line(command: list[str]) -> dict[str, str]:
 
 
 def bench_ns3(binary: str, nbytes: int) -> dict:
-    """ns-3's bulk transfer; packets are the data segments its receiver's device saw."""
+    """ns-3's bulk transfer (ns3/ns3_tcp_bulk.cc); packets are the data segments its receiver's
+    device received."""
     fields = _result_line([binary, f"--bytes={nbytes}"])
     return {"sim": "ns-3.44 C++ bulk", "scenario": "bulk", "reference": True,
             "packets": int(fields["rx_pkts"]), "events": int(fields["events"]),
@@ -116,8 +117,9 @@ def bench_ns3_incast(binary: str) -> dict:
 
 
 def bench_bare_loop(nbytes: int) -> dict:
-    """The pure-Python ceiling: a bare heapq loop with no TCP logic."""
-    fields = _result_line([sys.executable, str(SHARED_BENCH / "lean_loop_ceiling.py"), str(nbytes)])
+    """The pure-Python ceiling: a bare heapq loop with no TCP logic (lean_loop_ceiling.py), moving the
+    same packets as the bulk transfer, in a child process of its own."""
+    fields = _result_line([sys.executable, str(BENCH_DIR / "lean_loop_ceiling.py"), "--bytes", str(nbytes)])
     return {"sim": "bare heapq loop (no TCP)", "scenario": "bulk", "packets": int(fields["pkts"]),
             "events": int(fields["events"]), "wall_s": float(fields["run_s"]),
             "sim_time_s": float(fields["sim_time_s"])}
@@ -160,8 +162,7 @@ def main() -> None:
         return
     ns3_binary, ns3_incast_binary = args.ns3, args.ns3_incast
     if args.build_ns3:
-        subprocess.run(["sh", str(SHARED_BENCH / "build_ns3_tcp_bulk.sh"), args.build_ns3], check=True)
-        subprocess.run(["sh", str(NS3_DIR / "build_ns3_incast.sh"), args.build_ns3], check=True)
+        subprocess.run(["sh", str(NS3_DIR / "build_ns3.sh"), args.build_ns3], check=True)
         ns3_binary = str(Path(args.build_ns3) / "ns3_tcp_bulk")
         ns3_incast_binary = str(Path(args.build_ns3) / "ns3_tcp_incast")
 

@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "hierarchical")
+TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
-BACKENDS = ("packet", "analytical")
+BACKENDS = ("packet", "analytical", "alpha_beta")
 WORKLOAD_TYPES = ("dlrm", "astra", "collective", "flows")
 COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 SYSTEM_ALGORITHMS = {
@@ -52,6 +52,7 @@ class NetworkConfig:
     hosts_per_leaf: int | None = None
     spines: int | None = None
     uplink_gbps: float | None = None
+    fat_tree_k: int | None = None
     npus_per_node: int | None = None
     scaleup_gbps: float | None = None
     scaleup_latency_us: float | None = None
@@ -349,6 +350,19 @@ def _validate_system(config: SimConfig) -> None:
                          f"groups of {size} NPUs")
 
 
+def fat_tree_hosts(k: int) -> int:
+    """Hosts of a k-ary fat tree: k pods of k/2 edge switches with k/2 hosts each."""
+    return k ** 3 // 4
+
+
+def smallest_fat_tree_k(npus: int) -> int:
+    """The smallest even k whose fat tree's k^3/4 hosts hold `npus` (what `network.fat_tree_k: null` means)."""
+    k = 2
+    while fat_tree_hosts(k) < npus:
+        k += 2
+    return k
+
+
 def _validate_topology(net: NetworkConfig) -> None:
     if net.topology == "dumbbell":
         _require(net.npus % 2 == 0, "network.npus", net.npus, "an even number for a dumbbell (half on each side)")
@@ -363,6 +377,15 @@ def _validate_topology(net: NetworkConfig) -> None:
         _positive("network.uplink_gbps", net.uplink_gbps)
         _require(net.npus % net.hosts_per_leaf == 0, "network.npus", net.npus,
                  f"a multiple of network.hosts_per_leaf = {net.hosts_per_leaf}")
+    elif net.topology == "fat_tree":
+        if net.fat_tree_k is not None:
+            smallest = smallest_fat_tree_k(net.npus)
+            _require(net.fat_tree_k >= 2 and net.fat_tree_k % 2 == 0 and fat_tree_hosts(net.fat_tree_k) >= net.npus,
+                     "network.fat_tree_k", net.fat_tree_k,
+                     f"an even integer >= 2 whose k^3/4 hosts hold network.npus = {net.npus} (the smallest is "
+                     f"{smallest}), or null to choose that one")
+        if net.uplink_gbps is not None:
+            _positive("network.uplink_gbps", net.uplink_gbps)
     elif net.topology == "hierarchical":
         _require(net.npus_per_node is not None and net.npus_per_node >= 1, "network.npus_per_node",
                  net.npus_per_node, "an integer >= 1")

@@ -36,12 +36,15 @@ KERNEL_MODULES = (
     "engine.units",
     "engine.eventlist",
     "engine.network",
+    "engine.topology",
     "engine.transport.cc",
     "engine.transport.tcp",
     "engine.system.algorithms",
     "engine.system.collectives",
+    "engine.system.maxmin",
     "engine.system.messages",
     "engine.system.transport",
+    "engine.system.alpha_beta",
 )
 # mypyc compiles them into one shared library, `engine/_kernel__mypyc.*.so`, holding all their code,
 # and a small shim extension per module that loads it.

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from .config import SimConfig, load_config
 from .simulation import Simulation
-from .system import AnalyticalTransport, Dimension, PacketTransport, SystemLayer
+from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, MessageLog, PacketTransport, SystemLayer
 from .system.messages import flow_rows
 from .units import ns_to_ps, ps_to_s
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
@@ -16,16 +18,19 @@ from .workload import FlowsWorkload, TrainingLoop, workload_spec
 
 PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "drops", "ecn_marks",
                        "max_queue_kb")
+# alpha_beta times whole collective phases: it has no messages to count (and no `flows` rows)
+MESSAGE_COLUMNS = ("flows", "flows_completed", "mean_fct_s", "max_fct_s")
 
 
 @dataclass
 class PreparedRun:
     """A simulation with its workload wired up and not yet started: `start()`, then run the event
-    list (all at once with `sim.run()`, or in steps to observe it), then `rows()`."""
+    list (all at once with `sim.run()`, or in steps to observe it), then `rows()`. `transport` is
+    None on the alpha_beta backend, which sends no messages."""
 
     config: SimConfig
     sim: Simulation
-    transport: PacketTransport | AnalyticalTransport
+    transport: PacketTransport | AnalyticalTransport | None
     flows: FlowsWorkload | None = None
     system: SystemLayer | None = None
     training: TrainingLoop | None = None
@@ -50,13 +55,14 @@ class PreparedRun:
             tables["collectives"] = [record.row() for record in self.system.records]
             tables["layers"] = self.training.layer_rows()
             workload_summary = self.training.summary()
-        flows = self.transport.records.columns()
+        flows = (MessageLog() if self.transport is None else self.transport.records).columns()
         tables["flows"] = flows if flow_columns else flow_rows(flows)
         run_row = {**summary_row(self.sim, self.finished, wall_s, flows), **workload_summary}
-        if self.config.engine.backend == "analytical":
-            # the fluid model has no packets, queues or losses: say so instead of reporting zeros
-            for key in PACKET_ONLY_COLUMNS:
-                run_row[key] = None
+        backend = self.config.engine.backend
+        if backend != "packet":
+            # the fluid and closed-form models have no packets, queues or losses (and alpha_beta
+            # sends no messages): say so instead of reporting zeros
+            run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend == "alpha_beta" else ())))
         return {"runs": [run_row], **tables}
 
 
@@ -64,9 +70,10 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     """Validate the config and build the network, transport, system layer and workload."""
     cfg = config if isinstance(config, SimConfig) else load_config(config)
     sim = Simulation(cfg)
+    transport: PacketTransport | AnalyticalTransport | None = None
     if cfg.engine.backend == "packet":
-        transport: PacketTransport | AnalyticalTransport = PacketTransport(sim.eventlist, sim.open_connection)
-    else:
+        transport = PacketTransport(sim.eventlist, sim.open_connection)
+    elif cfg.engine.backend == "analytical":
         transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.mss_bytes)
     if cfg.workload.type == "flows":
         assert isinstance(transport, PacketTransport)
@@ -90,21 +97,46 @@ def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> di
     Raises `ConfigError` before simulating anything if the config cannot run.
     """
     wall_start = time.perf_counter()
-    prepared = prepare(config)
-    prepared.start()
-    prepared.sim.run()
-    return prepared.rows(time.perf_counter() - wall_start, flow_columns)
+    with cyclic_collector_paused():
+        prepared = prepare(config)
+        prepared.start()
+        prepared.sim.run()
+        return prepared.rows(time.perf_counter() - wall_start, flow_columns)
 
 
-def build_system_layer(cfg: SimConfig, sim: Simulation, transport) -> SystemLayer:
-    """The system layer on the topology's dimensions with the configured algorithms."""
+@contextlib.contextmanager
+def cyclic_collector_paused() -> Iterator[None]:
+    """Run the block with Python's cyclic garbage collector off (as it was, after).
+
+    A run keeps millions of objects alive (connections, packets in flight, result rows), and each
+    full collection that its allocations trigger walks them all: at 256 NPUs that was a fifth of
+    an analytical DLRM run and 40 % of a packet one. The engine makes no reference cycles per event or message (a few
+    thousand objects per run, collected once the collector is back), so nothing is lost meanwhile.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def build_system_layer(cfg: SimConfig, sim: Simulation,
+                       transport: PacketTransport | AnalyticalTransport | None) -> SystemLayer:
+    """The system layer on the topology's dimensions with the configured algorithms; without a
+    transport (alpha_beta), the one that times each phase in closed form."""
     system = cfg.system
     dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(sim.topology.dimensions())]
     node_size = cfg.network.npus_per_node if cfg.network.topology == "hierarchical" else 1
     flat = Dimension("flat", (tuple(range(cfg.network.npus)),), node_size or 1)
     algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
+    endpoint_delay_ps = ns_to_ps(system.endpoint_delay_ns)
+    if transport is None:
+        return AlphaBetaSystemLayer(sim.eventlist, sim.topology, cfg.mss_bytes, dimensions, flat, algorithms,
+                                    system.splits, system.scheduling, system.hierarchy, endpoint_delay_ps)
     return SystemLayer(sim.eventlist, transport, dimensions, flat, algorithms, system.splits,
-                       system.scheduling, system.hierarchy, ns_to_ps(system.endpoint_delay_ns))
+                       system.scheduling, system.hierarchy, endpoint_delay_ps)
 
 
 def summary_row(sim: Simulation, finished: bool, wall_s: float, flows: Mapping[str, Sequence]) -> dict:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-
 from .config import SimConfig
 from .eventlist import EventList
 from .topology import BYTES_PER_KB, Topology, build_topology
@@ -58,26 +56,12 @@ class Simulation:
         return connection
 
     def run(self) -> None:
-        """Run until no event is left or `engine.max_sim_time_s` (then `time_limit_reached`).
-
-        Python's cyclic garbage collector is off meanwhile (and back as it was afterwards). The
-        event loop allocates packets by the million, and each collection pass of the oldest
-        generation traverses every live object: at 256 NPUs (65,280 connections, a million message
-        records) collections took 40 % of the run. Reference counting still frees every packet;
-        the engine makes no reference cycles as it runs (a whole 256-NPU iteration leaves none
-        for the collector), and any a workload makes wait for the next collection after the run.
-        """
+        """Run until no event is left or `engine.max_sim_time_s` (then `time_limit_reached`)."""
         until_ps = s_to_ps(self.config.engine.max_sim_time_s)
         eventlist = self.eventlist
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            # In slices: the compiled kernel runs no bytecode, and Python runs signal handlers (Ctrl-C,
-            # a sweep's wall-time budget) only between bytecodes, so each return here lets them fire.
-            while not eventlist.run(until_ps, EVENTS_PER_SLICE):
-                if eventlist.next_time_ps() > until_ps:
-                    self.time_limit_reached = True
-                    return
-        finally:
-            if collecting:
-                gc.enable()
+        # In slices: the compiled kernel runs no bytecode, and Python runs signal handlers (Ctrl-C, a
+        # sweep's wall-time budget) only between bytecodes, so each return here lets them fire.
+        while not eventlist.run(until_ps, EVENTS_PER_SLICE):
+            if eventlist.next_time_ps() > until_ps:
+                self.time_limit_reached = True
+                return

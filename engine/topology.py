@@ -3,15 +3,20 @@
 Hosts are numbered 0..npus-1. A host's NIC (its first link) has an unlimited buffer, as a host
 qdisc backs up into TCP rather than dropping; every switch egress port has `network.buffer_kb` of
 drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several equal-cost paths
-exist (leaf_spine, the two directions of an even ring), a flow hash picks one per flow (ECMP).
-Sizes in `_kb` are KiB (1024 bytes).
+exist (leaf_spine, fat_tree, the two directions of an even ring), a flow hash picks one per flow
+(ECMP). Sizes in `_kb` are KiB (1024 bytes).
+
+Routes come in a few classes (`route_class`): all routes of one class cross links of the same rates
+and latencies, so the alpha_beta backend costs a class once instead of every pair of hosts.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from random import Random
+from typing import Sequence
 
-from .config import NetworkConfig
+from .config import NetworkConfig, smallest_fat_tree_k
 from .eventlist import EventList
 from .network import Link
 from .units import gbps_to_bps, us_to_ps
@@ -66,6 +71,37 @@ class Topology:
         network has one dimension holding every NPU."""
         return [(tuple(range(self.npus)),)]
 
+    def locality(self, host: int) -> tuple[int, ...]:
+        """The nested domains holding `host`, outermost first (fat_tree: its pod, then its edge
+        switch; one switch: none). Two hosts whose domains agree on the first L entries and differ
+        on the next are joined by routes of class L; hosts agreeing on all share the innermost."""
+        return ()
+
+    def route_class(self, src: int, dst: int) -> int:
+        """The kind of route from `src` to `dst`: every route of one class crosses links of the same
+        rates and latencies in the same order and leaves its host by the same one of the host's
+        links, whichever hosts it joins and whichever equal-cost path it takes."""
+        src_domains, dst_domains = self.locality(src), self.locality(dst)
+        common = 0
+        while common < len(src_domains) and src_domains[common] == dst_domains[common]:
+            common += 1
+        return common
+
+    def peer_class_counts(self, group: Sequence[int]) -> set[tuple[tuple[int, int], ...]]:
+        """How the members of `group` see the others: for each member, the sorted (route class,
+        number of other members it reaches by that class) pairs; the distinct ones (a handful).
+        Counts members per domain prefix, so it takes O(len(group)), not a pass over every pair."""
+        domains = [self.locality(host) for host in group]
+        depth = len(domains[0])
+        sharing = [Counter(host_domains[:level] for host_domains in domains) for level in range(depth + 1)]
+        seen: set[tuple[tuple[int, int], ...]] = set()
+        for host_domains in domains:
+            # members sharing the first `level` domains with this one (itself included), non-increasing
+            within = [sharing[level][host_domains[:level]] for level in range(depth + 1)] + [1]
+            seen.add(tuple((level, within[level] - within[level + 1]) for level in range(depth + 1)
+                           if within[level] > within[level + 1]))
+        return seen
+
 
 class SwitchTopology(Topology):
     """Every host on one switch: host -> switch -> host."""
@@ -91,6 +127,10 @@ class DumbbellTopology(Topology):
         self.left_to_right = self.add_link("L->R", net.bottleneck_gbps, net.bottleneck_latency_us, True)
         self.right_to_left = self.add_link("R->L", net.bottleneck_gbps, net.bottleneck_latency_us, True)
 
+    def locality(self, host: int) -> tuple[int, ...]:
+        """The side: class 0 crosses the bottleneck, class 1 stays on one switch."""
+        return (int(host >= self.half),)
+
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         src_left, dst_left = src < self.half, dst < self.half
         if src_left == dst_left:
@@ -110,6 +150,17 @@ class RingTopology(Topology):
                           for i in range(n)]
         self.counter = [self.add_link(f"n{i}->n{(i - 1) % n}", net.link_gbps, net.link_latency_us, True)
                         for i in range(n)]
+
+    def route_class(self, src: int, dst: int) -> int:
+        """The number of ring links the route crosses (either way round, half-way included)."""
+        forward = (dst - src) % self.npus
+        return min(forward, self.npus - forward)
+
+    def peer_class_counts(self, group: Sequence[int]) -> set[tuple[tuple[int, int], ...]]:
+        """Every NPU sees the whole ring alike; a smaller group is counted pair by pair."""
+        members = group if len(group) < self.npus else group[:1]
+        return {tuple(sorted(Counter(self.route_class(host, other) for other in group if other != host).items()))
+                for host in members}
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         n = self.npus
@@ -136,6 +187,10 @@ class LeafSpineTopology(Topology):
         self.spine_down = [[self.add_link(f"spine{s}->leaf{l}", net.uplink_gbps, net.link_latency_us, True)
                             for l in range(leaves)] for s in range(net.spines)]
 
+    def locality(self, host: int) -> tuple[int, ...]:
+        """The leaf: class 0 crosses a spine, class 1 stays on one leaf."""
+        return (host // self.hosts_per_leaf,)
+
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
         if src_leaf == dst_leaf:
@@ -143,6 +198,65 @@ class LeafSpineTopology(Topology):
         # ECMP: both directions of a connection hash the same (unordered) pair, so ACKs share the spine
         spine = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id) % len(self.spine_down)
         return (self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst])
+
+
+class FatTreeTopology(Topology):
+    """A k-ary three-tier Clos (Al-Fares et al., SIGCOMM 2008): k pods of k/2 edge and k/2
+    aggregation switches, every edge switch joined to every aggregation switch of its pod, and
+    aggregation switch j of every pod joined to core switches j*k/2 .. j*k/2 + k/2 - 1 ((k/2)^2 cores).
+    Host h sits on edge switch h // (k/2); only the first `npus` of the k^3/4 hosts exist, while every
+    switch and switch link is built. Host links run at `link_gbps`, switch links at `uplink_gbps`
+    (null: `link_gbps`; lower oversubscribes the fabric), all with `link_latency_us`. ECMP per flow
+    at every tier: one flow hash picks the aggregation switch going up and, across pods, the core.
+
+    Links live in flat lists indexed by switch numbers (edge e = pod * k/2 + i, aggregation
+    a = pod * k/2 + j, core c = j * k/2 + m): O(k^3) links, no per-pair state."""
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+        super().__init__(eventlist, net, seed)
+        self.k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
+        half = self.half = self.k // 2
+        k = self.k
+        uplink_gbps = net.uplink_gbps if net.uplink_gbps is not None else net.link_gbps
+        latency_us = net.link_latency_us
+        self.host_up = [self.add_link(f"h{h}->edge{h // half}", net.link_gbps, latency_us, False)
+                        for h in range(net.npus)]
+        self.host_down = [self.add_link(f"edge{h // half}->h{h}", net.link_gbps, latency_us, True)
+                          for h in range(net.npus)]
+        switches = k * half  # edge switches, and aggregation switches, in all pods
+        # edge e -> aggregation j of its pod, at [e * half + j]; aggregation a -> edge i, at [a * half + i]
+        self.edge_up = [self.add_link(f"edge{e}->agg{e - e % half + j}", uplink_gbps, latency_us, True)
+                        for e in range(switches) for j in range(half)]
+        self.agg_down = [self.add_link(f"agg{a}->edge{a - a % half + i}", uplink_gbps, latency_us, True)
+                         for a in range(switches) for i in range(half)]
+        # aggregation a = (pod, j) -> core j * half + m, at [a * half + m];
+        # core c -> the aggregation switch of a pod it is joined to, at [c * k + pod]
+        self.agg_up = [self.add_link(f"agg{a}->core{a % half * half + m}", uplink_gbps, latency_us, True)
+                       for a in range(switches) for m in range(half)]
+        self.core_down = [self.add_link(f"core{c}->agg{pod * half + c // half}", uplink_gbps, latency_us, True)
+                          for c in range(half * half) for pod in range(k)]
+
+    def locality(self, host: int) -> tuple[int, ...]:
+        """Pod, then edge switch: class 0 crosses the core, class 1 an aggregation switch, class 2
+        stays on one edge switch."""
+        return (host // (self.half * self.half), host // self.half)
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        half = self.half
+        src_edge, dst_edge = src // half, dst // half
+        if src_edge == dst_edge:
+            return (self.host_up[src], self.host_down[dst])
+        # ECMP: both directions of a connection hash the same (unordered) pair, as on leaf_spine
+        choice = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id)
+        j = choice % half
+        src_agg, dst_agg = src_edge - src_edge % half + j, dst_edge - dst_edge % half + j
+        up = (self.host_up[src], self.edge_up[src_edge * half + j])
+        down = (self.agg_down[dst_agg * half + dst_edge % half], self.host_down[dst])
+        if src_agg == dst_agg:  # one pod
+            return up + down
+        m = choice // half % half
+        core = j * half + m
+        return up + (self.agg_up[src_agg * half + m], self.core_down[core * self.k + dst_edge // half]) + down
 
 
 class HierarchicalTopology(Topology):
@@ -168,6 +282,10 @@ class HierarchicalTopology(Topology):
         across = tuple(tuple(node * per_node + i for node in range(nodes)) for i in range(per_node))
         return [dims for dims in (local, across) if len(dims[0]) > 1] or [local]
 
+    def locality(self, host: int) -> tuple[int, ...]:
+        """The node: class 0 goes through the NICs, class 1 through the node's scale-up fabric."""
+        return (host // self.npus_per_node,)
+
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         if src // self.npus_per_node == dst // self.npus_per_node:
             return (self.scaleup_up[src], self.scaleup_down[dst])
@@ -179,6 +297,7 @@ _TOPOLOGIES: dict[str, type[Topology]] = {
     "dumbbell": DumbbellTopology,
     "ring": RingTopology,
     "leaf_spine": LeafSpineTopology,
+    "fat_tree": FatTreeTopology,
     "hierarchical": HierarchicalTopology,
 }
 

@@ -13,40 +13,31 @@ does not exist, an override it cannot parse), refused before anything is launche
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, TextIO
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
 
+from .interrupts import interrupts_deferred
 from .plan import check_dataset, config_error, hydra_error, pop_force, validate
-from .runner import execute, run_id
+from .runner import execute, label_presets, run_id
+from .schema import PRESET_COLUMNS
 from .store import ResultStore
 
-# The repository root (this checkout, installed editable); conf/ and ../shared are found from it.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# An absolute path: given "../conf", Hydra would look for a Python package `conf` whenever the
-# entry point is imported as `sweep.cli` (as under `python -m sweep`) rather than run as a file.
-CONF_DIR = str(PROJECT_ROOT / "conf")
+# The configs, installed as the package `sweep.conf` (conf/ of the repository; see setup.py): a
+# folder on disk in an editable install and in a wheel alike. An absolute path: given a relative
+# one, Hydra would look for it relative to the entry point's module.
+CONF_DIR = str(importlib.resources.files("sweep.conf"))
 
-
-def project_root(relative: str = "") -> str:
-    """The `${project_root:}` resolver of conf/: the repository root, or with an argument that path
-    relative to the root, absolute and normalised (`${project_root:../shared/x.txt}`). It resolves
-    when the config is composed, so a run gets a plain absolute path that does not depend on the
-    working directory, on Hydra or on this process."""
-    return os.path.normpath(PROJECT_ROOT / relative)
-
-
-# Registered on import: whatever composes conf/ (the CLI, the tests, a launcher) imports this module.
-if not OmegaConf.has_resolver("project_root"):
-    OmegaConf.register_new_resolver("project_root", project_root)
 
 # Exit codes (see the module docstring).
 EXIT_OK = 0
@@ -65,10 +56,12 @@ def _count(value: Any) -> str:
 
 
 def _network_lines(run: Mapping[str, Any]) -> list[str]:
-    """Packet counters and engine speed; the analytical backend has no packets to count."""
+    """Packet counters and engine speed; the analytical and alpha_beta backends have no packets to count."""
     lines = []
     if run.get("engine.backend") == "analytical":
         lines.append("  packets          n/a (analytical backend: no packets, queues or losses)")
+    elif run.get("engine.backend") == "alpha_beta":
+        lines.append("  packets          n/a (alpha_beta backend: collective steps in closed form, no contention)")
     else:
         lines += [
             f"  retransmits      {_count(run.get('retransmits'))}   timeouts {_count(run.get('timeouts'))}",
@@ -120,7 +113,8 @@ def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> s
             f"exposed comm {_number(run.get('exposed_comm_s'), scale=ms)} ms",
             f"                   all-to-all {_number(run.get('all_to_all_s'), scale=ms)} ms   "
             f"all-reduce {_number(run.get('all_reduce_s'), scale=ms)} ms",
-            f"  messages         {_count(run.get('flows_completed'))}/{_count(run.get('flows'))} delivered",
+            *([] if run.get("flows") is None else  # alpha_beta times whole phases: no messages
+              [f"  messages         {_count(run.get('flows_completed'))}/{_count(run.get('flows'))} delivered"]),
             *_network_lines(run),
         ]
     stored = ", ".join(f"{table} +{len(table_rows)}" for table, table_rows in rows.items() if table_rows)
@@ -129,9 +123,10 @@ def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> s
 
 
 def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None = None,
-            err: TextIO | None = None) -> int:
+            err: TextIO | None = None, presets: Mapping[str, str | None] | None = None) -> int:
     """Validate, resume-check, run and store one resolved config; print a summary; return the exit
-    code. A run already stored with status `ok` is skipped unless `force`."""
+    code. A run already stored with status `ok` is skipped unless `force`; `presets` (the preset
+    of each config group it was composed from) label its runs row."""
     out = out or sys.stdout
     err = err or sys.stderr
     config = dict(config)
@@ -151,9 +146,11 @@ def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None =
         return EXIT_OK
 
     rows = execute(config)
+    label_presets(rows, presets or {})
     try:
-        store.append(rows)
-        store.flush()
+        with interrupts_deferred():  # a Ctrl-C now waits until the rows are on disk
+            store.append(rows)
+            store.flush()
     except OSError as exc:  # the disk filled up, the directory went away or read-only meanwhile
         print(f"error: cannot write the results to {dataset}/: {exc}", file=err)
         return EXIT_RUN_FAILED
@@ -194,6 +191,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     except engine.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
-    code = run_one(config, force=force)
+    choices = HydraConfig.get().runtime.choices
+    code = run_one(config, force=force, presets={group: choices.get(group) for group in PRESET_COLUMNS})
     if code != EXIT_OK:
         sys.exit(code)  # SystemExit passes through Hydra's error reporting untouched

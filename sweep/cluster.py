@@ -7,7 +7,8 @@ of the run into an error row and stops a run past its wall-time budget as `timeo
 process that dies (killed, out of memory) is retried by Ray `max_retries` times and then recorded
 as an error row built here. Each runs row says where it ran (`worker_node`, `worker`) and which
 execution of the task produced it (`attempt`, 0 unless a worker process or node died under it).
-Ray is imported on first use: the single-run command never loads it.
+Ray is imported on first use: the single-run command never loads it. A local Ray is started and
+stopped by `sweep.local_ray`, so that nothing of it outlives the sweep.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from .local_ray import LocalRay, ray_starting
 from .plan import PlannedRun
 from .runner import ERROR_TAIL_LINES, execute, failed_rows
 
@@ -98,8 +100,9 @@ class RayExecutor:
 
     A context manager: entering connects, leaving disconnects. `address` None starts a private
     local Ray with `num_cpus` CPUs (None: all cores), bound to 127.0.0.1 with no dashboard, and
-    stops it on leaving; `auto` or `host:port` joins an existing cluster (whose nodes must have
-    netsweep installed). A Ray session already open in this process is used as it is.
+    stops it and every process it started on leaving (`sweep.local_ray`); `auto` or `host:port`
+    joins an existing cluster (whose nodes must have netsweep installed), which leaving leaves
+    running. A Ray session already open in this process is used as it is.
     `run_fn(config, max_wall_time_s)` is the task's body, `sweep.runner.execute` unless a test
     swaps it.
     """
@@ -114,37 +117,59 @@ class RayExecutor:
 
     _ray: Any = field(default=None, init=False, repr=False)  # the Ray module, once connected
     _owned: bool = field(default=False, init=False, repr=False)  # whether __exit__ must shut Ray down
+    _local: LocalRay | None = field(default=None, init=False, repr=False)  # the local Ray started here
+    _worker_died: bool = field(default=False, init=False, repr=False)  # a run's worker process died
 
     def __enter__(self) -> RayExecutor:
-        """Import and initialise Ray, and say where the runs go (one line on stderr)."""
+        """Import and initialise Ray, and say where the runs go (one line on stderr). Whatever
+        interrupts this (Ctrl-C included) leaves nothing started behind."""
         if self.address is None or is_loopback(self.address):
             os.environ[_ONE_MACHINE_ENV] = "0"
         import ray  # noqa: PLC0415 - imported on first use, after the environment above
 
         self._ray = ray
         self._owned = not ray.is_initialized()
-        common = {"logging_level": logging.WARNING, "log_to_driver": False}
-        if not self._owned:  # the caller's own session (a notebook): use it, leave it open
-            where = "the running Ray session"
-        elif self.address is None:
-            ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False,
-                     _node_ip_address=LOOPBACK, **common)
-            where = f"a local Ray on {LOOPBACK}"
-            if ray.util.get_node_ip_address() != LOOPBACK:  # Ray was imported before the variable was set
-                ray.shutdown()
-                raise RuntimeError(f"the local Ray did not bind to {LOOPBACK}: set {_ONE_MACHINE_ENV}=0 "
-                                   "before Ray is imported")
-        else:
-            _check_reachable(self.address)
-            ray.init(address=self.address, **common)
-            where = f"the Ray cluster at {self.address}"
-        print(f"ray: {where}, {self._cpus()} CPUs", file=sys.stderr)
+        try:
+            where = self._connect()
+            print(f"ray: {where}, {self._cpus()} CPUs", file=sys.stderr)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        if self._owned:
-            self._ray.shutdown()
-        self._ray, self._owned = None, False
+    def _connect(self) -> str:
+        """Start or join Ray as `address` says; where the runs go, in words."""
+        ray = self._ray
+        common = {"logging_level": logging.WARNING, "log_to_driver": False}
+        if not self._owned:  # the caller's own session (a notebook): use it, leave it open
+            return "the running Ray session"
+        if self.address is None:
+            self._local = LocalRay()
+            self._local.start(ray, num_cpus=self.num_cpus, include_dashboard=False, _node_ip_address=LOOPBACK,
+                              **common)
+            if ray.util.get_node_ip_address() != LOOPBACK:  # Ray was imported before the variable was set
+                self._local.stop(ray)
+                raise RuntimeError(f"the local Ray did not bind to {LOOPBACK}: set {_ONE_MACHINE_ENV}=0 "
+                                   "before Ray is imported")
+            return f"a local Ray on {LOOPBACK}"
+        _check_reachable(self.address)
+        with ray_starting(ray):
+            ray.init(address=self.address, **common)
+        return f"the Ray cluster at {self.address}"
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        """Disconnect; stop the local Ray, keeping its logs if an error ended the sweep or a worker
+        process died."""
+        if self._local is not None:
+            keep_logs = None
+            if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+                keep_logs = f"the sweep stopped on {exc_type.__name__}"
+            elif self._worker_died:
+                keep_logs = "a worker process died during the sweep"
+            self._local.stop(self._ray, keep_logs)
+        elif self._owned:
+            self._ray.shutdown()  # disconnects only: the cluster is not ours
+        self._ray, self._owned, self._local, self._worker_died = None, False, None, False
 
     def _cpus(self) -> int:
         return int(self._ray.cluster_resources().get("CPU", 1))
@@ -177,15 +202,19 @@ class RayExecutor:
                 yield run, self._rows(ref, run)
 
     def _rows(self, ref: Any, run: PlannedRun) -> Rows:
-        """The rows a task returned, or an error row if it raised or its worker kept dying."""
+        """The rows a task returned, or an error row if it raised or its worker kept dying. Notes
+        whether a worker process died under it (then the local Ray's logs are kept)."""
         ray = self._ray
         try:
-            return ray.get(ref)
+            rows: Rows = ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - any failure to get a run's rows becomes its error row
             tail = "\n".join(str(exc).strip().splitlines()[-ERROR_TAIL_LINES:])
             if not isinstance(exc, ray.exceptions.RayTaskError):  # not raised by the task: its process died
+                self._worker_died = True
                 tail = f"{type(exc).__name__} (the run was retried {self.max_retries} times): {tail}"
                 rows = failed_rows(run.config, tail)
                 rows["runs"][0]["attempt"] = self.max_retries  # its last execution, numbered from 0
                 return rows
             return failed_rows(run.config, tail)
+        self._worker_died = self._worker_died or bool(rows["runs"][0].get("attempt"))  # died, then retried
+        return rows

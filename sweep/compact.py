@@ -29,7 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .store import load_table, part_files
+from .schema import conform
+from .store import current_schema, load_table, part_files, write_atomically
 
 TABLES_LAST = "runs"
 
@@ -45,28 +46,13 @@ def _newest_attempts(table: str, parts: list[pa.Table], error_run_ids: set[str])
     index = pa.array([i for i, part in enumerate(parts) for _ in range(part.num_rows)], pa.int64())
     merged = pa.concat_tables(parts, promote_options="permissive")
     keys = pd.DataFrame({"run_id": merged["run_id"].to_pandas(), "part": index.to_pandas()})
-    if table == "runs":
-        keys["started_at"] = pd.to_datetime(merged["started_at"].to_pandas(), utc=True, format="ISO8601")
-        order = keys.sort_values(["started_at", "part"], kind="stable", na_position="first")
-        keep = order.index[~order.duplicated("run_id", keep="last")].sort_values()
+    if table == "runs":  # rows are in part order, oldest first: the last row of a run is its newest
+        keep = keys.index[~keys.duplicated("run_id", keep="last")]
     else:
         newest = keys.groupby("run_id")["part"].transform("max")
         mask = (keys["part"] == newest) & ~keys["run_id"].isin(error_run_ids)
         keep = keys.index[mask]
     return merged.take(pa.array(keep.to_numpy(), pa.int64()))
-
-
-def _write_atomically(path: Path, table: pa.Table) -> None:
-    tmp_path = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp_path, "wb") as file:
-            pq.write_table(table, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp_path, path)
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
-        raise
 
 
 def compact_table(dataset: str | os.PathLike[str], table: str, error_run_ids: set[str],
@@ -78,7 +64,8 @@ def compact_table(dataset: str | os.PathLike[str], table: str, error_run_ids: se
         return len(inputs), -1
     parts = [pq.read_table(path) for path in inputs]
     merged = _newest_attempts(table, parts, error_run_ids)
-    _write_atomically(inputs[-1].with_name(_merged_name(inputs[-1])), merged)
+    merged = conform(merged, current_schema(table, merged.schema))
+    write_atomically(inputs[-1].with_name(_merged_name(inputs[-1])), merged)
     for path in inputs:  # the merged part is on disk: its inputs are now duplicates
         path.unlink(missing_ok=True)
     return len(inputs), merged.num_rows

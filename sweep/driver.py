@@ -6,7 +6,7 @@ in completion order and None when nothing finished for a while) and appends ever
 its dataset's `ResultStore` the moment they arrive; the store writes Parquet parts by rows or
 seconds. A run already stored with status `ok` is skipped (resume) unless it was planned with
 `force`; a failed one runs again. Ctrl-C or SIGTERM stops the sweep: what finished is flushed
-first, and running the same sweep again resumes it.
+first (and the executor stops what it started), and running the same sweep again resumes it.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Generator, Iterator, Protocol, Sequence, TextIO
 
+from .interrupts import interrupts_deferred, sigterm_as_interrupt
 from .plan import PlannedRun
 from .progress import ProgressBar, SweepSummary
+from .runner import label_presets
 from .store import ResultStore
 
 
@@ -31,43 +31,10 @@ class Executor(Protocol):
 
     def __enter__(self) -> Executor: ...
 
-    def __exit__(self, *exc_info: object) -> None: ...
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None: ...
 
     def results(self, runs: Sequence[PlannedRun]) -> Generator[
             tuple[PlannedRun, dict[str, list[dict[str, Any]]]] | None, None, None]: ...
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Make SIGTERM (`kill`, a batch scheduler) stop the sweep as Ctrl-C does: by raising
-    KeyboardInterrupt, so the `finally` blocks that flush the stores run."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back until leaving (then they are delivered), so that Ctrl-C cannot
-    cut a Parquet write or the bookkeeping of a finished run in half."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 def _to_run(runs: Sequence[PlannedRun], stores: dict[Path, ResultStore],
@@ -118,8 +85,7 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
     rss_every = int(rss_setting) if rss_setting.isdigit() else 0
     if todo:
         try:
-            # SIGTERM is taken over once Ray is up: Ray's driver sets a handler of its own on connecting.
-            with executor, _sigterm_as_interrupt(), contextlib.closing(executor.results(todo)) as finished, \
+            with sigterm_as_interrupt(), executor, contextlib.closing(executor.results(todo)) as finished, \
                     ProgressBar(len(todo), progress_file, show_progress) as bar:
                 try:
                     for item in finished:
@@ -128,7 +94,8 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
                                 store.flush_if_due()
                             continue
                         run, rows = item
-                        with _signals_deferred():  # stored and counted together, never half
+                        label_presets(rows, run.presets)
+                        with interrupts_deferred():  # stored and counted together, never half
                             stores[run.dataset].append(rows)
                             summary.record(rows["runs"][0])
                         bar.update(rows["runs"][0]["status"])
@@ -137,7 +104,7 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
                             print(f"rss: {summary.ran} runs, {rss:.1f} MiB now, peak {peak:.1f} MiB",
                                   file=sys.stderr, flush=True)
                 finally:  # before the executor stops: nothing finished is lost
-                    with _signals_deferred():
+                    with interrupts_deferred():
                         for store in stores.values():
                             store.flush()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM, also while Ray starts or stops

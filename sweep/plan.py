@@ -15,7 +15,7 @@ import copy
 import difflib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,6 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 import engine
 
 from .runner import run_id
+from .schema import PRESET_COLUMNS
 
 
 def validate(config: Mapping[str, Any]) -> None:
@@ -133,15 +134,27 @@ def pop_force(config: dict[str, Any]) -> bool:
     return force
 
 
+PRESETS_KEY = "presets"
+
+
+def pop_presets(config: dict[str, Any]) -> dict[str, str | None]:
+    """Remove `presets` (what `GridComposer.compose` adds: the preset of each config group the
+    config was composed from, `{"network": "leaf_spine", ...}`) from `config` and return it; it
+    labels the run's row, and is no part of the run."""
+    return config.pop(PRESETS_KEY, None) or {}
+
+
 @dataclass(frozen=True)
 class PlannedRun:
     """One grid point, ready to run: its overrides as the sweeper gave them, the resolved config
-    (without `force`), its run_id and whether to run it even if the dataset already has it."""
+    (without `force`), its run_id, whether to run it even if the dataset already has it, and the
+    presets it was composed from (`sweep.schema.PRESET_COLUMNS` of its runs row)."""
 
     overrides: tuple[str, ...]
     config: dict[str, Any]
     run_id: str
     force: bool = False
+    presets: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def dataset(self) -> Path:
@@ -169,6 +182,7 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
             except OmegaConfBaseException as exc:
                 raise config_error(exc) from exc
             force = pop_force(config)
+            presets = pop_presets(config)
             _validate_ray(config)
             validate(config)
             if (config["results_dir"], config["name"]) not in checked:
@@ -176,7 +190,7 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
                 checked.add((config["results_dir"], config["name"]))
         except engine.ConfigError as exc:
             raise GridError(index, len(points), overrides, exc) from exc
-        runs.append(PlannedRun(tuple(overrides), config, run_id(config), force))
+        runs.append(PlannedRun(tuple(overrides), config, run_id(config), force, presets))
     return runs
 
 
@@ -224,12 +238,14 @@ class GridComposer:
         if base is None:
             base = self._loader.load_sweep_config(self._master, list(choices))
             with read_write(base), open_dict(base):
+                base[PRESETS_KEY] = {group: base.hydra.runtime.choices.get(group) for group in PRESET_COLUMNS}
                 del base["hydra"]
             self._bases[choices] = base
         return base
 
     def compose(self, overrides: Sequence[str]) -> dict[str, Any]:
-        """The resolved plain config of one grid point."""
+        """The resolved plain config of one grid point, with the presets it was composed from
+        under `presets` (see `pop_presets`)."""
         for line in overrides:
             if line not in self._parsed:
                 (self._parsed[line],) = self._parser.parse_overrides([line])

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import engine
 
+from .schema import PRESET_COLUMNS
 from .store import ColumnRows
 
 # Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
@@ -182,6 +183,12 @@ def _runs_row(config: Mapping[str, Any], identity: str, run_row: Mapping[str, An
         "git_commit": git_commit(),
         "started_at": started_at,
     }
+
+
+def label_presets(rows: dict[str, list[dict[str, Any]]], presets: Mapping[str, str | None]) -> None:
+    """Name in the runs row the preset of each config group the run was composed from
+    (`network`: `leaf_spine`, ...; null for a group given key by key, as a repro command does)."""
+    rows["runs"][0].update({group: presets.get(group) for group in PRESET_COLUMNS})
 
 
 def failed_rows(config: Mapping[str, Any], error: str) -> dict[str, list[dict[str, Any]]]:

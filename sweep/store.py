@@ -4,10 +4,11 @@ Layout: `<dataset>/<table>/part-<UTC timestamp>-<uuid>.parquet`, one dataset per
 (`results/<name>/`), one directory per table (`runs`, `collectives`, `layers`, `flows`).
 Each part is written to a hidden temporary file in the same directory, synced, then renamed with
 `os.replace` (atomic on POSIX): a reader or a crash never sees a torn part, and a finished part is
-never lost. Parts may differ in columns (a later engine adds metrics, a column is all-null in one
-batch); `read_table` unifies them, and DuckDB reads them with `union_by_name=true`. A run stored
-more than once (rerun, or failed then run again) has rows from each attempt; `load_runs` and
-`load_table` return each run once, its newest attempt.
+never lost. Every part of a table has one schema (`sweep.schema`: the declared columns, typed), so
+pandas, pyarrow datasets, DuckDB and Polars read a table's directory as it is; parts written by an
+earlier version are brought to the current schema (`harmonise`) the first time a store writes the
+table. A run stored more than once (rerun, or failed then run again) has rows from each attempt;
+`load_runs` and `load_table` return each run once, its newest attempt.
 
 A part that cannot be read (truncated, garbage: a disk or copy fault, never a crash of this code) is
 moved to `<dataset>/quarantine/<table>/` with one warning line on stderr the first time a read
@@ -22,7 +23,6 @@ import os
 import sys
 import time
 import uuid
-from dataclasses import fields, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from engine.config import SimConfig
+from .schema import DECLARED_COLUMNS, conform, declared_schema, rows_to_table
 
 PART_GLOB = "part-*.parquet"
 QUARANTINE = "quarantine"  # `<dataset>/quarantine/<table>/`: parts that could not be read
@@ -95,32 +95,64 @@ def _part_name() -> str:
 def write_part(table_dir: Path, rows: Sequence[Mapping[str, Any]] | pa.Table,
                name: str | None = None) -> Path:
     """Write `rows` (row dicts, or an Arrow table) as one new Parquet part in `table_dir` (created
-    if needed), atomically; return its path (named `name`, or a new unique part name). Row dicts
-    make the columns of `rows_table`."""
-    table = rows if isinstance(rows, pa.Table) else rows_table(rows)
-    table_dir.mkdir(parents=True, exist_ok=True)
-    final_path = table_dir / (name or _part_name())
-    # A leading dot hides the temporary file from pyarrow datasets; the suffix hides it from globs.
-    tmp_path = table_dir / f".{final_path.name}.tmp"
+    if needed), atomically; return its path (named `name`, or a new unique part name). The part
+    has the schema `sweep.schema` gives its table (the directory's name): every declared column,
+    typed, then any other column a row has."""
+    return write_atomically(table_dir / (name or _part_name()), table_of(table_dir.name, rows))
+
+
+def table_of(table: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Table:
+    """Row dicts, or an Arrow table, of `table` as an Arrow table of its schema (`sweep.schema`)."""
+    if isinstance(rows, pa.Table):
+        return conform(rows, current_schema(table, rows.schema))
+    return rows_to_table(table, list(rows))
+
+
+def write_atomically(path: Path, table: pa.Table) -> Path:
+    """Write `table` to a hidden temporary file beside `path`, sync it, rename it to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A leading dot hides the temporary file from pyarrow datasets; the suffix hides it from globs;
+    # the uuid keeps two writers of one path (see `harmonise`) off each other's temporary file.
+    tmp_path = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp_path, "wb") as file:
             pq.write_table(table, file)
             file.flush()
             os.fsync(file.fileno())  # the data is on disk before the name says the part is complete
-        os.replace(tmp_path, final_path)
+        os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
-    return final_path
+    return path
 
 
-def rows_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """Rows as an Arrow table with every column any row has (null where a row has none: pyarrow
-    would take the columns from the first row alone and drop the others, and a flows run's row has
-    no training columns). Column types are inferred from the values; a column that is all None gets
-    the null type, which `read_table` promotes to the type other parts give it."""
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    return pa.Table.from_pylist([{column: row.get(column) for column in columns} for row in rows])
+def current_schema(table: str, schema: pa.Schema) -> pa.Schema:
+    """What `schema`, of a part of `table` written by any version, becomes in this version: the
+    declared columns and types first, then the part's other columns as they are."""
+    declared = declared_schema(table)
+    return pa.schema([*declared, *(field for field in schema if field.name not in declared.names)])
+
+
+def harmonise(dataset: str | os.PathLike[str], table: str) -> int:
+    """Rewrite, each atomically under its own name, the parts of `table` whose schema is not the
+    table's (`sweep.schema`): parts written by an earlier version (a column declared since, a
+    type declared since), so every reader sees one schema. Returns how many were rewritten."""
+    rewritten = 0
+    for path in readable_parts(dataset, table):
+        try:
+            current = pq.read_schema(path)
+        except FileNotFoundError:  # quarantined or compacted meanwhile
+            continue
+        target = current_schema(table, current)
+        if current.remove_metadata().equals(target):
+            continue
+        try:
+            part = conform(pq.read_table(path), target)
+        except FileNotFoundError:
+            continue
+        write_atomically(path, part)
+        rewritten += 1
+    return rewritten
 
 
 def part_files(dataset: str | os.PathLike[str], table: str) -> list[Path]:
@@ -232,41 +264,21 @@ def arrow_dataset(dataset: str | os.PathLike[str], table: str) -> ds.Dataset:
     return ds.dataset([str(path) for path in parts], schema=schema, format="parquet")
 
 
-# Count columns of `runs` (DESIGN.md): nullable integers even where every value is null.
-_COUNT_COLUMNS = ("iterations_done", "flows", "flows_completed", "bytes_sent", "packets_sent",
-                  "retransmits", "timeouts", "drops", "ecn_marks", "events")
-_PANDAS_DTYPES = {"int": "Int64", "float": "float64", "bool": "boolean"}
-
-
-def _runs_dtypes() -> dict[str, str]:
-    """The pandas dtype of each numeric or boolean `runs` column: config leaves by the type the
-    engine declares for them (`network.link_gbps` float64, `network.npus` Int64), counts Int64."""
-    dtypes = {"seed": "Int64", **{name: "Int64" for name in _COUNT_COLUMNS}}
-    for section in fields(SimConfig):
-        if not is_dataclass(section.default_factory):  # `seed`, a plain field
-            continue
-        for leaf in fields(section.default_factory):
-            kind = str(leaf.type).replace(" | None", "")  # annotations are strings ("float | None")
-            if kind in _PANDAS_DTYPES:
-                dtypes[f"{section.name}.{leaf.name}"] = _PANDAS_DTYPES[kind]
-    return dtypes
+_PANDAS_DTYPES = {pa.int64(): "Int64", pa.float64(): "float64", pa.bool_(): "boolean"}
 
 
 def load_runs(dataset: str | os.PathLike[str]) -> pd.DataFrame:
     """The `runs` table of `dataset` with one row per `run_id` (see `load_table`), for notebooks.
 
-    Columns are typed even where a part (or the whole dataset) holds only nulls: config leaves take
-    the engine's type (integers as nullable `Int64`, reals `float64`, flags `boolean`), counts are
-    `Int64`, times and sizes (`*_s`, `*_kb`, `*_per_s`) `float64`, `started_at` a UTC `datetime64`;
-    text stays text and list-valued config leaves stay JSON strings.
+    Columns have their declared types (`sweep.schema`) even where a part written by an earlier
+    version, or the whole dataset, holds only nulls: integers as nullable `Int64`, reals `float64`,
+    flags `boolean`, `started_at` a UTC `datetime64`; text stays text and list-valued config leaves
+    stay JSON strings.
     """
     runs = load_table(dataset, "runs")
-    declared = _runs_dtypes()
-    for column in runs.columns:
-        dtype = declared.get(column)
-        if dtype is None and column.endswith(("_s", "_kb", "_per_s")):
-            dtype = "float64"
-        if dtype is not None and runs[column].dtype != dtype:
+    for column, kind in DECLARED_COLUMNS["runs"].items():
+        dtype = _PANDAS_DTYPES.get(kind)
+        if dtype is not None and column in runs.columns and runs[column].dtype != dtype:
             runs[column] = runs[column].astype(dtype)
     return runs
 
@@ -274,26 +286,28 @@ def load_runs(dataset: str | os.PathLike[str]) -> pd.DataFrame:
 def load_table(dataset: str | os.PathLike[str], table: str,
                columns: Iterable[str] | None = None) -> pd.DataFrame:
     """`table` of `dataset` with every run once: a run stored more than once (rerun with
-    `+force=true`, or failed and then run again) keeps only its newest attempt.
+    `+force=true`, failed and then run again, or two sweeps writing one dataset at once) keeps only
+    its newest attempt: the one written last, in the newest part holding its `run_id`.
 
-    `runs`: the row with the latest `started_at` per `run_id` (the later part on a tie).
-    Other tables (no `started_at` of their own): a run's rows from the newest part holding that
-    run_id, which is where its newest attempt wrote them; none at all if the newest `runs` row of that
-    run_id is an error (a failed attempt writes no rows there, so older rows are not its rows).
-    `columns` restricts the columns returned (`run_id` is always read).
+    Parts sort by the time they were written, and the parts of one flush share their name across
+    tables, so every table agrees on which attempt is newest: `runs` keeps a run's row from its
+    newest part (its last row there); other tables keep a run's rows from the newest part holding
+    that run_id, which is where its newest attempt wrote them, and none at all if the newest `runs`
+    row of that run_id is an error (a failed attempt writes no rows there, so older rows are not
+    its rows). `started_at` of `runs` is a UTC `datetime64`. `columns` restricts the columns
+    returned (`run_id` is always read).
     """
     wanted = None if columns is None else list(dict.fromkeys(["run_id", *columns]))
-    needed = wanted if wanted is None or table != "runs" else list(dict.fromkeys([*wanted, "started_at"]))
-    parts = _read_parts(dataset, table, needed)
+    parts = _read_parts(dataset, table, wanted)
     if not parts:
         return pd.DataFrame(columns=wanted or ["run_id"])
     # the position of each row's part, oldest first, tells the attempts of one run apart
     frame = _to_pandas([part.append_column(_PART, pa.array([index] * part.num_rows, pa.int64()))
                         for index, part in enumerate(parts)])
     if table == "runs":
-        frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, format="ISO8601")
-        frame = frame.sort_values(["started_at", _PART], kind="stable", na_position="first")
-        frame = frame.drop_duplicates("run_id", keep="last").sort_index()
+        frame = frame.drop_duplicates("run_id", keep="last")  # rows are in part order, oldest first
+        if "started_at" in frame.columns:
+            frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, format="ISO8601")
     else:
         newest_part = frame.groupby("run_id")[_PART].transform("max")
         frame = frame[frame[_PART] == newest_part]
@@ -307,9 +321,9 @@ class ResultStore:
     """Buffered, append-only writer of one dataset (`results/<name>/`).
 
     `append` buffers rows by table (lists of row dicts, or `ColumnRows`, buffered as Arrow tables)
-    and writes them out (one part per table) once `flush_rows` rows are buffered or `flush_interval_s` seconds have passed since the last write (`flush_if_due`
-    checks the same between appends); `flush` (also called on leaving a `with` block) writes
-    whatever is buffered. `runs` is written last: a run counts as done (`completed_run_ids`) only
+    and writes them out (one part per table) once `flush_rows` rows are buffered or
+    `flush_interval_s` seconds have passed since the last write (`flush_if_due` checks the same
+    between appends); `flush` (also called on leaving a `with` block) writes whatever is buffered. `runs` is written last: a run counts as done (`completed_run_ids`) only
     once its other rows are on disk, so a crash in the middle of a flush never hides missing rows.
     """
 
@@ -322,6 +336,7 @@ class ResultStore:
         self._column_buffer: dict[str, list[pa.Table]] = {}  # tables appended as `ColumnRows`
         self._buffered_rows = 0
         self._last_flush_s = time.monotonic()
+        self._harmonised: set[str] = set()  # tables whose existing parts `harmonise` has checked
 
     def append(self, rows_by_table: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         """Buffer rows (`{"runs": [...], "flows": [...]}`), flushing if the buffer is full or old."""
@@ -351,9 +366,12 @@ class ResultStore:
             column_parts = self._column_buffer.get(table, [])
             batch: Sequence[Mapping[str, Any]] | pa.Table = rows
             if column_parts:
-                parts = ([rows_table(rows)] if rows else []) + column_parts
+                parts = [table_of(table, part) for part in ([rows] if rows else []) + column_parts]
                 batch = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
             if len(batch):
+                if table not in self._harmonised:  # an earlier version's parts: to this schema, once
+                    harmonise(self.path, table)
+                    self._harmonised.add(table)
                 written[table] = write_part(self.path / table, batch, name)
                 self._buffered_rows -= len(batch)
             self._buffer.pop(table, None)
@@ -380,26 +398,16 @@ class ResultStore:
         return done
 
     def _runs_newest_in(self, part_names: set[str]) -> set[str]:
-        """run_ids whose newest `runs` row (latest `started_at`, later part on a tie, as in
+        """run_ids whose newest `runs` row (the one in the newest part holding the run, as in
         `load_table`) is in a `runs` part with one of these file names."""
-        frames = []
-        for path in part_files(self.path, "runs"):
+        newest_part: dict[str, str] = {}
+        for path in part_files(self.path, "runs"):  # oldest first: a later part overwrites
             try:
-                with pq.ParquetFile(path) as file:
-                    part = file.read(columns=["run_id"]).to_pandas()
-                    has_started_at = "started_at" in file.schema_arrow.names
-                    part["started_at"] = file.read(columns=["started_at"])["started_at"].to_pandas() \
-                        if has_started_at else None
+                run_ids = pq.read_table(path, columns=["run_id"])["run_id"].to_pylist()
             except (OSError, pa.ArrowException):  # quarantined by the next read
                 continue
-            frames.append(part.assign(part=path.name))
-        if not frames:
-            return set()
-        frame = pd.concat(frames, ignore_index=True)  # parts oldest first: `stable` keeps that order
-        frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True, format="ISO8601")
-        newest = frame.sort_values("started_at", kind="stable", na_position="first").drop_duplicates(
-            "run_id", keep="last")
-        return set(newest.loc[newest["part"].isin(part_names), "run_id"])
+            newest_part.update(dict.fromkeys(run_ids, path.name))
+        return {run_id for run_id, name in newest_part.items() if name in part_names}
 
     def __enter__(self) -> ResultStore:
         return self

@@ -11,7 +11,6 @@ from pathlib import Path
 import engine
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "astra-sim-1.0-workloads"
 VOLATILE = {"wall_s", "events_per_s"}  # wall-clock measurements differ run to run
 
 CASES = {
@@ -46,7 +45,7 @@ CASES = {
         "network": {"topology": "hierarchical", "npus": 8, "npus_per_node": 4, "scaleup_gbps": 400,
                     "scaleup_latency_us": 0.5, "link_gbps": 100, "link_latency_us": 1},
         "system": {"hierarchy": "local_bw_aware", "splits": 2},
-        "workload": {"type": "astra", "path": str(SHARED / "DLRM_HybridParallel.txt"), "iterations": 2},
+        "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 2},
     },
     "dlrm_ring_analytical": {
         "engine": {"backend": "analytical"},

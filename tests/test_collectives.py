@@ -8,6 +8,7 @@ import pytest
 import engine
 from engine.eventlist import EventList
 from engine.system import AnalyticalTransport, Dimension, SystemLayer
+from engine.system.algorithms import RING, XOR, plan, symmetric_steps
 from engine.config import NetworkConfig
 from engine.topology import build_topology
 
@@ -243,3 +244,24 @@ def test_hierarchical_direct_all_to_all_is_staggered_across_nodes():
     analytical = engine.run({"engine": {"backend": "analytical"}, "network": network, "workload": workload})["runs"][0]
     assert packet["drops"] == 0
     assert packet["iteration_time_s"] == pytest.approx(analytical["iteration_time_s"], rel=0.10)
+
+
+@pytest.mark.parametrize("op, algorithm", [
+    ("all_reduce", "ring"), ("all_to_all", "ring"), ("all_gather", "ring"), ("all_reduce", "direct"),
+    ("all_to_all", "direct"), ("all_reduce", "halving_doubling"), ("reduce_scatter", "halving_doubling"),
+    ("all_gather", "halving_doubling"),
+])
+def test_every_rank_program_is_its_symmetric_steps(op, algorithm):
+    # The per-rank programs the packet and analytical backends run are expanded from the symmetric
+    # description the alpha_beta backend costs: one source for the step sizes and peers.
+    p = 8
+    steps = symmetric_steps(op, algorithm, p, 100_000)
+    (program,) = plan(op, algorithm, p, 100_000, node_size=2)
+    for rank, rank_steps in enumerate(program):
+        assert len(rank_steps) == len(steps)
+        for step, symmetric in zip(rank_steps, steps):
+            peers = {RING: {(rank + 1) % p}, XOR: {rank ^ symmetric.mask}}.get(symmetric.pattern,
+                                                                             set(range(p)) - {rank})
+            assert {(rank + send.peer_offset) % p for send in step.sends} == peers and step.receives == len(peers)
+            assert {send.size_bytes for send in step.sends} == {symmetric.size_bytes}
+    assert symmetric_steps("all_reduce", "double_binary_tree", p, 100_000) is None  # ranks differ in role

@@ -166,7 +166,7 @@ def test_a_sweep_spreads_over_three_nodes(cluster: LoopbackCluster, tmp_path: Pa
     if shutil.which("ss"):  # every service of every node on loopback only
         assert cluster.listen_addresses() <= {"127.0.0.1", "[::ffff:127.0.0.1]"}
     done = _sweep(tmp_path, "seed=range(12)", "workload=incast", "workload.senders=2",
-                  "workload.bytes_per_flow=20000000", "name=spread", f"results_dir={tmp_path / 'results'}",
+                  "workload.bytes_per_flow=200000000", "name=spread",  # ~0.4 s a run: every node's worker is up in time f"results_dir={tmp_path / 'results'}",
                   f"ray.address={cluster.address}")
     assert done.returncode == 0, done.stderr
     assert f"ray: the Ray cluster at {cluster.address}, 3 CPUs" in done.stderr

@@ -5,8 +5,7 @@ Interpolations: the command line and conf/ go through OmegaConf, so `${...}` in 
 by one of the resolvers registered in the process, and only those (an unknown resolver is an
 error): OmegaConf's `oc.env` (an environment variable, as a string), `oc.decode` (a string parsed
 as a YAML-like primitive), `oc.create`, `oc.select`, `oc.dict.keys`, `oc.dict.values`,
-`oc.deprecated`, netsweep's `project_root` (a path joined to the repository root), and Hydra's
-`hydra`, `now` and `python_version`. None of them evaluates Python; what they produce goes through
+`oc.deprecated`, and Hydra's `hydra`, `now` and `python_version`. None of them evaluates Python; what they produce goes through
 the same validation as a typed value (a `name` from `${oc.env:HOME}` is refused: it holds a `/`).
 ASTRA-sim workload files are read as whitespace-separated fields by the engine, never through
 OmegaConf or `eval`.
@@ -31,7 +30,7 @@ from sweep.store import load_table
 from sweep_support import compose_config
 
 ALLOWED_RESOLVERS = {"oc.create", "oc.decode", "oc.deprecated", "oc.dict.keys", "oc.dict.values", "oc.env",
-                     "oc.select", "project_root"}
+                     "oc.select"}
 
 
 def _sweep(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -128,7 +128,11 @@ def test_a_part_corrupt_inside_an_intact_footer(tmp_path: Path, capsys: pytest.C
         store.append({"runs": [{"run_id": "other", "status": "ok", "payload": "y"}]})
     first = part_files(dataset, "runs")[0]
     data = bytearray(first.read_bytes())
-    data[len(data) // 3: len(data) // 3 + 200] = bytes(b ^ 0xFF for b in data[len(data) // 3: len(data) // 3 + 200])
+    row_group = pq.ParquetFile(first).metadata.row_group(0)
+    payload = next(row_group.column(i) for i in range(row_group.num_columns)
+                   if row_group.column(i).path_in_schema == "payload")
+    start = payload.data_page_offset + payload.total_compressed_size // 3  # inside the payload's pages
+    data[start: start + 200] = bytes(b ^ 0xFF for b in data[start: start + 200])
     first.write_bytes(bytes(data))
     capsys.readouterr()
     assert list(read_table(dataset, "runs")["run_id"]) == ["other"]
@@ -186,7 +190,7 @@ READER = textwrap.dedent("""
 
 
 def test_two_writers_at_once_lose_nothing_and_tear_nothing(tmp_path: Path) -> None:
-    dataset, runs = tmp_path / "shared", 60
+    dataset, runs = tmp_path / "both", 60
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(dataset), name, str(runs)],
                                 stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
     reader = subprocess.run([sys.executable, "-c", READER, str(dataset), "3"], capture_output=True, text=True,

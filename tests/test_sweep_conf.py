@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
 
 import engine
 from engine.config import NetworkConfig, SystemConfig, TcpConfig, WorkloadConfig
-from sweep.cli import PROJECT_ROOT
+from engine.workload.layers import bundled_workloads, workload_file
 from sweep_support import GROUPS, compose_config, group_options
 
 ALL_PRESETS = [(group, option) for group in GROUPS for option in group_options(group)]
@@ -26,7 +25,7 @@ WORKLOAD_KEYS = {
 
 
 def test_every_group_has_its_presets() -> None:
-    assert group_options("network") == ["dumbbell", "hierarchical", "leaf_spine", "ring", "switch"]
+    assert group_options("network") == ["dumbbell", "fat_tree", "hierarchical", "leaf_spine", "ring", "switch"]
     assert group_options("tcp") == ["cubic", "dctcp", "newreno"]
     assert group_options("system") == ["default", "halving_doubling", "local_bw_aware"]
     assert group_options("workload") == [
@@ -96,21 +95,30 @@ def test_workload_preset_types() -> None:
 
 
 @pytest.mark.parametrize("option", [o for o in group_options("workload") if o.startswith("astra_")])
-def test_astra_presets_name_an_existing_file_from_any_directory(option: str, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The path resolves against the repository root when composed, not against the working directory."""
+def test_astra_presets_name_a_bundled_file_from_any_directory(option: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The astra presets name a workload shipped inside the package, the same text on every machine
+    (so run_id does not depend on where netsweep is installed), found from any working directory."""
     monkeypatch.chdir(tmp_path)
-    path = Path(compose_config([f"workload={option}"])["workload"]["path"])
-    assert path.is_absolute() and path.is_file() and ".." not in path.parts
-    assert path.parent == (PROJECT_ROOT.parent / "shared" / "astra-sim-1.0-workloads").resolve()
+    path = compose_config([f"workload={option}"])["workload"]["path"]
+    assert path.startswith("bundled:astra-sim-1.0/") and path in bundled_workloads()
+    file = workload_file(path)
+    assert file.is_file() and file.parent.name == "astra-sim-1.0"
+    assert (file.parent / "LICENSE").read_text().startswith("MIT License")  # ASTRA-sim's, beside its files
 
 
-def test_project_root_resolver() -> None:
-    from sweep.cli import project_root
-
-    assert project_root() == str(PROJECT_ROOT)
-    assert project_root("conf/config.yaml") == os.path.join(PROJECT_ROOT, "conf", "config.yaml")
-    assert project_root("../shared") == str(PROJECT_ROOT.parent / "shared")
+def test_bundled_workloads_and_their_errors(tmp_path: Path) -> None:
+    assert bundled_workloads() == ["bundled:astra-sim-1.0/DLRM_HybridParallel.txt",
+                                   "bundled:astra-sim-1.0/microAllReduce.txt",
+                                   "bundled:astra-sim-1.0/microAllToAll.txt"]
+    for wrong in ("bundled:astra-sim-1.0/LICENSE", "bundled:astra-sim-1.0/../../config.py", "bundled:nothing.txt"):
+        with pytest.raises(engine.ConfigError, match="one of the bundled workloads: bundled:astra-sim-1.0/DLRM"):
+            workload_file(wrong)
+    with pytest.raises(engine.ConfigError, match="an existing ASTRA-sim 1.0 workload file, or one of the bundled"):
+        workload_file(str(tmp_path / "missing.txt"))
+    own = tmp_path / "mine.txt"
+    own.write_text("MICRO\n1\nl -1 0 NONE 0 0 NONE 0 0 ALLREDUCE 1024 0\n")
+    assert workload_file(str(own)) == own
 
 
 def test_dlrm_presets_grow_in_size() -> None:

@@ -224,9 +224,9 @@ def test_flush_writes_runs_last_and_every_row_once(tmp_path: Path, monkeypatch: 
 def test_arrow_dataset_reads_parts_whose_columns_differ(tmp_path: Path) -> None:
     """A first batch without errors (`error` all null), a later one with a new metric and a
     failure: pyarrow's own discovery would take the first part's schema; `arrow_dataset` unifies."""
-    write_part(tmp_path / "runs", [{"run_id": "a", "status": "ok", "error": None, "drops": 3}])
-    write_part(tmp_path / "runs", [{"run_id": "b", "status": "error", "error": "boom", "drops": 0.5, "new_s": 1.5}])
-    table = arrow_dataset(tmp_path, "runs").to_table()
+    write_part(tmp_path / "t", [{"run_id": "a", "status": "ok", "error": None, "drops": 3}])
+    write_part(tmp_path / "t", [{"run_id": "b", "status": "error", "error": "boom", "drops": 0.5, "new_s": 1.5}])
+    table = arrow_dataset(tmp_path, "t").to_table()
     assert table.to_pydict() == {"run_id": ["a", "b"], "status": ["ok", "error"], "error": [None, "boom"],
                                  "drops": [3.0, 0.5], "new_s": [None, 1.5]}
     assert arrow_dataset(tmp_path, "flows").count_rows() == 0

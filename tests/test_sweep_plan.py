@@ -38,11 +38,13 @@ def _master(loader: Any, overrides: Sequence[str] = ()) -> Any:
 
 def _hydra_job_config(loader: Any, master: Any, point: Sequence[str]) -> dict[str, Any]:
     """What Hydra's basic launcher builds for one job: a full composition of the point, `hydra`
-    node removed, resolved."""
+    node removed, resolved; and the presets Hydra chose for it (its `hydra.runtime.choices`)."""
     config = loader.load_sweep_config(master, list(point))
+    choices = dict(config.hydra.runtime.choices)
     with read_write(config), open_dict(config):
         del config["hydra"]
-    return OmegaConf.to_container(config, resolve=True)
+    return {**OmegaConf.to_container(config, resolve=True),
+            "presets": {group: choices.get(group) for group in ("network", "tcp", "system", "workload")}}
 
 
 POINTS = [
@@ -54,7 +56,7 @@ POINTS = [
     ["network.ecn_threshold_kb=20", "tcp=dctcp", "tcp.min_rto_ms=1"],
     ["network.buffer_kb=null", "system=halving_doubling", "system.splits=4"],
     ["+force=true", "seed=1"],
-    ["workload=astra_dlrm", "workload.iterations=1"],  # the ${project_root:} resolver
+    ["workload=astra_dlrm", "workload.iterations=1"],  # a bundled workload file
     ["network=dumbbell", "++network.bottleneck_gbps=50"],
 ]
 

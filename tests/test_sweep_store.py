@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweep import store as store_module
+from sweep.schema import DECLARED_COLUMNS
 from sweep.store import ColumnRows, ResultStore, part_files, read_table, write_part
 
 
@@ -18,22 +19,25 @@ def _files(directory: Path) -> list[str]:
 
 
 def test_write_part_is_atomic_and_readable(tmp_path: Path) -> None:
-    path = write_part(tmp_path / "runs", [{"run_id": "a", "status": "ok", "x": 1.5}])
-    assert _files(tmp_path / "runs") == [path.name]  # no temporary file left behind
+    path = write_part(tmp_path / "t", [{"run_id": "a", "status": "ok", "x": 1.5}])
+    assert _files(tmp_path / "t") == [path.name]  # no temporary file left behind
     assert path.name.startswith("part-") and path.suffix == ".parquet"
     assert pq.read_table(path).to_pylist() == [{"run_id": "a", "status": "ok", "x": 1.5}]
 
 
 def test_write_part_keeps_columns_the_first_row_lacks(tmp_path: Path) -> None:
     """A batch mixes kinds of runs (a flows run has no training columns, a failed run no metrics):
-    every column of every row is kept, null where a row has none."""
+    every column of every row is kept, null where a row has none; a declared table has all its
+    declared columns, typed, in their order, then the others."""
     rows = [{"run_id": "a", "status": "error"}, {"run_id": "b", "status": "ok", "iteration_time_s": 0.5},
-            {"run_id": "c", "status": "ok", "flows": 3}]
-    path = write_part(tmp_path / "runs", rows)
-    assert pq.read_table(path).to_pylist() == [
-        {"run_id": "a", "status": "error", "iteration_time_s": None, "flows": None},
-        {"run_id": "b", "status": "ok", "iteration_time_s": 0.5, "flows": None},
-        {"run_id": "c", "status": "ok", "iteration_time_s": None, "flows": 3}]
+            {"run_id": "c", "status": "ok", "flows": 3, "extra": "x"}]
+    table = pq.read_table(write_part(tmp_path / "runs", rows))
+    assert table.schema.names == [*DECLARED_COLUMNS["runs"], "extra"]
+    assert table.select(["run_id", "status", "iteration_time_s", "flows", "extra"]).to_pylist() == [
+        {"run_id": "a", "status": "error", "iteration_time_s": None, "flows": None, "extra": None},
+        {"run_id": "b", "status": "ok", "iteration_time_s": 0.5, "flows": None, "extra": None},
+        {"run_id": "c", "status": "ok", "iteration_time_s": None, "flows": 3, "extra": "x"}]
+    assert str(table.schema.field("flows").type) == "int64" and str(table.schema.field("tcp.min_rto_ms").type) == "double"
 
 
 def test_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,10 +148,12 @@ def test_column_rows_read_and_store_as_the_rows_they_hold(tmp_path: Path) -> Non
             {"run_id": "a", "flow_id": 1, "end_s": None, "bytes": 20},
             {"run_id": "a", "flow_id": 2, "end_s": 1.25, "bytes": 30}]
     assert len(table) == 3 and list(table) == rows and table[-1] == rows[2] and table[1:] == rows[1:]
-    as_rows = pq.read_table(write_part(tmp_path / "rows", rows))
+    as_rows = pq.read_table(write_part(tmp_path / "as_rows" / "flows", rows))
     store = ResultStore(tmp_path / "dataset", flush_rows=100, flush_interval_s=3600)
     store.append({"flows": table})
     store.append({"flows": [{"run_id": "b", "flow_id": 0, "end_s": None, "bytes": 5}]})
     stored = pq.read_table(store.flush()["flows"])
-    assert stored.schema == as_rows.schema
-    assert stored.to_pylist() == [{"run_id": "b", "flow_id": 0, "end_s": None, "bytes": 5}, *rows]
+    assert stored.schema == as_rows.schema  # the flows table's (sweep.schema)
+    columns = ("run_id", "flow_id", "end_s", "bytes")
+    assert [{name: row[name] for name in columns} for row in stored.to_pylist()] == [
+        {"run_id": "b", "flow_id": 0, "end_s": None, "bytes": 5}, *rows]

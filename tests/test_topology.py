@@ -12,7 +12,9 @@ from collections import Counter
 
 import pytest
 
+import engine
 from engine import load_config
+from engine.config import smallest_fat_tree_k
 from engine.eventlist import EventList
 from engine.network import Link, Packet, PacketSink
 from engine.topology import build_topology
@@ -299,3 +301,157 @@ def test_drop_tail_switch_port():
     assert len(sink.arrivals) == 3
     assert port.drops == 2
     assert port.max_queue_bytes == 3000
+
+
+# --------------------------------------------------------------------------------------------
+# fat tree
+# --------------------------------------------------------------------------------------------
+
+def fat_tree(**overrides):
+    return build(**{"topology": "fat_tree", "link_gbps": 100, "link_latency_us": 1.0, **overrides})[1]
+
+
+def _ends(link) -> tuple[str, str]:
+    source, target = link.name.split("->")
+    return source, target
+
+
+def test_fat_tree_hop_counts_and_connected_routes():
+    # k = 4: 2 hosts per edge switch, 4 per pod. 2 links within an edge switch, 4 within a pod,
+    # 6 across pods; every route starts at its host, ends at the other and each link starts where
+    # the previous one ended.
+    topo = fat_tree(npus=16)
+    assert topo.k == 4
+    for src, dst, hops in [(0, 1, 2), (3, 2, 2), (0, 2, 4), (5, 7, 4), (0, 4, 6), (15, 0, 6), (6, 9, 6)]:
+        for flow_id in range(8):
+            path = topo.path(src, dst, flow_id)
+            assert len(path) == hops
+            assert _ends(path[0])[0] == f"h{src}" and _ends(path[-1])[1] == f"h{dst}"
+            for previous, link in zip(path, path[1:]):
+                assert _ends(previous)[1] == _ends(link)[0], [link.name for link in path]
+
+
+@pytest.mark.parametrize("k", [2, 4, 6, 8])
+def test_fat_tree_counts_switches_and_links(k):
+    # k pods x (k/2 edge + k/2 aggregation) + (k/2)^2 core = 5k^2/4 switches; links each way:
+    # one per host, k * (k/2)^2 edge-aggregation and as many aggregation-core: 2 * hosts + k^3 in all.
+    hosts = k ** 3 // 4
+    topo = fat_tree(npus=hosts, fat_tree_k=k)
+    names = {end for link in topo.links for end in _ends(link)}
+    switches = {name for name in names if not name.startswith("h")}
+    assert len(switches) == 5 * k * k // 4
+    assert sum(name.startswith("core") for name in switches) == (k // 2) ** 2
+    assert len(topo.links) == 2 * hosts + k ** 3
+    assert len(topo.switch_ports) == hosts + k ** 3  # every link but the hosts' NICs
+    if k > 2:  # a tree that is not full builds the links of its hosts only, and of every switch
+        assert len(fat_tree(npus=hosts - 1, fat_tree_k=k).links) == 2 * (hosts - 1) + k ** 3
+
+
+@pytest.mark.parametrize("uplink_gbps, bisection_gbps", [(None, 8 ** 3 / 8 * 100), (25, 8 ** 3 / 8 * 25)])
+def test_fat_tree_bisection_bandwidth(uplink_gbps, bisection_gbps):
+    # Cut the pods in two halves. Every route from the left half to the right crosses exactly one
+    # aggregation->core link leaving the left half, so the cut's capacity is those k^3/8 links:
+    # k^3/8 x link rate at full bisection, less when the switch links are slower (oversubscribed).
+    k = 8
+    topo = fat_tree(npus=k ** 3 // 4, fat_tree_k=k, uplink_gbps=uplink_gbps)
+    half_hosts = topo.npus // 2
+    crossing = [link for link in topo.agg_up if int(_ends(link)[0][3:]) < k * k // 4]  # aggregation a = pod*k/2 + j
+    assert len(crossing) == k ** 3 / 8
+    crossing_ids = {id(link) for link in crossing}
+    for src in range(0, half_hosts, 7):
+        for dst in range(half_hosts, topo.npus, 5):
+            assert sum(id(link) in crossing_ids for link in topo.path(src, dst, src * dst)) == 1
+    host_gbps = half_hosts * 100  # the left hosts' NICs could send no more than this
+    assert min(sum(link.rate_bps for link in crossing) / 1e9, host_gbps) == bisection_gbps
+
+
+def test_fat_tree_ecmp_spreads_over_every_core_and_is_symmetric():
+    # k = 8: 16 cores. 2,048 flows from pod 0 to pod 1 (16 x 16 host pairs x 8 flow ids): 128 per
+    # core expected; a uniform hash has a standard deviation of sqrt(2048 * 1/16 * 15/16) = 11, so
+    # +-35 % (45, 4 sigma) is a loose bound for "roughly even".
+    topo = fat_tree(npus=128, fat_tree_k=8)
+    counts = Counter()
+    for src in range(16):
+        for dst in range(16, 32):
+            for flow_id in range(8):
+                forward, backward = topo.path(src, dst, flow_id), topo.path(dst, src, flow_id)
+                core = _ends(forward[2])[1]
+                counts[core] += 1
+                assert _ends(backward[3])[0] == core  # both directions of a connection cross one core
+    assert len(counts) == 16
+    mean = sum(counts.values()) / 16
+    assert all(abs(count - mean) <= 0.35 * mean for count in counts.values()), counts
+
+
+def test_fat_tree_idle_latency_across_pods_with_oversubscribed_uplinks():
+    # 2 host links (1500 B at 100 Gb/s = 120 ns, + 1 us) + 4 switch links (1500 B at 25 Gb/s =
+    # 480 ns, + 1 us), store-and-forward: 2.24 + 5.92 = 8.16 us
+    topo = fat_tree(npus=16, uplink_gbps=25)
+    sink = RecordingSink(topo.eventlist)
+    send_packet(topo.eventlist, topo.path(1, 13, 3), sink)
+    topo.eventlist.run(10**12)
+    assert sink.arrivals[0][0] == 8_160_000
+
+
+@pytest.mark.parametrize("npus, k", [(2, 2), (3, 4), (16, 4), (17, 6), (54, 6), (55, 8), (128, 8), (129, 10),
+                                     (1024, 16), (8192, 32), (9216, 34)])
+def test_fat_tree_k_is_the_smallest_that_holds_the_npus(npus, k):
+    assert smallest_fat_tree_k(npus) == k
+    if npus <= 128:
+        assert fat_tree(npus=npus).k == k
+    assert fat_tree(npus=2, fat_tree_k=6).k == 6  # a given k is kept
+
+
+def test_fat_tree_runs_on_the_packet_backend():
+    # k = 4, 16 NPUs: a ring all-reduce has neighbours on one edge switch or across it; TCP gets
+    # within a few percent of the fluid model, as on a switch (tests/test_collectives.py)
+    def run(backend: str) -> dict:
+        return engine.run({"engine": {"backend": backend}, "network": {"topology": "fat_tree", "npus": 16},
+                           "system": {"endpoint_delay_ns": 0},
+                           "workload": {"type": "collective", "op": "all_reduce", "bytes": 2**22}})["runs"][0]
+    packet, analytical = run("packet"), run("analytical")
+    assert packet["status"] == "ok" and packet["drops"] == 0
+    assert packet["iteration_time_s"] == pytest.approx(analytical["iteration_time_s"], rel=0.10)
+
+
+# --------------------------------------------------------------------------------------------
+# route classes (what the alpha_beta backend costs instead of every pair of hosts)
+# --------------------------------------------------------------------------------------------
+
+ROUTE_CLASS_NETWORKS = [
+    dict(topology="switch", npus=6),
+    dict(topology="dumbbell", npus=6, bottleneck_gbps=10, bottleneck_latency_us=5),
+    dict(topology="ring", npus=7),
+    dict(topology="ring", npus=8),
+    LEAF_SPINE,
+    dict(topology="fat_tree", npus=16, uplink_gbps=25),
+    dict(topology="fat_tree", npus=45, fat_tree_k=6),  # the last pod partly filled
+    HIERARCHICAL,
+]
+
+
+@pytest.mark.parametrize("overrides", ROUTE_CLASS_NETWORKS, ids=lambda net: f"{net['topology']}{net['npus']}")
+def test_routes_of_one_class_cross_the_same_kinds_of_links(overrides):
+    _, topo = build(**overrides)
+    shapes: dict[int, tuple] = {}
+    for src in range(topo.npus):
+        for dst in range(topo.npus):
+            if src == dst:
+                continue
+            route_class = topo.route_class(src, dst)
+            assert topo.route_class(dst, src) == route_class
+            for flow_id in range(3):
+                shape = tuple((link.rate_bps, link.latency_ps) for link in topo.path(src, dst, flow_id))
+                assert shapes.setdefault(route_class, shape) == shape, (src, dst, flow_id)
+    # every class occurs from host 0 (the alpha_beta backend takes its representatives there)
+    assert {topo.route_class(0, dst) for dst in range(1, topo.npus)} == set(shapes)
+
+
+@pytest.mark.parametrize("overrides", ROUTE_CLASS_NETWORKS, ids=lambda net: f"{net['topology']}{net['npus']}")
+def test_peer_class_counts_match_counting_every_pair(overrides):
+    _, topo = build(**overrides)
+    groups = [group for dimension in topo.dimensions() for group in dimension] + [tuple(range(topo.npus))]
+    for group in groups + [tuple(range(1, topo.npus, 2))]:
+        every_pair = {tuple(sorted(Counter(topo.route_class(host, other) for other in group if other != host).items()))
+                      for host in group}
+        assert topo.peer_class_counts(group) == every_pair, group

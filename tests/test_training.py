@@ -9,8 +9,7 @@ import pytest
 import engine
 from engine.workload.layers import dlrm_layers
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "astra-sim-1.0-workloads"
-DLRM_FILE = SHARED / "DLRM_HybridParallel.txt"
+DLRM_FILE = "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"  # shipped in the package
 
 
 def run_workload(workload: dict, backend: str = "analytical", npus: int = 16, **network) -> dict:

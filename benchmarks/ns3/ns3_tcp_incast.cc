@@ -18,6 +18,8 @@
 // Usage: ns3_tcp_incast [--rounds=10] [--senders=16] [--bytes=65536] [--minRto=200]
 //                       [--buffer=65536] [--rate=10Gbps] [--delay=5us] [--prr=0] [--verbose=0]
 // Prints one RESULT line; packets per second are computed from tx_data_pkts.
+#include "ppp_tcp_frame.h"
+
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
@@ -29,34 +31,10 @@
 #include <vector>
 
 using namespace ns3;
+using netsweep_bench::TcpSegmentOf;
 
 namespace
 {
-
-// A TCP segment's sequence number and payload length, read from the raw bytes of a PPP frame
-// (2-byte PPP header, then the IPv4 and TCP headers, which ns-3 keeps serialised in the packet
-// buffer). Copying 42 bytes is much cheaper than deserialising the three headers.
-bool
-TcpSegmentOf(Ptr<const Packet> frame, uint32_t& seq, uint32_t& payload)
-{
-    uint8_t b[2 + 20 + 20];
-    if (frame->GetSize() < sizeof(b))
-    {
-        return false;
-    }
-    frame->CopyData(b, sizeof(b));
-    const uint32_t ihl = (b[2] & 0x0fu) * 4u;
-    if (b[0] != 0x00 || b[1] != 0x21 || b[2 + 9] != 6 || ihl != 20) // PPP IPv4, protocol TCP
-    {
-        return false;
-    }
-    const uint32_t ipTotal = (uint32_t(b[4]) << 8) | b[5];
-    const uint8_t* tcp = b + 2 + ihl;
-    const uint32_t tcpHeader = (tcp[12] >> 4) * 4u;
-    seq = (uint32_t(tcp[4]) << 24) | (uint32_t(tcp[5]) << 16) | (uint32_t(tcp[6]) << 8) | tcp[7];
-    payload = ipTotal - ihl - tcpHeader;
-    return true;
-}
 
 class Incast
 {

@@ -1,138 +1,43 @@
 """Collective algorithms as step programs (Thakur, Rabenseifner and Gropp 2005; NCCL's double
 binary tree), independent of the topology they run on.
 
-A program gives every rank of a group (ranks 0..p-1) a sequence of steps: `program[rank][index]`.
-At a step a rank issues its sends, then waits for the messages that step needs; the next step
-starts once they have all arrived. Each send names the receiving rank, the bytes and the
-receiver's step that consumes it. `chunk_bytes` is the per-NPU data of the collective (for
-all-gather: the gathered result).
-
-Ring and direct programs hold p(p - 1) sends or more (a ring all-reduce: 2p(p - 1)), so they make
-each step when a rank reaches it; built up front, a ring all-reduce on 1,024 ranks took 10 s and
-350 MiB for every collective. The others are lists of steps built once.
+A program gives every rank of a group (ranks 0..p-1) a list of steps. At a step a rank issues its
+sends, then waits for the messages that step needs; the next step starts once they have all
+arrived. Each send names the receiving rank (relative to the sender: `peer_offset`, so p - 1 is the
+previous rank), the bytes and the receiver's step that consumes it. Ranks whose steps read the same
+that way share one list (every rank of a ring, of a direct exchange): a program then holds
+O(steps) objects, not O(p x steps), which at a thousand NPUs is millions fewer.
+`chunk_bytes` is the per-NPU data of the collective (for all-gather: the gathered result).
+Where every rank does the same at each step (ring, direct, halving_doubling), the algorithm is
+defined once as a list of `SymmetricStep`s and every rank's program is expanded from it.
 """
 
 from __future__ import annotations
 
-from typing import Final, Iterator, Protocol
+from dataclasses import dataclass
 
 from ..config import SYSTEM_ALGORITHMS as ALGORITHMS  # the algorithms each op offers, defined once
 
 
+@dataclass(frozen=True)
 class Send:
-    """One message of a step: to `peer`, `size_bytes` long, consumed by the peer's step `peer_step`.
+    """One message of a step: to the rank `peer_offset` after the sender (modulo p), `size_bytes`
+    long, consumed by the peer's step `peer_step`."""
 
-    Send and Step are plain classes with Final fields rather than frozen dataclasses: compiled, a
-    dataclass's constructor still runs interpreted, about a microsecond, and a ring makes a Step and
-    a Send per message."""
-
-    __slots__ = ("peer", "size_bytes", "peer_step")
-
-    def __init__(self, peer: int, size_bytes: int, peer_step: int) -> None:
-        self.peer: Final = peer
-        self.size_bytes: Final = size_bytes
-        self.peer_step: Final = peer_step
+    peer_offset: int
+    size_bytes: int
+    peer_step: int
 
 
+@dataclass(frozen=True)
 class Step:
     """What a rank sends at this step and how many messages it must receive before moving on."""
 
-    __slots__ = ("sends", "receives")
-
-    def __init__(self, sends: tuple[Send, ...], receives: int) -> None:
-        self.sends: Final = sends
-        self.receives: Final = receives
+    sends: tuple[Send, ...]
+    receives: int
 
 
-class RankSteps(Protocol):
-    """The steps of one rank (a list, or steps made on demand)."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, index: int) -> Step: ...
-
-
-class Program(Protocol):
-    """The steps of each rank: `program[rank][index]` (a list of lists, or steps made on demand)."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, rank: int) -> RankSteps: ...
-
-
-class _StepsOnDemand:
-    """A program whose steps are made when asked for: every rank has `len(sizes)` steps, step
-    `index` moving `sizes[index]` bytes a message (`step` says to whom)."""
-
-    __slots__ = ("ranks", "sizes")
-
-    def __init__(self, ranks: int, sizes: list[int]) -> None:
-        self.ranks = ranks
-        self.sizes = sizes
-
-    def __len__(self) -> int:
-        return self.ranks
-
-    def __getitem__(self, rank: int) -> _RankSteps:
-        if not 0 <= rank < self.ranks:
-            raise IndexError(rank)
-        return _RankSteps(self, rank)
-
-    def __iter__(self) -> Iterator[_RankSteps]:
-        for rank in range(self.ranks):
-            yield _RankSteps(self, rank)
-
-    def step(self, rank: int, index: int) -> Step:
-        """Step `index` of `rank`."""
-        raise NotImplementedError
-
-
-class _RankSteps:
-    """The steps of one rank of a `_StepsOnDemand` program, as a sequence."""
-
-    __slots__ = ("program", "rank")
-
-    def __init__(self, program: _StepsOnDemand, rank: int) -> None:
-        self.program = program
-        self.rank = rank
-
-    def __len__(self) -> int:
-        return len(self.program.sizes)
-
-    def __getitem__(self, index: int) -> Step:
-        if not 0 <= index < len(self.program.sizes):
-            raise IndexError(index)
-        return self.program.step(self.rank, index)
-
-    def __iter__(self) -> Iterator[Step]:
-        for index in range(len(self.program.sizes)):
-            yield self.program.step(self.rank, index)
-
-
-class _RingSteps(_StepsOnDemand):
-    """Rank r sends to r + 1 and receives from r - 1 at every step; the message of step k is
-    consumed by the receiver's step k."""
-
-    __slots__ = ()
-
-    def step(self, rank: int, index: int) -> Step:
-        return Step((Send((rank + 1) % self.ranks, self.sizes[index], index),), 1)
-
-
-class _DirectSteps(_StepsOnDemand):
-    """Every rank sends to every other at each step (in `_direct_order`) and receives from every
-    other; the message of step k is consumed by the receiver's step k."""
-
-    __slots__ = ("node_size",)
-
-    def __init__(self, ranks: int, sizes: list[int], node_size: int) -> None:
-        super().__init__(ranks, sizes)
-        self.node_size = node_size
-
-    def step(self, rank: int, index: int) -> Step:
-        size = self.sizes[index]
-        return Step(tuple([Send(peer, size, index) for peer in _direct_order(rank, self.ranks, self.node_size)]),
-                    self.ranks - 1)
+Program = list[list[Step]]  # one list of steps per rank (ranks may share one list)
 
 
 def _share(total_bytes: int, parts: int) -> int:
@@ -140,7 +45,7 @@ def _share(total_bytes: int, parts: int) -> int:
     return max(1, -(-total_bytes // parts))
 
 
-def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> list[list[Step]]:
+def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> Program:
     """Turn raw steps ((peer, bytes) sends, sender list of receives) into `Step`s whose sends know the
     receiver's step: the k-th message from a to b is consumed by b's k-th receive naming a."""
     consuming_steps: dict[tuple[int, int], list[int]] = {}
@@ -149,7 +54,8 @@ def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> list[list
             for source in receives_from:
                 consuming_steps.setdefault((source, rank), []).append(index)
     used: dict[tuple[int, int], int] = {}
-    program: list[list[Step]] = []
+    p = len(raw)
+    program: Program = []
     for rank, steps in enumerate(raw):
         linked = []
         for sends, receives_from in steps:
@@ -157,18 +63,35 @@ def _link(raw: list[list[tuple[list[tuple[int, int]], list[int]]]]) -> list[list
             for peer, size in sends:
                 k = used.get((rank, peer), 0)
                 used[(rank, peer)] = k + 1
-                sends_linked.append(Send(peer, size, consuming_steps[(rank, peer)][k]))
+                sends_linked.append(Send((peer - rank) % p, size, consuming_steps[(rank, peer)][k]))
             linked.append(Step(tuple(sends_linked), len(receives_from)))
         program.append(linked)
     return program
 
 
-def _direct_order(r: int, p: int, node_size: int) -> list[int]:
-    """The ranks r sends to, in a staggered order so that at each position of the send order the
-    ranks of one node target different nodes, and different ranks within them (a two-level Latin
-    square): rank r = n * B + i goes to nodes n, n+1, ... and in each to local ranks i, i+1, ....
-    With B = 1 that is r+1, r+2, ...: the first messages of all ranks then go to different
-    receivers, not all to rank 0 (which would start every step with an incast)."""
+RING = "ring"  # every rank sends to rank r+1 and receives from r-1
+XOR = "xor"  # every rank exchanges with rank r XOR mask
+ALL = "all"  # every rank sends to every other rank and receives from each
+
+
+@dataclass(frozen=True)
+class SymmetricStep:
+    """A step every rank of a group performs alike: send `size_bytes` to each of its peers under
+    `pattern` (RING, XOR with `mask`, or ALL), then wait for one message from each rank that has it
+    as a peer. A list of them describes a whole algorithm in O(steps), whatever the group size: the
+    alpha_beta backend costs it without materialising the p x (p - 1) messages of a direct step."""
+
+    pattern: str
+    size_bytes: int
+    mask: int = 0
+
+
+def _direct_order(p: int, node_size: int, r: int) -> list[int]:
+    """The ranks rank r sends to in a direct step, in a staggered order so that at each position of
+    the send order the ranks of one node target different nodes, and different ranks within them
+    (a two-level Latin square): rank r = n * B + i goes to nodes n, n+1, ... and in each to local
+    ranks i, i+1, .... With B = 1 that is r+1, r+2, ...: the first messages of all ranks then go to
+    different receivers, not all to rank 0 (which would start every step with an incast)."""
     nodes = p // node_size
     node, local = divmod(r, node_size)
     order = [((node + j) % nodes) * node_size + (local + m) % node_size
@@ -176,23 +99,83 @@ def _direct_order(r: int, p: int, node_size: int) -> list[int]:
     return [q for q in order if q != r]
 
 
-def _halving_doubling_steps(p: int, chunk_bytes: int, reduce: bool, gather: bool) -> Program:
+def _direct_program(p: int, node_size: int, sizes: list[int]) -> Program:
+    """A direct algorithm's program: at step k every rank sends `sizes[k]` to each other one in
+    `_direct_order` and receives from each; the k-th message from a to b is consumed by b's step
+    k. Relative to the sender, that order depends only on its local rank i (peer - rank =
+    j * B + (i + m) % B - i for node offset j and local offset m), so ranks of equal i share one
+    list of steps."""
+    nodes = p // node_size
+    steps_by_local: list[list[Step]] = []
+    for local in range(node_size):
+        offsets = [(j * node_size + (local + m) % node_size - local) % p
+                   for j in range(nodes) for m in range(node_size)]
+        offsets = [offset for offset in offsets if offset]
+        steps_by_local.append([Step(tuple(Send(offset, size, k) for offset in offsets), p - 1)
+                               for k, size in enumerate(sizes)])
+    return [steps_by_local[r % node_size] for r in range(p)]
+
+
+def _expand(p: int, steps: list[SymmetricStep], node_size: int) -> Program:
+    """Every rank's steps of a symmetric algorithm. A ring (each rank sends step k's block to the
+    next rank, whose step k consumes it) is one list of steps shared by every rank, a direct
+    algorithm one per local rank (`_direct_program`); halving-doubling, whose partner's offset
+    differs from rank to rank, is linked rank by rank (O(p log p))."""
+    if all(step.pattern == RING for step in steps):
+        shared = [Step((Send(1, step.size_bytes, k),), 1) for k, step in enumerate(steps)]
+        return [shared] * p
+    if all(step.pattern == ALL for step in steps):
+        return _direct_program(p, node_size, [step.size_bytes for step in steps])
+    raw: list[list[tuple[list[tuple[int, int]], list[int]]]] = []
+    for r in range(p):
+        rank_steps: list[tuple[list[tuple[int, int]], list[int]]] = []
+        others = _direct_order(p, node_size, r) if any(step.pattern == ALL for step in steps) else []
+        for step in steps:
+            if step.pattern == RING:
+                rank_steps.append(([((r + 1) % p, step.size_bytes)], [(r - 1) % p]))
+            elif step.pattern == XOR:
+                rank_steps.append(([(r ^ step.mask, step.size_bytes)], [r ^ step.mask]))
+            else:
+                rank_steps.append(([(q, step.size_bytes) for q in others], others))
+        raw.append(rank_steps)
+    return _link(raw)
+
+
+def symmetric_steps(op: str, algorithm: str, p: int, chunk_bytes: int) -> list[SymmetricStep] | None:
+    """The steps of `op` with `algorithm` on p ranks, if every rank performs them alike (ring, direct,
+    halving_doubling); None for double_binary_tree, whose ranks play different roles."""
+    if algorithm not in ALGORITHMS.get(op, ()):
+        raise ValueError(f"{op} has no algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS.get(op, ()))}")
+    if p == 1:
+        return []
+    block = _share(chunk_bytes, p)
+    if algorithm == "ring":
+        if op == "all_reduce":
+            return [SymmetricStep(RING, block)] * (2 * (p - 1))
+        if op == "all_to_all":
+            # step s forwards the blocks still on their way: p-1-s of them
+            return [SymmetricStep(RING, block * (p - 1 - s)) for s in range(p - 1)]
+        return [SymmetricStep(RING, block)] * (p - 1)
+    if algorithm == "direct":
+        steps = 2 if op == "all_reduce" else 1  # all-reduce: direct reduce-scatter, then all-gather
+        return [SymmetricStep(ALL, block)] * steps
+    if algorithm == "halving_doubling":
+        return _halving_doubling_steps(p, chunk_bytes, reduce=op != "all_gather", gather=op != "reduce_scatter")
+    return None
+
+
+def _halving_doubling_steps(p: int, chunk_bytes: int, reduce: bool, gather: bool) -> list[SymmetricStep]:
     """Rabenseifner: recursive halving (partner r XOR p/2, p/4, ...; sizes c/2, c/4, ..., c/p), then
     recursive doubling back (partner r XOR 1, 2, ...; sizes c/p, 2c/p, ..., c/2)."""
+    if p & (p - 1):
+        raise ValueError(f"halving_doubling needs a power-of-two group, got {p} NPUs")
     levels = p.bit_length() - 1
-    raw = []
-    for r in range(p):
-        steps = []
-        if reduce:
-            for k in range(levels):
-                partner = r ^ (p >> (k + 1))
-                steps.append(([(partner, _share(chunk_bytes, 2 ** (k + 1)))], [partner]))
-        if gather:
-            for k in range(levels):
-                partner = r ^ (1 << k)
-                steps.append(([(partner, _share(chunk_bytes * 2 ** k, p))], [partner]))
-        raw.append(steps)
-    return _link(raw)
+    steps: list[SymmetricStep] = []
+    if reduce:
+        steps += [SymmetricStep(XOR, _share(chunk_bytes, 2 ** (k + 1)), p >> (k + 1)) for k in range(levels)]
+    if gather:
+        steps += [SymmetricStep(XOR, _share(chunk_bytes * 2 ** k, p), 1 << k) for k in range(levels)]
+    return steps
 
 
 TREE_PIPELINE_BLOCKS = 8  # blocks each tree's data is cut into, so tree levels work in parallel
@@ -230,26 +213,10 @@ def _binary_tree_steps(p: int, half_bytes: int, mirrored: bool) -> Program:
 
 def plan(op: str, algorithm: str, p: int, chunk_bytes: int, node_size: int = 1) -> list[Program]:
     """Programs (run concurrently) that perform collective `op` with `algorithm` on p ranks;
-    `node_size` consecutive ranks share a node (it staggers direct sends, see `_direct_steps`)."""
-    if algorithm not in ALGORITHMS.get(op, ()):
-        raise ValueError(f"{op} has no algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS.get(op, ()))}")
-    if p == 1:
-        return []
-    block = _share(chunk_bytes, p)
-    if algorithm == "ring":
-        if op == "all_reduce":
-            return [_RingSteps(p, [block] * (2 * (p - 1)))]
-        if op == "all_to_all":
-            # step s forwards the blocks still on their way: p-1-s of them
-            return [_RingSteps(p, [block * (p - 1 - s) for s in range(p - 1)])]
-        return [_RingSteps(p, [block] * (p - 1))]
-    if algorithm == "direct":
-        steps = 2 if op == "all_reduce" else 1  # all-reduce: direct reduce-scatter, then all-gather
-        return [_DirectSteps(p, [block] * steps, node_size if p % node_size == 0 else 1)]
-    if algorithm == "halving_doubling":
-        if p & (p - 1):
-            raise ValueError(f"halving_doubling needs a power-of-two group, got {p} NPUs")
-        return [_halving_doubling_steps(p, chunk_bytes, reduce=op != "all_gather", gather=op != "reduce_scatter")]
+    `node_size` consecutive ranks share a node (it staggers direct sends, see `_direct_order`)."""
+    steps = symmetric_steps(op, algorithm, p, chunk_bytes)
+    if steps is not None:
+        return [_expand(p, steps, node_size if p % node_size == 0 else 1)] if steps else []
     # double_binary_tree (all_reduce): two trees, each carrying half of the data
     half = _share(chunk_bytes, 2)
     return [_binary_tree_steps(p, half, mirrored=False), _binary_tree_steps(p, half, mirrored=True)]

@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 
 from ..eventlist import EventEntry, EventList, EventSource
 from ..units import ps_to_s
-from .algorithms import Program, Step, plan
+from .algorithms import Program, plan
 
 
 class MessageTransport(Protocol):
@@ -60,32 +60,30 @@ class CollectiveRecord:
 
 
 class _ProgramRun:
-    """One step program executing on one group of NPUs. `step[rank]` is the step the rank is at,
-    once it has issued it (programs may make steps on demand: each is asked for once)."""
+    """One step program executing on one group of NPUs."""
 
-    __slots__ = ("system", "group", "rank_steps", "position", "step", "issued", "received", "issuers",
-                 "ranks_left", "on_done")
+    __slots__ = ("system", "group", "program", "position", "issued", "received", "ranks_left", "on_done",
+                 "issuers")
 
     def __init__(self, system: "SystemLayer", group: tuple[int, ...], program: Program,
                  on_done: Callable[[], None]) -> None:
         self.system = system
         self.group = group
-        self.rank_steps = [program[rank] for rank in range(len(group))]
+        self.program = program
         self.position = [0] * len(group)
-        self.step: list[Step | None] = [None] * len(group)
         self.issued = [False] * len(group)  # has the rank sent its current step's messages yet?
-        self.received = [[0] * len(steps) for steps in self.rank_steps]
-        # with an endpoint delay, each rank's step issue is an event: one reusable source a rank
-        self.issuers = [_IssueStep(self, rank) for rank in range(len(group))] if system.endpoint_delay_ps else []
+        self.received = [[0] * len(steps) for steps in program]
         self.ranks_left = len(group)
         self.on_done = on_done
+        # one reusable event per rank for its steps' endpoint delay (a rank waits out one at a time)
+        self.issuers = [_StepIssue(self, rank) for rank in range(len(group))] if system.endpoint_delay_ps else []
 
     def start(self) -> None:
         for rank in range(len(self.group)):
             self._enter(rank)
 
     def _enter(self, rank: int) -> None:
-        if self.position[rank] == len(self.received[rank]):
+        if self.position[rank] == len(self.program[rank]):
             self.ranks_left -= 1
             if self.ranks_left == 0:
                 self.on_done()
@@ -99,30 +97,31 @@ class _ProgramRun:
             self.issue(rank)
 
     def issue(self, rank: int) -> None:
-        """Send the messages of the rank's current step."""
+        """Send the rank's messages of its current step."""
         step_index = self.position[rank]
-        step = self.rank_steps[rank][step_index]
-        self.step[rank] = step
-        src = self.group[rank]
+        step = self.program[rank][step_index]
+        group = self.group
+        src = group[rank]
+        transport = self.system.transport
+        assert transport is not None  # a system layer without one times its phases itself (alpha_beta)
         for send in step.sends:
-            self.system.transport.send(src, self.group[send.peer], send.size_bytes,
-                                       _Receipt(self, send.peer, send.peer_step))
+            peer = (rank + send.peer_offset) % len(group)
+            transport.send(src, group[peer], send.size_bytes, _Receipt(self, peer, send.peer_step))
         self.issued[rank] = True
         self.try_advance(rank)
 
     def try_advance(self, rank: int) -> None:
         """Move on once the step's sends are out and its messages are in (they may arrive first)."""
-        step = self.step[rank]
         step_index = self.position[rank]
-        if self.issued[rank] and step is not None and step_index < len(self.received[rank]) and \
-                self.received[rank][step_index] >= step.receives:
+        if self.issued[rank] and step_index < len(self.program[rank]) and \
+                self.received[rank][step_index] >= self.program[rank][step_index].receives:
             self.position[rank] = step_index + 1
             self._enter(rank)
 
 
-class _IssueStep(EventSource):
-    """Wakes a rank `endpoint_delay_ps` after it entered a step, to send that step's messages (at
-    most one pending per rank: `entry` is scheduled again for each step)."""
+class _StepIssue(EventSource):
+    """A rank of a program run issuing its current step, once the endpoint delay has passed (at most
+    one pending per rank: its `entry` is scheduled again for each step)."""
 
     __slots__ = ("run", "rank", "entry")
 
@@ -182,7 +181,8 @@ class _Collective:
 
 
 class SystemLayer:
-    """Runs collectives over `transport` on the given network dimensions.
+    """Runs collectives over `transport` on the given network dimensions (`transport` is None for
+    a subclass that times each phase itself instead of sending messages: `AlphaBetaSystemLayer`).
 
     `algorithms` maps each op to its algorithm name; `hierarchy` is `baseline` (the whole collective
     in every dimension in turn) or `local_bw_aware` (reduce-scatter up the dimensions, all-reduce on
@@ -191,7 +191,7 @@ class SystemLayer:
     of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks).
     """
 
-    def __init__(self, eventlist: EventList, transport: MessageTransport, dimensions: list[Dimension],
+    def __init__(self, eventlist: EventList, transport: MessageTransport | None, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
                  hierarchy: str, endpoint_delay_ps: int) -> None:
         self.eventlist = eventlist
@@ -264,6 +264,11 @@ class SystemLayer:
             return
         chunk = self._ready[dimension].pop() if self.lifo else self._ready[dimension].pop(0)
         self._busy[dimension] = True
+        self._run_phase(chunk, dimension)
+
+    def _run_phase(self, chunk: _Chunk, dimension: int) -> None:
+        """Run the chunk's current phase on every group of the dimension, message by message over
+        the transport; `_phase_done` when all groups have finished."""
         phase = chunk.phases[chunk.next_phase]
         dim = self.dimensions[dimension]
         programs = plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size)

@@ -10,7 +10,6 @@ Gb/s) are made only when asked for, at the end.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 from math import nan as NAN
 from typing import Final, Iterator
 
@@ -19,19 +18,25 @@ from ..units import goodput_gbps, ps_to_s
 _BATCH: Final = 4096  # messages logged in lists before they move to the arrays
 
 
-@dataclass(frozen=True)
 class MessageRecord:
-    """One message as the log holds it, times in picoseconds; `end_ps` is -1 until delivered."""
+    """One message, times in picoseconds; `end_ps` is -1 until delivered. What iterating a
+    `MessageLog` yields; the analytical backend keeps one per message in flight. (A plain class
+    with slots: compiled, a dataclass's constructor would run interpreted.)"""
 
-    flow_id: int
-    src: int
-    dst: int
-    size_bytes: int
-    start_ps: int
-    end_ps: int = -1
-    retransmits: int = 0
-    timeouts: int = 0
-    ecn_marks: int = 0
+    __slots__ = ("flow_id", "src", "dst", "size_bytes", "start_ps", "end_ps", "retransmits", "timeouts",
+                 "ecn_marks")
+
+    def __init__(self, flow_id: int, src: int, dst: int, size_bytes: int, start_ps: int, end_ps: int = -1,
+                 retransmits: int = 0, timeouts: int = 0, ecn_marks: int = 0) -> None:
+        self.flow_id = flow_id
+        self.src = src
+        self.dst = dst
+        self.size_bytes = size_bytes
+        self.start_ps = start_ps
+        self.end_ps = end_ps
+        self.retransmits = retransmits
+        self.timeouts = timeouts
+        self.ecn_marks = ecn_marks
 
 
 class MessageLog:

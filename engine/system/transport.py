@@ -7,16 +7,18 @@ Both offer `send(src, dst, nbytes, on_delivered)` and log every message in a `Me
 
 from __future__ import annotations
 
-from collections import deque
 from heapq import heapify, heappop, heappush
-from typing import Callable
+from typing import Callable, Final, cast
 
 from ..eventlist import EventList, EventSource
 from ..network import TCP_IP_HEADER_BYTES, Link
 from ..topology import Topology
 from ..transport import TcpConnection
 from ..units import BITS_PER_BYTE, PS_PER_S
+from .maxmin import Flow, MaxMinSharing, SharedLink
 from .messages import MessageLog, MessageRecord
+
+STALE_ENTRIES_KEPT: Final = 1024  # completion-heap entries left stale before the heap is compacted
 
 
 class PacketTransport:
@@ -48,10 +50,10 @@ class PacketTransport:
                 pair_connection = by_dst[dst] = self._open_connection(src, dst)
             connection = pair_connection
         flow_id = self.records.add(src, dst, nbytes, self.eventlist.now_ps)
-        connection.send_message(nbytes, _Delivery(self, flow_id, connection, on_delivered))
+        connection.send_message(nbytes, _MessageDelivered(self, flow_id, connection, on_delivered))
 
 
-class _Delivery:
+class _MessageDelivered:
     """Runs when a message's last byte has arrived: logs it, then calls the sender's `on_delivered`.
     (An object, not a closure: a few dozen bytes a message in flight instead of a few hundred.)"""
 
@@ -78,19 +80,39 @@ class _Delivery:
         self.on_delivered()
 
 
-class _FluidMessage:
-    """A message in the analytical backend: wire bytes left, its links and its current rate."""
+class _FluidMessage(Flow):
+    """A message in the analytical backend: a flow with the wire bits it had left at
+    `updated_ps` (its rate has not changed since); `heap_seq` names its one valid entry in the
+    transport's completion heap, the others being stale."""
 
-    __slots__ = ("record", "links", "remaining_bits", "rate_bps", "latency_ps", "on_delivered")
+    __slots__ = ("record", "remaining_bits", "updated_ps", "heap_seq", "latency_ps", "on_delivered",
+                 "next_in_pair")
 
-    def __init__(self, record: MessageRecord, links: tuple[Link, ...], wire_bytes: int, latency_ps: int,
+    def __init__(self, links: tuple[SharedLink, ...], record: MessageRecord, wire_bytes: int, latency_ps: int,
                  on_delivered: Callable[[], None]) -> None:
+        super().__init__(links)
         self.record = record
-        self.links = links
         self.remaining_bits = float(wire_bytes * BITS_PER_BYTE)
-        self.rate_bps = 0.0
+        self.updated_ps = 0
+        self.heap_seq = -1
         self.latency_ps = latency_ps
         self.on_delivered = on_delivered
+        self.next_in_pair: _FluidMessage | None = None  # the pair's next message, sent after this one
+
+
+class _Delivery(EventSource):
+    """The arrival of a message's last bit."""
+
+    __slots__ = ("message", "eventlist", "records")
+
+    def __init__(self, eventlist: EventList, records: MessageLog, message: _FluidMessage) -> None:
+        self.eventlist = eventlist
+        self.records = records
+        self.message = message
+
+    def do_next_event(self) -> None:
+        self.records.finish(self.message.record.flow_id, self.eventlist.now_ps)
+        self.message.on_delivered()
 
 
 class AnalyticalTransport(EventSource):
@@ -102,6 +124,10 @@ class AnalyticalTransport(EventSource):
     message starts or finishes), then arrives after the path's propagation delay plus the
     store-and-forward serialisation of one full packet per hop after the first. No TCP dynamics:
     no slow start, no losses, no queues. That is where it parts from the packet backend.
+
+    The shares are updated incrementally (`MaxMinSharing`), for all the starts and completions of
+    one instant at once; a message's progress is brought up to date only when its rate changes,
+    and completions wait in a heap.
     """
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int) -> None:
@@ -109,10 +135,14 @@ class AnalyticalTransport(EventSource):
         self.topology = topology
         self.mss_bytes = mss_bytes
         self.records = MessageLog()
-        self._active: list[_FluidMessage] = []
-        self._last_update_ps = 0
+        self._sharing = MaxMinSharing()
+        self._shared_links: dict[Link, SharedLink] = {}
+        self._pair_tails: dict[int, _FluidMessage] = {}  # src * npus + dst -> the pair's last message
+        self._starting: list[Flow] = []  # messages to start sharing at the next wake-up
+        self._completions: list[tuple[int, int, _FluidMessage]] = []  # heap of (finish_ps, seq, message)
+        self._heap_seq = 0
+        self._sending = 0  # messages started and not finished
         self._next_wake_ps = -1  # time of the pending wake-up, -1 if none
-        self._pair_queues: dict[tuple[int, int], deque[_FluidMessage]] = {}
 
     def wire_bytes(self, nbytes: int) -> int:
         """Payload plus one IPv4+TCP header per MSS-sized segment."""
@@ -122,69 +152,29 @@ class AnalyticalTransport(EventSource):
     def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None]) -> None:
         """Start a message; `on_delivered` runs when its last byte has arrived."""
         links = self.topology.path(src, dst, len(self.records))
-        record = MessageRecord(self.records.add(src, dst, nbytes, self.eventlist.now_ps), src, dst, nbytes,
-                               self.eventlist.now_ps)
+        now = self.eventlist.now_ps
+        record = MessageRecord(self.records.add(src, dst, nbytes, now), src, dst, nbytes, now)
         packet_bytes = min(self.mss_bytes, nbytes) + TCP_IP_HEADER_BYTES
         # propagation of every hop + one packet's serialisation at each hop after the first
         latency_ps = sum(link.latency_ps for link in links) + sum(
             packet_bytes * BITS_PER_BYTE * PS_PER_S // link.rate_bps for link in links[1:])
-        message = _FluidMessage(record, links, self.wire_bytes(nbytes), latency_ps, on_delivered)
-        queue = self._pair_queues.setdefault((src, dst), deque())
-        queue.append(message)
-        if len(queue) == 1:  # messages of one pair go one after another, as on one TCP stream
-            self._activate(message)
-
-    def _activate(self, message: _FluidMessage) -> None:
-        self._advance()
-        self._active.append(message)
+        shared_links = tuple(self._shared_link(link) for link in links)
+        message = _FluidMessage(shared_links, record, self.wire_bytes(nbytes), latency_ps, on_delivered)
+        pair = src * self.topology.npus + dst
+        tail = self._pair_tails.get(pair)
+        self._pair_tails[pair] = message
+        if tail is not None:  # messages of one pair go one after another, as on one TCP stream
+            tail.next_in_pair = message
+            return
+        self._starting.append(message)
         # many messages start at the same instant (a collective step): share the links once for all
-        self._wake_at(self.eventlist.now_ps)
+        self._wake_at(now)
 
-    def _advance(self) -> None:
-        """Move every active message forward to now at its current rate."""
-        now = self.eventlist.now_ps
-        elapsed_s = (now - self._last_update_ps) / PS_PER_S  # ps -> s for bit rates
-        if elapsed_s > 0:
-            for message in self._active:
-                message.remaining_bits -= message.rate_bps * elapsed_s
-        self._last_update_ps = now
-
-    def _reshare(self) -> None:
-        """Max-min fair rates by progressive filling: repeatedly, the link offering the smallest
-        equal share to its unfixed messages fixes them at that share and leaves its capacity to
-        the rest. A heap of (share, version, link) with stale entries skipped keeps this
-        O((messages x hops + links) log links) instead of a scan of all links per round."""
-        capacity: dict[Link, float] = {}
-        unfixed_count: dict[Link, int] = {}
-        users: dict[Link, list[_FluidMessage]] = {}
-        for message in self._active:
-            message.rate_bps = -1.0  # not fixed yet
-            for link in message.links:
-                if link not in capacity:
-                    capacity[link] = float(link.rate_bps)
-                    unfixed_count[link] = 0
-                    users[link] = []
-                unfixed_count[link] += 1
-                users[link].append(message)
-        version = dict.fromkeys(capacity, 0)
-        heap = [(capacity[link] / unfixed_count[link], 0, index, link) for index, link in enumerate(capacity)]
-        heapify(heap)
-        order = {link: index for index, link in enumerate(capacity)}  # ties break by a fixed order
-        while heap:
-            share, link_version, _, bottleneck = heappop(heap)
-            if link_version != version[bottleneck] or not unfixed_count[bottleneck]:
-                continue  # stale: the link's share changed since this entry was pushed
-            for message in users[bottleneck]:
-                if message.rate_bps >= 0:
-                    continue
-                message.rate_bps = share
-                for link in message.links:
-                    capacity[link] -= share
-                    unfixed_count[link] -= 1
-                    version[link] += 1
-                    if unfixed_count[link] and link is not bottleneck:
-                        heappush(heap, (max(capacity[link], 0.0) / unfixed_count[link], version[link],
-                                        order[link], link))
+    def _shared_link(self, link: Link) -> SharedLink:
+        shared = self._shared_links.get(link)
+        if shared is None:
+            shared = self._shared_links[link] = SharedLink(float(link.rate_bps))
+        return shared
 
     def _wake_at(self, time_ps: int) -> None:
         if self._next_wake_ps == -1 or time_ps < self._next_wake_ps:
@@ -192,31 +182,43 @@ class AnalyticalTransport(EventSource):
             self.eventlist.schedule(self, time_ps)
 
     def do_next_event(self) -> None:
-        """Finish the messages whose last bit has left, re-share the links among the rest (and
-        among messages started since), then sleep until the next completion."""
+        """Finish the messages whose last bit has left, start the ones waiting, update the shares,
+        then sleep until the next completion."""
         now = self.eventlist.now_ps
         if now != self._next_wake_ps:
             return  # superseded by an earlier wake-up
         self._next_wake_ps = -1
-        self._advance()
-        # a message within one bit of done is done (float rounding of rate x time)
-        finished = [m for m in self._active if m.remaining_bits <= 1.0]
-        if finished:
-            self._active = [m for m in self._active if m.remaining_bits > 1.0]
-            for message in finished:
-                self.eventlist.call_at(now + message.latency_ps, self._deliverer(message))
-                queue = self._pair_queues[(message.record.src, message.record.dst)]
-                queue.popleft()
-                if queue:
-                    self._active.append(queue[0])
-        self._reshare()
-        if self._active:
+        completions = self._completions
+        finished: list[Flow] = []
+        while completions and completions[0][0] <= now:
+            _, seq, message = heappop(completions)
+            if seq == message.heap_seq:  # else stale: the message's rate changed since
+                finished.append(message)
+        for flow in finished:
+            message = cast(_FluidMessage, flow)
+            self.eventlist.schedule(_Delivery(self.eventlist, self.records, message), now + message.latency_ps)
+            following = message.next_in_pair
+            if following is None:
+                del self._pair_tails[message.record.src * self.topology.npus + message.record.dst]
+            else:
+                self._starting.append(following)
+        starting, self._starting = self._starting, []
+        self._sending += len(starting) - len(finished)
+        changed, previous_rates = self._sharing.update(finished, starting)
+        for index, flow in enumerate(changed):
+            message = cast(_FluidMessage, flow)
+            # progress at the previous rate up to now (ps -> s for bit rates), then the completion time
+            message.remaining_bits -= previous_rates[index] * ((now - message.updated_ps) / PS_PER_S)
+            message.updated_ps = now
             # at least 1 ps ahead, so float rounding can never spin at one instant
-            self._wake_at(min(now + max(1, round(m.remaining_bits / m.rate_bps * PS_PER_S))
-                              for m in self._active))
-
-    def _deliverer(self, message: _FluidMessage) -> Callable[[], None]:
-        def deliver() -> None:
-            self.records.finish(message.record.flow_id, self.eventlist.now_ps)
-            message.on_delivered()
-        return deliver
+            finish_ps = now + max(1, round(message.remaining_bits / message.rate_bps * PS_PER_S))
+            self._heap_seq += 1
+            message.heap_seq = self._heap_seq
+            heappush(completions, (finish_ps, self._heap_seq, message))
+        if len(completions) > 2 * self._sending + STALE_ENTRIES_KEPT:
+            completions[:] = [entry for entry in completions if entry[1] == entry[2].heap_seq]
+            heapify(completions)
+        while completions and completions[0][1] != completions[0][2].heap_seq:
+            heappop(completions)  # stale entries at the top
+        if completions:
+            self._wake_at(completions[0][0])

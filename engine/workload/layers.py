@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 from ..config import ConfigError, SimConfig
@@ -13,6 +14,34 @@ from ..units import ns_to_ps
 COMM_TYPES = {"NONE": None, "ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather",
               "REDUCESCATTER": "reduce_scatter", "ALLTOALL": "all_to_all"}
 PARALLELISM = ("DATA", "HYBRID_DLRM", "MICRO")
+# `workload.path: bundled:astra-sim-1.0/DLRM_HybridParallel.txt` names a workload file shipped inside
+# the installed package (engine/workloads/): the same value on every machine, so run_id does not
+# depend on where netsweep is installed.
+BUNDLED_PREFIX = "bundled:"
+BUNDLED_DIR = "workloads"
+
+
+def bundled_workloads() -> list[str]:
+    """The `bundled:` names of the workload files shipped with the engine (licences left out)."""
+    root = files("engine") / BUNDLED_DIR
+    return sorted(f"{BUNDLED_PREFIX}{folder.name}/{item.name}" for folder in root.iterdir() if folder.is_dir()
+                  for item in folder.iterdir() if item.is_file() and item.name != "LICENSE")
+
+
+def workload_file(path: str) -> Path:
+    """The file `workload.path` names: `bundled:<folder>/<file>` (a file shipped with the engine, see
+    `bundled_workloads`), or a path of the user's (relative to the working directory). Raises
+    ConfigError if there is no such file."""
+    if path.startswith(BUNDLED_PREFIX):
+        name = path.removeprefix(BUNDLED_PREFIX)
+        if path in bundled_workloads():
+            return Path(str(files("engine") / BUNDLED_DIR / name))
+        raise ConfigError("workload.path", path, f"one of the bundled workloads: {', '.join(bundled_workloads())}")
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError("workload.path", path, "an existing ASTRA-sim 1.0 workload file, or one of the bundled "
+                          f"workloads: {', '.join(bundled_workloads())}")
+    return file
 
 
 @dataclass(frozen=True)
@@ -54,10 +83,9 @@ class WorkloadSpec:
 def parse_astra(path: str, cycle_ps: int) -> WorkloadSpec:
     """Read an ASTRA-sim 1.0 text workload: line 1 the parallelism, line 2 the layer count, then a
     line per layer: name, -1, fwd cycles, fwd type, fwd bytes, ig cycles, type, bytes, wg cycles,
-    type, bytes, update delay. Errors name the file, the line and what was expected."""
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError("workload.path", path, "an existing ASTRA-sim 1.0 workload file")
+    type, bytes, update delay. `path` as `workload_file` takes it. Errors name the file, the line
+    and what was expected."""
+    file = workload_file(path)
     lines = [line.split() for line in file.read_text(errors="replace").splitlines()]
     numbered = [(n + 1, fields) for n, fields in enumerate(lines) if fields]
     if len(numbered) < 2:

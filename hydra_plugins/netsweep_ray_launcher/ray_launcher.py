@@ -11,8 +11,9 @@ single-run command) is not called: a run on a worker needs nothing from Hydra.
 
 Exit codes: 0 when every run is done with status ok; 1 when a run ended with `error` or `timeout`
 (all other runs still ran and are stored); 2 for a grid point that cannot run, a launcher setting
-out of range or a `ray.address` nothing answers at (nothing launched); 130 when interrupted (what
-finished is stored; the same command resumes).
+out of range or a `ray.address` nothing answers at (nothing launched); 130 when interrupted by
+Ctrl-C or SIGTERM, at any moment (what finished is stored, a local Ray and every process it started
+are stopped; the same command resumes; `sweep/__main__.py` gives 130 to an interrupt while planning).
 """
 
 # No `from __future__ import annotations`: Hydra executes plugin modules outside sys.modules while
@@ -29,8 +30,6 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
-
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 @dataclass
@@ -114,6 +113,7 @@ class RayNetsweepLauncher(Launcher):
         from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
         from sweep.cluster import RayExecutor
         from sweep.driver import run_sweep
+        from sweep.interrupts import EXIT_INTERRUPTED
         from sweep.plan import GridComposer, GridError, plan
         from sweep.progress import format_summary
 

@@ -1,0 +1,113 @@
+"""One Arrow schema per result table, so every Parquet part of a table has the same columns, in the
+same order, with the same types: `pd.read_parquet(dir)`, `pyarrow.dataset`, DuckDB (which binds the
+files of a glob by position unless told `union_by_name`) and Polars read a dataset directory as it is.
+
+Config leaves take the type the engine declares for them (`engine.config`'s dataclasses: a
+`float | None` leaf is float64 even in a part where every value is null or was written `200`);
+list-valued leaves are JSON text. The engine's metrics and the sweep's provenance columns are listed
+here; a test runs every workload type on every backend and checks each column it produces is
+declared. A column nobody declared (a test's, a later version's) is kept after the declared ones,
+with the type its values give it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from engine.config import SimConfig
+
+# The presets of the Hydra config groups a run was composed from (`leaf_spine`, `dctcp`, ...).
+PRESET_COLUMNS = ("network", "tcp", "system", "workload")
+
+_ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "str": pa.string()}
+_INT, _FLOAT, _TEXT = pa.int64(), pa.float64(), pa.string()
+
+# The sweep's own keys, which are no part of the engine's config but are in every run's config.
+_SWEEP_LEAVES = {"name": _TEXT, "results_dir": _TEXT, "ray.address": _TEXT, "ray.num_cpus": _INT}
+
+# What the engine measures for a run (engine.run and the training loop's summary).
+_RUN_METRICS = {
+    "sim_time_s": _FLOAT, "flows": _INT, "flows_completed": _INT, "mean_fct_s": _FLOAT, "max_fct_s": _FLOAT,
+    "bytes_sent": _INT, "packets_sent": _INT, "retransmits": _INT, "timeouts": _INT, "drops": _INT,
+    "ecn_marks": _INT, "max_queue_kb": _FLOAT, "events": _INT, "wall_s": _FLOAT, "events_per_s": _FLOAT,
+    "iterations_done": _INT, "iteration_time_s": _FLOAT, "compute_s": _FLOAT, "comm_s": _FLOAT,
+    "exposed_comm_s": _FLOAT, "all_to_all_s": _FLOAT, "all_reduce_s": _FLOAT,
+}
+# Where and from what a row came (sweep.runner, sweep.cluster).
+_PROVENANCE = {"repro": _TEXT, "engine_version": _TEXT, "git_commit": _TEXT, "started_at": _TEXT,
+               "worker_node": _TEXT, "worker": _TEXT, "attempt": _INT}
+
+
+def config_leaf_types() -> dict[str, pa.DataType]:
+    """Every config leaf of a run as flattened in the `runs` table, with its Arrow type, in the
+    engine's declaration order (seed, engine.*, network.*, tcp.*, system.*, workload.*), then the
+    sweep's own keys."""
+    leaves: dict[str, pa.DataType] = {}
+    for section in fields(SimConfig):
+        if not is_dataclass(section.default_factory):  # `seed`, a plain field
+            leaves[section.name] = _ARROW_TYPES[str(section.type)]
+            continue
+        for leaf in fields(section.default_factory):
+            kind = str(leaf.type).replace(" | None", "")  # annotations are strings ("float | None")
+            leaves[f"{section.name}.{leaf.name}"] = _ARROW_TYPES.get(kind, _TEXT)  # lists: JSON text
+    return {**leaves, **_SWEEP_LEAVES}
+
+
+def _declared() -> dict[str, dict[str, pa.DataType]]:
+    runs = {"run_id": _TEXT, "status": _TEXT, "error": _TEXT, **dict.fromkeys(PRESET_COLUMNS, _TEXT),
+            **config_leaf_types(), **_RUN_METRICS, **_PROVENANCE}
+    flows = {"run_id": _TEXT, "flow_id": _INT, "src": _INT, "dst": _INT, "bytes": _INT, "start_s": _FLOAT,
+             "end_s": _FLOAT, "fct_s": _FLOAT, "goodput_gbps": _FLOAT, "retransmits": _INT, "timeouts": _INT,
+             "ecn_marks": _INT}
+    collectives = {"run_id": _TEXT, "iteration": _INT, "layer": _TEXT, "op": _TEXT, "bytes": _INT,
+                   "start_s": _FLOAT, "end_s": _FLOAT, "duration_s": _FLOAT, "exposed_s": _FLOAT}
+    layers = {"run_id": _TEXT, "iteration": _INT, "layer": _TEXT, **dict.fromkeys(
+        ("fwd_compute_s", "ig_compute_s", "wg_compute_s", "fwd_exposed_comm_s", "wg_exposed_comm_s",
+         "ig_exposed_comm_s"), _FLOAT)}
+    return {"runs": runs, "flows": flows, "collectives": collectives, "layers": layers}
+
+
+DECLARED_COLUMNS: dict[str, dict[str, pa.DataType]] = _declared()
+
+
+def declared_schema(table: str) -> pa.Schema:
+    """The declared columns of `table`, in order (empty for a table nobody declared)."""
+    return pa.schema(list(DECLARED_COLUMNS.get(table, {}).items()))
+
+
+def rows_to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
+    """`rows` of `table` as an Arrow table of its schema: the declared columns (all of them,
+    whether the rows have them or not), then any other column the rows have, in sorted order,
+    typed by its values."""
+    declared = declared_schema(table)
+    extra = sorted({key for row in rows for key in row} - set(declared.names))
+    columns = [*declared.names, *extra]
+    inferred = pa.Table.from_pylist([{column: row.get(column) for column in columns} for row in rows])
+    return conform(inferred, pa.schema([*declared, *(inferred.schema.field(name) for name in extra)]))
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with exactly the columns of `schema`, in its order and types (a column it lacks is
+    all null). A column whose values do not fit their declared type (0.5 in an integer column:
+    a metric declared wrongly) keeps its own type, with a warning on stderr: a row is never lost
+    to its schema."""
+    fields, columns = [], []
+    for field in schema:
+        if field.name not in table.column_names:
+            fields.append(field)
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table[field.name]
+        try:
+            column = column.cast(field.type)  # a safe cast: raises rather than truncate
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            print(f"warning: column {field.name} holds values that are not {field.type} ({str(exc).splitlines()[0]}); "
+                  f"kept as {column.type}", file=sys.stderr)
+            field = field.with_type(column.type)
+        fields.append(field)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))

@@ -1,0 +1,130 @@
+"""One schema per result table: every part of a table has the same columns and types, so pandas,
+pyarrow datasets, DuckDB (without `union_by_name`) and Polars read a dataset directory as it is."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from sweep.runner import execute, label_presets
+from sweep.schema import DECLARED_COLUMNS, PRESET_COLUMNS
+from sweep.store import ResultStore, harmonise, load_runs, part_files
+from sweep_support import compose_config
+
+TABLES = ("runs", "flows", "collectives", "layers")
+
+# Small runs of every workload type on every backend that takes it, and a run that fails.
+KINDS = {
+    "switch_dlrm_packet": ["network=switch", "network.npus=4", "workload=dlrm_small", "workload.iterations=1"],
+    "leaf_spine_astra_packet": ["network=leaf_spine", "network.npus=8", "workload=astra_micro_alltoall",
+                                "workload.iterations=1"],
+    "hierarchical_collective_analytical": ["network=hierarchical", "network.npus=8", "network.npus_per_node=4",
+                                           "workload=collective", "engine.backend=analytical"],
+    "dumbbell_flows_packet": ["network=dumbbell", "network.npus=4", "workload=incast", "workload.senders=3",
+                              "workload.bytes_per_flow=20000"],
+    "ring_dlrm_analytical": ["network=ring", "network.npus=4", "workload=dlrm_small", "engine.backend=analytical",
+                             "workload.iterations=1"],
+    "fat_tree_astra_alpha_beta": ["network=fat_tree", "network.npus=8", "workload=astra_dlrm",
+                                  "engine.backend=alpha_beta", "workload.iterations=1"],
+}
+
+
+def _rows(kind: str, tmp_path: Path) -> dict[str, list[dict]]:
+    config = compose_config([f"results_dir={tmp_path}", "name=mixed", *KINDS[kind]])
+    rows = execute(config)
+    assert rows["runs"][0]["status"] == "ok", rows["runs"][0]["error"]
+    label_presets(rows, {"network": KINDS[kind][0].split("=")[1]})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def mixed_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dataset of several parts per table, each part holding one kind of run (so a column is
+    all null in one part and typed in another), plus a part with an error row."""
+    dataset = tmp_path_factory.mktemp("schema") / "mixed"
+    for kind in KINDS:
+        with ResultStore(dataset) as store:  # one flush, one part per table, per kind
+            store.append(_rows(kind, dataset))
+    with ResultStore(dataset) as store:
+        store.append({"runs": [{"run_id": "broken", "status": "error", "error": "boom"}]})
+    return dataset
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_column_the_engine_writes_is_declared(kind: str, tmp_path: Path) -> None:
+    """A metric added to the engine must be declared in sweep/schema.py with its type."""
+    for table, rows in _rows(kind, tmp_path).items():
+        produced = {key for row in rows for key in row}
+        assert produced <= DECLARED_COLUMNS[table].keys(), (table, produced - DECLARED_COLUMNS[table].keys())
+
+
+def test_parts_share_one_schema(mixed_dataset: Path) -> None:
+    for table in TABLES:
+        schemas = {pq.read_schema(path).remove_metadata() for path in part_files(mixed_dataset, table)}
+        assert len(part_files(mixed_dataset, table)) >= 3 and len(schemas) == 1, table
+        (schema,) = schemas
+        assert schema.names == list(DECLARED_COLUMNS[table])
+
+
+def test_pandas_pyarrow_duckdb_and_polars_read_a_mixed_dataset_as_it_is(mixed_dataset: Path) -> None:
+    for table in TABLES:
+        directory, glob = mixed_dataset / table, str(mixed_dataset / table / "*.parquet")
+        rows = sum(pq.read_metadata(path).num_rows for path in part_files(mixed_dataset, table))
+        assert len(pd.read_parquet(directory)) == rows
+        assert ds.dataset(directory).to_table().num_rows == rows
+        assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(rows,)]
+        assert pl.read_parquet(glob).height == rows
+    runs = pd.read_parquet(mixed_dataset / "runs")
+    assert set(runs["network"].dropna()) == {"switch", "leaf_spine", "hierarchical", "dumbbell", "ring", "fat_tree"}
+    spines = runs.set_index("network")["network.spines"]
+    assert spines["leaf_spine"] == 4 and pd.isna(spines["switch"])
+
+
+def test_pandas_and_duckdb_agree_on_every_column_type(mixed_dataset: Path) -> None:
+    """The same physical type, whoever reads it (an int64 config leaf written as `200` in one part
+    and `1.5` in another was int64 to DuckDB and float64 to pandas)."""
+    glob = str(mixed_dataset / "runs" / "*.parquet")
+    relation = duckdb.sql(f"select * from read_parquet('{glob}')")
+    duck_types = dict(zip(relation.columns, map(str, relation.types)))
+    expected = {pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR", pa.bool_(): "BOOLEAN"}
+    assert duck_types == {name: expected[kind] for name, kind in DECLARED_COLUMNS["runs"].items()}
+    frame = pd.read_parquet(mixed_dataset / "runs", dtype_backend="numpy_nullable")  # ints with nulls stay ints
+    assert str(frame["tcp.min_rto_ms"].dtype) == "Float64" and duck_types["tcp.min_rto_ms"] == "DOUBLE"
+    assert str(frame["network.npus"].dtype) == "Int64" and duck_types["network.npus"] == "BIGINT"
+
+
+def test_an_earlier_versions_parts_are_brought_to_the_schema(tmp_path: Path) -> None:
+    """Parts typed by their values (as before this version): a switch-only part has `network.spines`
+    all null, another int64; `tcp.min_rto_ms` written as an integer. The next write harmonises them."""
+    dataset = tmp_path / "old"
+    (dataset / "runs").mkdir(parents=True)
+    old_rows = [[{"run_id": "a", "status": "ok", "network.spines": None, "tcp.min_rto_ms": 200, "legacy": 1}],
+                [{"run_id": "b", "status": "ok", "network.spines": 4, "tcp.min_rto_ms": 1.5}]]
+    for index, rows in enumerate(old_rows):
+        pq.write_table(pa.Table.from_pylist(rows), dataset / "runs" / f"part-2026010{index}T000000000000Z-{index}.parquet")
+    with pytest.raises(pa.ArrowException):  # what users met: pandas cannot read the directory
+        pd.read_parquet(dataset / "runs")
+    with ResultStore(dataset) as store:
+        store.append({"runs": [{"run_id": "c", "status": "ok"}]})
+    runs = pd.read_parquet(dataset / "runs")
+    assert runs["run_id"].tolist() == ["a", "b", "c"]
+    assert runs["tcp.min_rto_ms"].tolist()[:2] == [200.0, 1.5] and runs["legacy"].tolist()[0] == 1
+    assert harmonise(dataset, "runs") == 0  # nothing left to do
+
+
+def test_a_single_run_names_its_presets(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "sweep", "network=leaf_spine", "network.npus=8", "tcp=dctcp",
+                           "workload=dlrm_small", "workload.iterations=1", "engine.backend=analytical",
+                           f"results_dir={tmp_path}", "name=presets"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    runs = load_runs(tmp_path / "presets")
+    assert runs.loc[0, list(PRESET_COLUMNS)].tolist() == ["leaf_spine", "dctcp", "default", "dlrm_small"]
