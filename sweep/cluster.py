@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .local_ray import LocalRay, ray_starting
 from .plan import PlannedRun
-from .runner import ERROR_TAIL_LINES, execute, failed_rows
+from .runner import ERROR_TAIL_LINES, OUT_OF_MEMORY, execute, failed_rows, memory_limit
 
 Rows = dict[str, Sequence[dict[str, Any]]]  # by table; `flows` a ColumnRows (see runner.execute)
 
@@ -37,6 +37,7 @@ _ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # CPU waits on the round trip to the driver when runs take milliseconds (4 per CPU ran 1,000 such runs
 # about 20 % slower on 2 CPUs), and a bound on what a Ctrl-C or a crash leaves unfinished.
 IN_FLIGHT_PER_CPU = 16
+MIB = 2**20
 
 
 def is_loopback(address: str) -> bool:
@@ -54,10 +55,11 @@ _heap_frozen = False  # set in a worker process once Ray's import-time objects a
 
 
 def _on_worker(run_fn: Callable[[dict[str, Any], float | None], Rows], config: dict[str, Any],
-               max_wall_time_s: float | None) -> Rows:
-    """The body of a run's Ray task: `run_fn` on the config, then where it ran in its runs row:
-    `worker_node` (the Ray node id), `worker` (`host:pid` of the worker process) and `attempt`
-    (0 for the first execution, 1 after its worker process or node died once, ...)."""
+               max_wall_time_s: float | None, memory_bytes: int | None = None) -> Rows:
+    """The body of a run's Ray task: `run_fn` on the config, held to the `memory_bytes` it declared
+    (a run that needs more is an error row that says so; the worker carries on), then where it ran
+    in its runs row: `worker_node` (the Ray node id), `worker` (`host:pid` of the worker process) and
+    `attempt` (0 for the first execution, 1 after its worker process or node died once, ...)."""
     import ray  # noqa: PLC0415 - on a worker, where Ray is loaded already
 
     global _heap_frozen
@@ -67,7 +69,12 @@ def _on_worker(run_fn: Callable[[dict[str, Any], float | None], Rows], config: d
         gc.collect()
         gc.freeze()
         _heap_frozen = True
-    rows = run_fn(config, max_wall_time_s)
+    with memory_limit(memory_bytes):
+        rows = run_fn(config, max_wall_time_s)
+    run_row = rows["runs"][0]
+    if run_row.get("error") == OUT_OF_MEMORY and memory_bytes is not None:
+        run_row["error"] = (f"{OUT_OF_MEMORY}: {memory_bytes / MIB:,.0f} MiB (its declaration: "
+                            "hydra.launcher.run_memory_mb, or else estimated from its config)")
     try:
         node = ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - provenance only: never fail a finished run over it
@@ -112,6 +119,7 @@ class RayExecutor:
     max_in_flight: int | None = None
     max_retries: int = 2
     max_wall_time_s: float | None = None
+    run_memory_mb: float | None = None  # every run's memory declaration; None: each run's estimate
     run_fn: Callable[[dict[str, Any], float | None], Rows] = execute
     poll_s: float = 1.0
 
@@ -184,11 +192,24 @@ class RayExecutor:
         task = ray.remote(num_cpus=1, max_retries=self.max_retries)(_on_worker)
         run_fn = ray.put(self.run_fn) if self.run_fn is not execute else execute  # a test's: shipped once
         window = self.max_in_flight or IN_FLIGHT_PER_CPU * self._cpus()
+        largest_node_bytes = max((node["Resources"].get("memory", 0) for node in ray.nodes() if node.get("Alive")),
+                                 default=0)
         todo = iter(runs)
         in_flight: dict[Any, PlannedRun] = {}  # ObjectRef -> its run
         while True:
             while len(in_flight) < window and (run := next(todo, None)) is not None:
-                in_flight[task.remote(run_fn, run.config, self.max_wall_time_s)] = run
+                memory_bytes = self._memory_bytes(run)
+                if memory_bytes is None:  # nothing declared (a run planned by hand)
+                    in_flight[task.remote(run_fn, run.config, self.max_wall_time_s)] = run
+                elif memory_bytes > largest_node_bytes:  # Ray would wait for such a node for ever
+                    yield run, failed_rows(run.config, (
+                        f"the run declares {memory_bytes / MIB:,.0f} MiB of memory (hydra.launcher.run_memory_mb, "
+                        f"or else estimated from its config), more than any Ray node offers "
+                        f"({largest_node_bytes / MIB:,.0f} MiB)"))
+                else:  # Ray starts no more runs at once than the nodes' memory holds
+                    ref = task.options(memory=memory_bytes).remote(run_fn, run.config, self.max_wall_time_s,
+                                                                   memory_bytes)
+                    in_flight[ref] = run
             if not in_flight:
                 return
             ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
@@ -200,6 +221,12 @@ class RayExecutor:
             for ref in ready:
                 run = in_flight.pop(ref)
                 yield run, self._rows(ref, run)
+
+    def _memory_bytes(self, run: PlannedRun) -> int | None:
+        """What `run` declares to Ray and is held to: `run_memory_mb` if set, else its estimate."""
+        if self.run_memory_mb is not None:
+            return int(self.run_memory_mb * MIB)
+        return run.memory_bytes or None
 
     def _rows(self, ref: Any, run: PlannedRun) -> Rows:
         """The rows a task returned, or an error row if it raised or its worker kept dying. Notes

@@ -33,15 +33,16 @@ from .runner import run_id
 from .schema import PRESET_COLUMNS
 
 
-def validate(config: Mapping[str, Any]) -> None:
-    """Raise `engine.ConfigError` if `config` cannot run: the engine's checks plus the sweep's own
-    keys (`name` becomes a directory, so it must be one plain path component)."""
+def validate(config: Mapping[str, Any]) -> engine.SimConfig:
+    """The engine's config of `config`; raise `engine.ConfigError` if it cannot run: the engine's
+    checks plus the sweep's own keys (`name` becomes a directory, so it must be one plain path
+    component)."""
     name = config.get("name")
     if not isinstance(name, str) or not name or name in {".", ".."} or "/" in name or "\\" in name:
         raise engine.ConfigError("name", name, "a non-empty dataset name without path separators")
     if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
         raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
-    engine.load_config(config)
+    return engine.load_config(config)
 
 
 def check_dataset(config: Mapping[str, Any]) -> None:
@@ -147,14 +148,16 @@ def pop_presets(config: dict[str, Any]) -> dict[str, str | None]:
 @dataclass(frozen=True)
 class PlannedRun:
     """One grid point, ready to run: its overrides as the sweeper gave them, the resolved config
-    (without `force`), its run_id, whether to run it even if the dataset already has it, and the
-    presets it was composed from (`sweep.schema.PRESET_COLUMNS` of its runs row)."""
+    (without `force`), its run_id, whether to run it even if the dataset already has it, the
+    presets it was composed from (`sweep.schema.PRESET_COLUMNS` of its runs row) and the memory it
+    will need (`engine.estimate_run_bytes`), which a sweep declares to Ray and holds it to."""
 
     overrides: tuple[str, ...]
     config: dict[str, Any]
     run_id: str
     force: bool = False
     presets: Mapping[str, str | None] = field(default_factory=dict)
+    memory_bytes: int = 0
 
     @property
     def dataset(self) -> Path:
@@ -184,13 +187,13 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
             force = pop_force(config)
             presets = pop_presets(config)
             _validate_ray(config)
-            validate(config)
+            memory_bytes = engine.estimate_run_bytes(validate(config))
             if (config["results_dir"], config["name"]) not in checked:
                 check_dataset(config)
                 checked.add((config["results_dir"], config["name"]))
         except engine.ConfigError as exc:
             raise GridError(index, len(points), overrides, exc) from exc
-        runs.append(PlannedRun(tuple(overrides), config, run_id(config), force, presets))
+        runs.append(PlannedRun(tuple(overrides), config, run_id(config), force, presets, memory_bytes))
     return runs
 
 

@@ -772,6 +772,40 @@ def _flows_section(dataset: Dataset, flow_runs: pd.DataFrame, axes: Sequence[Axi
     return lines + _ranking(table, axes, "last_flow_end_s", columns)
 
 
+def _contention_lines(runs: pd.DataFrame) -> list[str]:
+    """Where one configuration ran on `alpha_beta` and on a backend that shares links: how much
+    longer an iteration took there. `alpha_beta` leaves all contention out (each message costs what
+    it would alone on its path), so that gap is the cost of contention."""
+    if "iteration_time_s" not in runs.columns:
+        return []
+    ok = runs[(runs["status"] == "ok") & runs["iteration_time_s"].notna()]
+    backends = set(ok["engine.backend"])
+    if "alpha_beta" not in backends or len(backends) < 2:
+        return []
+    others = [column for column in ok.columns if is_config_column(column) and column != "engine.backend"]
+    keyed = ok.assign(_key=_row_keys(ok, others))
+    lower = keyed[keyed["engine.backend"] == "alpha_beta"]
+    bound = dict(zip(lower["_key"], lower["iteration_time_s"]))  # config (backend aside) -> its lower bound
+    lines: list[str] = []
+    for backend in sorted(backends - {"alpha_beta"}):
+        matched = keyed[(keyed["engine.backend"] == backend) & keyed["_key"].isin(bound.keys())]
+        if matched.empty:
+            continue
+        gap = pd.Series([time_s / bound[key] - 1 for time_s, key in zip(matched["iteration_time_s"], matched["_key"])],
+                        index=matched.index)
+        worst = matched.loc[gap.idxmax()]
+        lines.append(f"- `{backend}`: {len(matched)} configurations; iteration time above `alpha_beta`'s by "
+                     f"{gap.median():.1%} (median), at most {gap.max():.1%} (`{worst['run_id']}`: "
+                     f"{_ms(worst['iteration_time_s'])} ms against {_ms(bound[worst['_key']])} ms)")
+    if not lines:
+        return []
+    return ["", "## Contention", "",
+            "`alpha_beta` costs every message as if it were alone on its path (no link shared between NPUs or "
+            "collectives): a lower bound. Where the same configuration also ran on a backend that shares links "
+            "(`analytical`: max-min fair shares; `packet`: TCP with queues and losses), the gap is the cost of "
+            "contention (at packet level, and of TCP's dynamics):", "", *lines]
+
+
 def _problem_lines(runs: pd.DataFrame) -> list[str]:
     lines: list[str] = []
     failed = runs[runs["status"] == "error"]
@@ -846,7 +880,7 @@ def build_report(path: str | os.PathLike[str]) -> Path:
     all_axes, _ = swept_axes(runs)
     lines = [f"# netsweep report: {dataset.name}", "",
              f"Dataset `{dataset.path}`: **{len(runs)} runs** ({dataset.rows_read} rows read; a run stored more "
-             "than once counts once, its newest attempt by `started_at`).", "",
+             "than once counts once, its newest attempt: the one written last).", "",
              f"Status: ok {status.get('ok', 0)}, error {status.get('error', 0)}, timeout {status.get('timeout', 0)}.",
              "", "Workloads: " + ", ".join(f"{kind} {count}" for kind, count in
                                            runs["workload.type"].value_counts().items())
@@ -871,6 +905,7 @@ def build_report(path: str | os.PathLike[str]) -> Path:
             plots += kind_plots
             lines += kind_lines
 
+    lines += _contention_lines(runs)
     lines += _problem_lines(runs)
     if plots:
         lines += ["", "## Plots", "", *(f"- `{name}`: {what}" for name, what in plots)]

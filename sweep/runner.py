@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+import resource
 import shlex
 import signal
 import subprocess
@@ -167,6 +168,39 @@ def _wall_time_alarm(max_wall_time_s: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+# The `error` of a run stopped for using more memory than it may (`memory_limit`).
+OUT_OF_MEMORY = "MemoryError: the run needed more memory than it may use"
+
+
+def _data_bytes() -> int:
+    """This process's data segment and private writable mappings (Linux /proc: VmData), in bytes."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024  # kB -> bytes
+    raise OSError("no VmData in /proc/self/status")
+
+
+@contextlib.contextmanager
+def memory_limit(max_bytes: int | None) -> Iterator[None]:
+    """Hold this process to `max_bytes` more memory than it uses now while inside: an allocation
+    beyond raises MemoryError (Linux: RLIMIT_DATA, which counts the heap and private mappings,
+    where Python's objects live). Elsewhere, or with `max_bytes` None, nothing is limited."""
+    try:
+        limit = _data_bytes() + max_bytes if max_bytes is not None else None
+    except OSError:  # no /proc: not Linux
+        limit = None
+    if limit is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def _runs_row(config: Mapping[str, Any], identity: str, run_row: Mapping[str, Any],
               started_at: str) -> dict[str, Any]:
     """The `runs` row of one run: identity, status and error first, then every config leaf, the
@@ -223,6 +257,9 @@ def execute(config: Mapping[str, Any],
         other_tables = {table: table_rows for table, table_rows in rows.items() if table != "runs"}
     except WallTimeExceeded as exc:
         run_row = {"status": "timeout", "error": str(exc)}
+        other_tables = {}
+    except MemoryError:  # past `memory_limit`: its objects are gone with the engine's frames
+        run_row = {"status": "error", "error": OUT_OF_MEMORY}
         other_tables = {}
     except Exception as exc:  # noqa: BLE001 - any engine failure must become a row, not kill a sweep
         run_row = {"status": "error", "error": _error_tail(exc)}

@@ -94,8 +94,8 @@ def test_duckdb_reads_the_same_runs_with_no_export(dataset: tuple[Path, dict]) -
     """The query README.md gives."""
     path, _ = dataset
     query = f"""
-        select * from read_parquet('{path}/runs/*.parquet', union_by_name = true)
-        qualify row_number() over (partition by run_id order by started_at::timestamptz desc) = 1
+        select * from read_parquet('{path}/runs/*.parquet', filename = true)
+        qualify row_number() over (partition by run_id order by filename desc) = 1
     """
     newest = duckdb.sql(query).df()
     loaded = sweep.load_runs(path)
@@ -246,3 +246,24 @@ def test_a_very_large_flows_table_is_not_read(dataset: tuple[Path, dict], tmp_pa
         last_end_s = max(flow["end_s"] for flow in tables["flows"])
         assert tables["runs"][0]["sim_time_s"] == pytest.approx(last_end_s, abs=10e-6)
         assert f"**{tables['runs'][0]['sim_time_s'] * 1e3:.4g} ms**" in summary
+
+
+def test_the_gap_to_alpha_beta_is_reported_as_the_cost_of_contention(tmp_path: Path) -> None:
+    """A direct all-to-all on a 4:1 oversubscribed leaf-spine on alpha_beta (no contention) and on
+    analytical (fair-shared uplinks): the report states how much longer the shared fabric takes."""
+    dataset = tmp_path / "contention"
+    with ResultStore(dataset) as store:
+        for backend in ("alpha_beta", "analytical"):
+            for npus in (8, 16):
+                store.append(execute(compose_config([
+                    f"results_dir={tmp_path}", "name=contention", f"engine.backend={backend}", "network=leaf_spine",
+                    f"network.npus={npus}", "network.uplink_gbps=25", "workload=collective",
+                    "workload.op=all_to_all", "workload.bytes=1048576"])))
+    loaded = sweep.load_runs(dataset)
+    times = {(row["engine.backend"], int(row["network.npus"])): row["iteration_time_s"] for _, row in loaded.iterrows()}
+    gaps = [times[("analytical", n)] / times[("alpha_beta", n)] - 1 for n in (8, 16)]
+    assert min(gaps) > 0.5  # the uplinks carry 4 hosts' traffic at a quarter of their rate
+    summary = (build_report(dataset) / SUMMARY_FILE).read_text()
+    assert "## Contention" in summary
+    assert f"- `analytical`: 2 configurations; iteration time above `alpha_beta`'s by {pd.Series(gaps).median():.1%}" \
+        in summary

@@ -385,3 +385,23 @@ def test_local_ray_on_loopback(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "ray: a local Ray on 127.0.0.1, 1 CPUs" in done.stderr
     assert len(read_table(tmp_path / "results" / "local", "runs")) == 2
+
+
+def test_runs_beyond_their_memory_declaration_are_error_rows(ray_address: str, tmp_path: Path) -> None:
+    """Each run declares its memory to Ray and is held to it: one declared far too small fails with
+    a row that says so, one declared larger than any node is refused without waiting for ever, and
+    the others are stored as usual."""
+    import dataclasses
+
+    runs = plan([[f"seed={seed}", "workload=dlrm_small", "network.npus=8", f"results_dir={tmp_path}",
+                  "name=memory"] for seed in range(4)], compose_config)
+    assert all(run.memory_bytes > 0 for run in runs)  # estimated from the config when planned
+    runs[1] = dataclasses.replace(runs[1], memory_bytes=2**20)  # 1 MiB: the engine needs more
+    runs[2] = dataclasses.replace(runs[2], memory_bytes=2**50)  # 1 PiB: no node has it
+    summary = run_sweep(runs, RayExecutor(address=ray_address), show_progress=False)
+    assert dict(summary.statuses) == {"ok": 2, "error": 2}
+    stored = read_table(tmp_path / "memory", "runs").set_index("seed")
+    assert stored.loc[[0, 3], "status"].tolist() == ["ok", "ok"]
+    assert stored.loc[1, "error"].startswith("MemoryError: the run needed more memory than it may use: 1 MiB")
+    assert stored.loc[2, "error"].startswith("the run declares 1,073,741,824 MiB of memory")
+    assert "more than any Ray node offers" in stored.loc[2, "error"]

@@ -40,6 +40,7 @@ class RayNetsweepLauncherConf:
     max_in_flight: Optional[int] = None  # runs submitted and not yet back; null = 16 per CPU
     max_retries: int = 2  # reruns of a run whose worker process died, before it is an error row
     max_wall_time_s: Optional[float] = None  # a run still going after this wall time: status timeout
+    run_memory_mb: Optional[float] = None  # memory each run declares to Ray and is held to; null = estimated
     flush_rows: int = 10_000  # write Parquet parts once this many rows are buffered ...
     flush_interval_s: float = 10.0  # ... or this many seconds after the last write
     report: bool = False  # at the end, build each dataset's report and print its summary
@@ -75,11 +76,13 @@ class RayNetsweepLauncher(Launcher):
     """Plan, run on Ray, store, report (see the module docstring)."""
 
     def __init__(self, max_in_flight: Optional[int] = None, max_retries: int = 2,
-                 max_wall_time_s: Optional[float] = None, flush_rows: int = 10_000,
+                 max_wall_time_s: Optional[float] = None, run_memory_mb: Optional[float] = None,
+                 flush_rows: int = 10_000,
                  flush_interval_s: float = 10.0, report: bool = False) -> None:
         self.max_in_flight = max_in_flight
         self.max_retries = max_retries
         self.max_wall_time_s = max_wall_time_s
+        self.run_memory_mb = run_memory_mb
         self.report = report
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
@@ -100,6 +103,8 @@ class RayNetsweepLauncher(Launcher):
             ("max_retries", self.max_retries, self.max_retries >= 0, "an integer >= 0"),
             ("max_wall_time_s", self.max_wall_time_s, self.max_wall_time_s is None or self.max_wall_time_s > 0,
              "a number > 0, or null for no limit"),
+            ("run_memory_mb", self.run_memory_mb, self.run_memory_mb is None or self.run_memory_mb > 0,
+             "a number of MiB > 0, or null to estimate each run's from its config"),
             ("flush_rows", self.flush_rows, self.flush_rows >= 1, "a positive integer"),
             ("flush_interval_s", self.flush_interval_s, self.flush_interval_s >= 0, "a number >= 0"),
         ):
@@ -133,7 +138,7 @@ class RayNetsweepLauncher(Launcher):
         ray_settings = runs[0].config["ray"]  # validated with the run; not part of what is simulated
         executor = RayExecutor(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
                                max_in_flight=self.max_in_flight, max_retries=self.max_retries,
-                               max_wall_time_s=self.max_wall_time_s)
+                               max_wall_time_s=self.max_wall_time_s, run_memory_mb=self.run_memory_mb)
         try:
             summary = run_sweep(runs, executor, self.flush_rows, self.flush_interval_s)
         except ConnectionError as exc:  # a cluster address nothing answers at: nothing ran

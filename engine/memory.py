@@ -1,0 +1,61 @@
+"""How much memory a run will need, estimated from its config before it runs.
+
+A sweep declares this to its scheduler (Ray's `memory` resource), so that it never starts more big
+runs at once than a machine holds, and holds each run to it. What grows with a run is known ahead:
+its messages (a record and a `flows` row each), its TCP connections (packet backend: one per NPU
+pair that talks) and its links. The constants are upper ends of what runs measured (peak resident
+memory of `python -m sweep` on DLRM iterations of 16 to 256 NPUs on leaf-spine, packet and
+analytical backends), so the estimate errs on the large side.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .config import NetworkConfig, SimConfig, SystemConfig, WorkloadConfig
+from .system.algorithms import ALL, TREE_PIPELINE_BLOCKS, symmetric_steps
+from .workload.flows import pattern_pairs
+from .workload.layers import workload_spec
+
+BASE_BYTES = 400 * 2**20  # a worker process with the engine, pandas and pyarrow loaded, and headroom
+BYTES_PER_MESSAGE = 2_600  # its record while the run lasts and its `flows` row at the end
+BYTES_PER_CONNECTION = 4_096  # a persistent TCP connection, its routes and congestion state
+BYTES_PER_LINK = 1_024
+
+
+def messages_per_collective(op: str, algorithm: str, npus: int) -> int:
+    """Point-to-point messages one collective of `op` over `npus` NPUs sends with `algorithm`."""
+    steps = symmetric_steps(op, algorithm, npus, 1)
+    if steps is None:  # double binary tree: every non-root node sends each block up and down, in two trees
+        return 2 * 2 * TREE_PIPELINE_BLOCKS * (npus - 1)
+    return sum(npus * (npus - 1 if step.pattern == ALL else 1) for step in steps)
+
+
+def estimate_messages(config: SimConfig) -> int:
+    """Messages (or flows) the run's workload sends, over all its iterations."""
+    return _messages(config.workload, config.system, config.network.npus)
+
+
+@lru_cache(maxsize=1024)  # a sweep asks again for every seed, TCP setting, link speed, ...
+def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
+    if wl.type == "flows":
+        if wl.pattern is None:
+            return len(wl.flows)
+        return len(pattern_pairs(wl.pattern, npus, wl.senders, 0)) * wl.rounds  # the seed orders, never counts
+    algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
+    layers = workload_spec(SimConfig(network=NetworkConfig(npus=npus), system=system, workload=wl)).layers
+    per_iteration = 0
+    for layer in layers:
+        for comm in (layer.fwd_comm, layer.ig_comm, layer.wg_comm):
+            if comm.op is not None:
+                per_iteration += messages_per_collective(comm.op, algorithms[comm.op], npus) * system.splits
+    return per_iteration * wl.iterations
+
+
+def estimate_run_bytes(config: SimConfig) -> int:
+    """Peak memory the run will need, in bytes (see the module docstring)."""
+    npus = config.network.npus
+    messages = estimate_messages(config) if config.engine.backend != "alpha_beta" else 0  # it sends none
+    connections = min(npus * (npus - 1), messages) if config.engine.backend == "packet" else 0
+    links = 4 * npus  # every topology has a few links per host
+    return BASE_BYTES + messages * BYTES_PER_MESSAGE + connections * BYTES_PER_CONNECTION + links * BYTES_PER_LINK

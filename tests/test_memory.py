@@ -1,0 +1,63 @@
+"""A run's memory: estimated from its config before it runs (what a sweep declares to Ray), and a
+limit that turns a run needing more into an error row instead of a process the machine kills."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import engine
+from engine.memory import BASE_BYTES, estimate_messages, estimate_run_bytes, messages_per_collective
+from sweep.runner import OUT_OF_MEMORY, execute, memory_limit
+from sweep_support import compose_config
+
+DLRM_FILE = "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"
+
+
+@pytest.mark.parametrize("op, algorithm, p, expected", [
+    ("all_reduce", "ring", 8, 2 * 7 * 8),  # 2(p-1) steps, every rank sends one message a step
+    ("all_gather", "ring", 8, 7 * 8),
+    ("all_to_all", "direct", 8, 8 * 7),  # every rank to every other once
+    ("all_reduce", "direct", 8, 2 * 8 * 7),  # direct reduce-scatter, then direct all-gather
+    ("all_reduce", "halving_doubling", 8, 2 * 3 * 8),  # 2 log2(p) exchanges a rank
+    ("all_reduce", "double_binary_tree", 8, 2 * 2 * 8 * 7),  # 2 trees x up and down x 8 blocks x 7 edges
+])
+def test_messages_per_collective_by_hand(op: str, algorithm: str, p: int, expected: int) -> None:
+    assert messages_per_collective(op, algorithm, p) == expected
+
+
+def test_the_study_workload_counts_its_messages() -> None:
+    """DLRM_HybridParallel: per iteration two all-to-alls (embedding forward and backward) and seven
+    weight-gradient all-reduces (one per MLP layer): on 16 NPUs, ring all-reduce and direct
+    all-to-all, 2 x 16 x 15 + 7 x 2 x 15 x 16 = 3,840 messages, the number the run delivers."""
+    config = engine.load_config({"network": {"npus": 16}, "workload": {"type": "astra", "path": DLRM_FILE}})
+    assert estimate_messages(config) == 2 * 16 * 15 + 7 * 2 * 15 * 16 == 3840
+    rows = engine.run(config)
+    assert rows["runs"][0]["flows"] == 3840
+    assert estimate_messages(engine.load_config({"network": {"npus": 16}, "system": {"splits": 4},
+                                                 "workload": {"type": "astra", "path": DLRM_FILE, "iterations": 2}})) \
+        == 3840 * 4 * 2
+
+
+def test_the_estimate_grows_with_what_the_run_holds() -> None:
+    def estimate(backend: str, npus: int) -> int:
+        return estimate_run_bytes(engine.load_config({
+            "engine": {"backend": backend}, "network": {"npus": npus},
+            "workload": {"type": "astra", "path": DLRM_FILE}}))
+
+    assert estimate("alpha_beta", 1024) < estimate("analytical", 64) < estimate("packet", 64) < estimate("packet", 256)
+    assert estimate("alpha_beta", 9216) < 2 * BASE_BYTES  # no messages, no connections
+    assert math.isclose(estimate("analytical", 256) / estimate("analytical", 128), 4, rel_tol=0.3)  # ~ p^2 messages
+
+
+def test_a_run_beyond_its_limit_is_an_error_row_and_the_process_carries_on(tmp_path) -> None:
+    # about 500 MiB of messages and rows: more than the memory this process has mapped and freed before
+    big = compose_config([f"results_dir={tmp_path}", "name=m", "workload=astra_dlrm", "workload.iterations=1",
+                          "network.npus=128", "engine.backend=analytical"])
+    with memory_limit(2**20):  # 1 MiB more than this process holds now
+        rows = execute(big)
+    assert rows["runs"][0]["status"] == "error" and rows["runs"][0]["error"] == OUT_OF_MEMORY
+    assert set(rows) == {"runs"}
+    small = compose_config([f"results_dir={tmp_path}", "name=m", "workload=dlrm_small", "network.npus=8"])
+    assert execute(small)["runs"][0]["status"] == "ok"  # the limit is gone with the block
