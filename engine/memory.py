@@ -2,10 +2,12 @@
 
 A sweep declares this to its scheduler (Ray's `memory` resource), so that it never starts more big
 runs at once than a machine holds, and holds each run to it. What grows with a run is known ahead:
-its messages (a record and a `flows` row each), its TCP connections (packet backend: one per NPU
-pair that talks) and its links. The constants are upper ends of what runs measured (peak resident
-memory of `python -m sweep` on DLRM iterations of 16 to 256 NPUs on leaf-spine, packet and
-analytical backends), so the estimate errs on the large side.
+its messages (an entry in the message log and, at the end, a `flows` row in columns), its TCP
+connections (packet backend: one per NPU pair that talks) and its links. The constants are upper
+ends of what runs measured (peak resident memory of `python -m sweep` on DLRM iterations of 64 to
+1,024 NPUs on leaf-spine, packet and analytical backends: 1,024 NPUs, 16.8 million messages, took
+3.7 GiB on the packet backend with its 1.05 million connections, 2.8 GiB on the analytical one),
+so the estimate errs on the large side.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from .workload.flows import pattern_pairs
 from .workload.layers import workload_spec
 
 BASE_BYTES = 400 * 2**20  # a worker process with the engine, pandas and pyarrow loaded, and headroom
-BYTES_PER_MESSAGE = 2_600  # its record while the run lasts and its `flows` row at the end
-BYTES_PER_CONNECTION = 4_096  # a persistent TCP connection, its routes and congestion state
+BYTES_PER_MESSAGE = 256  # its log entry, its `flows` columns, its share of the messages in flight
+BYTES_PER_CONNECTION = 1_536  # a persistent TCP connection (943 bytes idle), its routes and timers
 BYTES_PER_LINK = 1_024
 
 

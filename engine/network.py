@@ -97,8 +97,9 @@ class Link(PacketSink):
 
     __slots__ = (
         "name", "eventlist", "rate_bps", "latency_ps", "buffer_bytes", "ecn_threshold_bytes",
-        "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "_ps_per_byte", "busy_until_ps", "_wire_head", "_wire_tail",
-        "_loss_rate", "_rng", "_event", "packets_sent", "bytes_sent", "drops", "ecn_marks", "max_backlog_ps",
+        "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "_ps_per_byte", "busy_until_ps",
+        "_wire_head", "_wire_tail", "_loss_rate", "_rng", "_event", "packets_sent", "bytes_sent", "drops",
+        "ecn_marks", "max_backlog_ps",
     )
 
     def __init__(

@@ -110,8 +110,9 @@ def cyclic_collector_paused() -> Iterator[None]:
 
     A run keeps millions of objects alive (connections, packets in flight, result rows), and each
     full collection that its allocations trigger walks them all: at 256 NPUs that was a fifth of
-    an analytical DLRM run and 40 % of a packet one. The engine makes no reference cycles per event or message (a few
-    thousand objects per run, collected once the collector is back), so nothing is lost meanwhile.
+    an analytical DLRM run and 40 % of a packet one. The engine makes no reference cycles per event
+    or message (a few thousand objects per run, collected once the collector is back), so nothing
+    is lost meanwhile.
     """
     was_enabled = gc.isenabled()
     gc.disable()

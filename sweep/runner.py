@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
 import json
 import math
@@ -249,6 +250,7 @@ def execute(config: Mapping[str, Any],
     config = dict(config)
     identity = run_id(config)
     started_at = datetime.now(timezone.utc).isoformat()
+    git_commit()  # looked up once per process, before a run: one stopped by `memory_limit` leaves no room
     wall_start = time.perf_counter()
     try:
         with _wall_time_alarm(max_wall_time_s):
@@ -258,12 +260,16 @@ def execute(config: Mapping[str, Any],
     except WallTimeExceeded as exc:
         run_row = {"status": "timeout", "error": str(exc)}
         other_tables = {}
-    except MemoryError:  # past `memory_limit`: its objects are gone with the engine's frames
+    except MemoryError:  # past `memory_limit`
         run_row = {"status": "error", "error": OUT_OF_MEMORY}
         other_tables = {}
     except Exception as exc:  # noqa: BLE001 - any engine failure must become a row, not kill a sweep
         run_row = {"status": "error", "error": _error_tail(exc)}
         other_tables = {}
+    if run_row.get("error") == OUT_OF_MEMORY:
+        # the run's objects, let go with the engine's frames, are freed once the collector has broken
+        # their cycles (links and their event entries, connections and their routes): the rows need room
+        gc.collect()
     # The engine times its own run (events_per_s is based on it); keep that figure when present.
     run_row.setdefault("wall_s", time.perf_counter() - wall_start)
 
