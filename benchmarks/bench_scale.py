@@ -26,6 +26,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 WORKLOAD = "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"  # shipped with the engine
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,6 +112,12 @@ def main() -> None:
     parser.add_argument("--rows-up-to", type=int, default=256,
                         help="build the result rows only up to this many NPUs (a row per message: "
                              "gigabytes of dicts beyond)")
+    parser.add_argument("--csv", type=Path, help="also write the measurements to this CSV file")
+    parser.add_argument("--plot", type=Path, help="draw wall time against NPUs (log-log, with the fitted growth "
+                        "exponent of each backend and topology) into this PNG; with --before, the earlier "
+                        "measurements of benchmarks/scale_before.csv dashed beside them")
+    parser.add_argument("--before", type=Path, help="a CSV of earlier measurements (npus, backend, topology, "
+                        "simulate_s) to plot beside these")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--rows", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -119,6 +128,7 @@ def main() -> None:
           f"timeout {args.timeout:g} s; rows built up to {args.rows_up_to} NPUs")
     print(f"{'backend':11} {'topology':11} {'npus':>5} {'messages':>11} {'events':>11} {'simulate s':>11} "
           f"{'cpu s':>8} {'rows s':>7} {'MiB sim':>8} {'MiB rows':>9} {'simulated ms':>13} kernel")
+    measured: list[dict] = []
     for backend in args.backends:
         for topology in args.topologies:
             for npus in args.npus:
@@ -130,12 +140,65 @@ def main() -> None:
                           f"larger sizes skipped")
                     break
                 best = min(finished, key=lambda result: result["simulate_s"])
+                measured.append({"npus": npus, "backend": backend, "topology": topology, **best})
                 rows_s = f"{best['rows_s']:7.2f}" if rows else f"{'-':>7}"
                 rows_mib = f"{best['peak_rss_mib']:9.0f}" if rows else f"{'-':>9}"
-                print(f"{backend:11} {topology:11} {npus:5d} {best['messages']:11,d} {best['events']:11,d} "
+                messages = f"{best['messages']:11,d}" if best["messages"] is not None else f"{'-':>11}"
+                print(f"{backend:11} {topology:11} {npus:5d} {messages} {best['events']:11,d} "
                       f"{best['simulate_s']:11.3f} {best['simulate_cpu_s']:8.3f} {rows_s} "
                       f"{best['simulate_rss_mib']:8.0f} {rows_mib} {best['simulated_ms']:13.4f} "
                       f"{best['kernel']}{'' if best['finished'] else ' UNFINISHED'}", flush=True)
+    frame = pd.DataFrame(measured)
+    if args.csv:
+        frame.to_csv(args.csv, index=False)
+    if args.plot:
+        before = pd.read_csv(args.before) if args.before else None
+        for line in plot(frame, before, args.plot):
+            print(line)
+
+
+def growth_exponent(npus: pd.Series, seconds: pd.Series) -> float:
+    """The slope of log(seconds) against log(npus), by least squares: cost ~ npus ** slope."""
+    slope, _ = np.polyfit(np.log(npus.astype(float)), np.log(seconds.astype(float)), 1)
+    return float(slope)
+
+
+def plot(after: pd.DataFrame, before: pd.DataFrame | None, path: Path) -> list[str]:
+    """Wall time of the simulation against NPUs, log-log, one line per backend and topology (solid:
+    these measurements; dashed: `before`), each labelled with its fitted growth exponent; returns
+    one line of text per fit."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7.5, 5.0))
+    lines = []
+    colours = {"packet": "tab:red", "analytical": "tab:blue", "alpha_beta": "tab:green"}
+    markers = {"leaf_spine": "o", "fat_tree": "s"}
+    for label, frame, style in (("before", before, "--"), ("now", after, "-")):
+        if frame is None or frame.empty:
+            continue
+        for (backend, topology), series in frame.groupby(["backend", "topology"]):
+            series = series.sort_values("npus")
+            positive = series[series["simulate_s"] > 0]
+            exponent = growth_exponent(positive["npus"], positive["simulate_s"]) if len(positive) >= 2 else float("nan")
+            legend = f"{backend}, {topology}, {label}: ~ NPUs^{exponent:.2f}"
+            axes.plot(series["npus"], series["simulate_s"], style, marker=markers.get(topology, "x"),
+                      color=colours.get(backend, "black"), label=legend)
+            lines.append(f"fit {legend} ({len(positive)} sizes, {int(series['npus'].min())} to "
+                         f"{int(series['npus'].max())} NPUs)")
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel("NPUs")
+    axes.set_ylabel("wall time of one DLRM iteration (s)")
+    axes.set_title("netsweep at scale: one ASTRA-sim DLRM iteration, 2-core laptop")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return lines
 
 
 if __name__ == "__main__":
