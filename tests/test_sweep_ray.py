@@ -35,8 +35,9 @@ RAY_ENV = {
     "RAY_AUTH_MODE": "disabled",  # a throwaway loopback cluster: no token to read or write
     "RAY_USAGE_STATS_ENABLED": "0",
 }
-# Columns that differ between two executions of the same run: timing and provenance.
-TIMING_COLUMNS = {"wall_s", "events_per_s", "started_at"}
+# Columns that differ between two executions of the same run: timing and provenance (the commit a
+# process found when it first looked: one made while the tests run moves HEAD).
+TIMING_COLUMNS = {"wall_s", "events_per_s", "started_at", "git_commit"}
 
 
 def _free_port() -> int:
