@@ -25,6 +25,21 @@ from .units import BITS_PER_BYTE, PS_PER_S, bytes_in_duration, serialisation_ps
 TCP_IP_HEADER_BYTES: Final = 40
 
 
+def wire_bytes(payload_bytes: int, mss_bytes: int) -> int:
+    """What a message of `payload_bytes` puts on the wire: one IPv4+TCP header per MSS segment."""
+    segments = -(-payload_bytes // mss_bytes)
+    return payload_bytes + segments * TCP_IP_HEADER_BYTES
+
+
+def unloaded_latency_ps(route: tuple[Link, ...], payload_bytes: int, mss_bytes: int) -> int:
+    """A message's latency on an idle route, before its own serialisation: the propagation of every
+    hop and the store-and-forward of one packet (min(MSS, payload) + headers) at each hop after the
+    first. The fluid backends (analytical, alpha_beta) charge it to every message."""
+    packet_bytes = min(mss_bytes, payload_bytes) + TCP_IP_HEADER_BYTES
+    return sum(link.latency_ps for link in route) + sum(serialisation_ps(packet_bytes, link.rate_bps)
+                                                       for link in route[1:])
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class PacketSink(EventSource):
     """Base of anything a packet can be handed to (links, TCP endpoints, test taps)."""

@@ -37,7 +37,7 @@ from collections import Counter
 from typing import Callable
 
 from ..eventlist import EventList
-from ..network import TCP_IP_HEADER_BYTES, Link
+from ..network import Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..units import serialisation_ps
 from .algorithms import RING, XOR, Program, SymmetricStep, plan, symmetric_steps
@@ -88,15 +88,11 @@ class RouteCosts:
 
     def wire_bytes(self, payload_bytes: int) -> int:
         """Payload plus one IPv4+TCP header per MSS-sized segment."""
-        segments = -(-payload_bytes // self.mss_bytes)
-        return payload_bytes + segments * TCP_IP_HEADER_BYTES
+        return wire_bytes(payload_bytes, self.mss_bytes)
 
     def latency_ps(self, route_class: int, size_bytes: int) -> int:
         """Propagation of every hop + one packet's store-and-forward at each hop after the first."""
-        route = self.route(route_class)
-        packet_bytes = min(self.mss_bytes, size_bytes) + TCP_IP_HEADER_BYTES
-        return sum(link.latency_ps for link in route) + sum(
-            serialisation_ps(packet_bytes, link.rate_bps) for link in route[1:])
+        return unloaded_latency_ps(self.route(route_class), size_bytes, self.mss_bytes)
 
     def serialisation_ps(self, route_class: int, size_bytes: int) -> int:
         """A message's wire bytes at the bottleneck rate of its route."""

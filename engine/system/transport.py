@@ -11,7 +11,7 @@ from heapq import heapify, heappop, heappush
 from typing import Callable, Final, cast
 
 from ..eventlist import EventList, EventSource
-from ..network import TCP_IP_HEADER_BYTES, Link
+from ..network import Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..transport import TcpConnection
 from ..units import BITS_PER_BYTE, PS_PER_S
@@ -144,22 +144,14 @@ class AnalyticalTransport(EventSource):
         self._sending = 0  # messages started and not finished
         self._next_wake_ps = -1  # time of the pending wake-up, -1 if none
 
-    def wire_bytes(self, nbytes: int) -> int:
-        """Payload plus one IPv4+TCP header per MSS-sized segment."""
-        segments = -(-nbytes // self.mss_bytes)
-        return nbytes + segments * TCP_IP_HEADER_BYTES
-
     def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None]) -> None:
         """Start a message; `on_delivered` runs when its last byte has arrived."""
         links = self.topology.path(src, dst, len(self.records))
         now = self.eventlist.now_ps
         record = MessageRecord(self.records.add(src, dst, nbytes, now), src, dst, nbytes, now)
-        packet_bytes = min(self.mss_bytes, nbytes) + TCP_IP_HEADER_BYTES
-        # propagation of every hop + one packet's serialisation at each hop after the first
-        latency_ps = sum(link.latency_ps for link in links) + sum(
-            packet_bytes * BITS_PER_BYTE * PS_PER_S // link.rate_bps for link in links[1:])
+        latency_ps = unloaded_latency_ps(links, nbytes, self.mss_bytes)
         shared_links = tuple(self._shared_link(link) for link in links)
-        message = _FluidMessage(shared_links, record, self.wire_bytes(nbytes), latency_ps, on_delivered)
+        message = _FluidMessage(shared_links, record, wire_bytes(nbytes, self.mss_bytes), latency_ps, on_delivered)
         pair = src * self.topology.npus + dst
         tail = self._pair_tails.get(pair)
         self._pair_tails[pair] = message
