@@ -165,8 +165,9 @@ def test_a_sweep_spreads_over_three_nodes(cluster: LoopbackCluster, tmp_path: Pa
     assert len(node_ids) == 3
     if shutil.which("ss"):  # every service of every node on loopback only
         assert cluster.listen_addresses() <= {"127.0.0.1", "[::ffff:127.0.0.1]"}
+    # 1 GB a flow, about 0.5 s a run: every node's worker is up before the runs are all done
     done = _sweep(tmp_path, "seed=range(12)", "workload=incast", "workload.senders=2",
-                  "workload.bytes_per_flow=200000000", "name=spread",  # ~0.4 s a run: every node's worker is up in time f"results_dir={tmp_path / 'results'}",
+                  "workload.bytes_per_flow=1000000000", "name=spread", f"results_dir={tmp_path / 'results'}",
                   f"ray.address={cluster.address}")
     assert done.returncode == 0, done.stderr
     assert f"ray: the Ray cluster at {cluster.address}, 3 CPUs" in done.stderr
@@ -182,7 +183,8 @@ def test_a_node_removed_mid_sweep(cluster: LoopbackCluster, tmp_path: Path) -> N
     cluster.start(workers=1)
     head, node = cluster.nodes
     head_id, node_id = cluster.node_id_of(head), cluster.node_id_of(node)
-    grid = ["seed=range(16)", "workload=incast", "workload.senders=2", "workload.bytes_per_flow=250000000",
+    # 4 GB a flow: about 2 s a run with the lean engine, so the node dies inside one
+    grid = ["seed=range(16)", "workload=incast", "workload.senders=2", "workload.bytes_per_flow=4000000000",
             "name=node_lost", f"results_dir={tmp_path / 'results'}", f"ray.address={cluster.address}",
             "hydra.launcher.flush_rows=1"]
     env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
@@ -195,7 +197,7 @@ def test_a_node_removed_mid_sweep(cluster: LoopbackCluster, tmp_path: Path) -> N
             assert time.monotonic() < deadline
             busy = [pid for pid in _session_pids(node.pid) if _cmdline(pid).startswith(b"ray::_on_worker")]
             if busy:
-                time.sleep(0.2)  # inside the run (a run takes about a second)
+                time.sleep(0.2)  # inside the run (a run takes about two seconds)
                 if _cmdline(busy[0]).startswith(b"ray::_on_worker"):  # and still in it
                     break
             time.sleep(0.05)

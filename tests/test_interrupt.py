@@ -29,8 +29,9 @@ pytestmark = pytest.mark.skipif(not LINUX, reason="follows processes through /pr
 TABLES = ("runs", "flows", "collectives", "layers")
 CODE_ROOT = Path(sweep.__file__).resolve().parent.parent  # the folder holding the `sweep` package under test
 ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # 0: Ray binds to loopback (read when Ray is imported)
-# A run of about a second of wall time; with flush_rows=1 each finished run is written at once.
-SECOND_RUNS = ["workload=incast", "workload.senders=2", "workload.bytes_per_flow=100000000"]
+# A run of about half a second of wall time (1 GB a flow); with flush_rows=1 each finished run is
+# written at once.
+SECOND_RUNS = ["workload=incast", "workload.senders=2", "workload.bytes_per_flow=1000000000"]
 
 
 def _read(path: str) -> bytes:

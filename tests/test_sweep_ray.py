@@ -341,7 +341,7 @@ def test_a_failed_run_makes_the_command_exit_non_zero(ray_address: str, tmp_path
 
 def test_sigkill_of_the_driver_loses_no_finished_run(ray_address: str, tmp_path: Path) -> None:
     """Kill -9 mid-sweep (every finished run flushed at once), then the same command again."""
-    grid = ["seed=range(24)", "workload=incast", "workload.bytes_per_flow=10000000", "name=killed",
+    grid = ["seed=range(24)", "workload=incast", "workload.bytes_per_flow=200000000", "name=killed",
             f"results_dir={tmp_path / 'results'}", f"ray.address={ray_address}", "hydra.launcher.flush_rows=1"]
     env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
     driver = subprocess.Popen([sys.executable, "-m", "sweep", "-m", *grid], cwd=tmp_path, env=env,
