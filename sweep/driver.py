@@ -17,7 +17,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Generator, Iterator, Protocol, Sequence, TextIO
+from typing import Any, Generator, Protocol, Sequence, TextIO
 
 from .interrupts import interrupts_deferred, sigterm_as_interrupt
 from .plan import PlannedRun

@@ -134,8 +134,8 @@ def sweeps() -> Iterator[Callable[[Path, list[str]], SweepProcess]]:
         return started[-1]
 
     yield start
-    for sweep in started:
-        sweep.kill_all()
+    for process in started:
+        process.kill_all()
 
 
 def _assert_nothing_left(sweep: SweepProcess) -> None:
