@@ -14,7 +14,8 @@ from typing import Any, Mapping
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 BACKENDS = ("packet", "analytical", "alpha_beta")
-WORKLOAD_TYPES = ("dlrm", "astra", "collective", "flows")
+WORKLOAD_TYPES = ("dlrm", "astra", "chakra", "collective", "flows")
+DURATION_UNITS = ("us", "ns", "cycles")  # chakra: the unit of a compute node's duration_micros
 COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 SYSTEM_ALGORITHMS = {
     "all_reduce": ("ring", "halving_doubling", "double_binary_tree", "direct"),
@@ -127,9 +128,10 @@ class WorkloadConfig:
     dtype_bytes: int = 4
     npu_tflops: float = 100.0
     hbm_gbps: float = 8000.0
-    # astra (an ASTRA-sim 1.0 text workload)
+    # astra (an ASTRA-sim 1.0 text workload) and chakra (a Chakra execution trace)
     path: str | None = None
     cycle_ns: float = 1.0
+    duration_unit: str = "us"  # chakra: us (the schema's), ns, or cycles of cycle_ns
     # collective (a microbenchmark)
     op: str = "all_reduce"
     bytes: int = 1_048_576
@@ -326,6 +328,14 @@ def _validate(config: SimConfig) -> None:
         from .workload.layers import parse_astra  # reading the file is part of validating it
 
         parse_astra(wl.path, 1)
+    elif wl.type == "chakra":
+        _require(wl.path is not None, "workload.path", wl.path, "the prefix (or folder) of a Chakra trace, one "
+                 "<prefix>.<rank>.et file per NPU")
+        _one_of("workload.duration_unit", wl.duration_unit, DURATION_UNITS)
+        _positive("workload.cycle_ns", wl.cycle_ns)
+        from .workload.chakra import read_trace  # reading the trace is part of validating it
+
+        read_trace(wl.path, net.npus)
     elif wl.type == "collective":
         _one_of("workload.op", wl.op, COLLECTIVE_OPS)
         _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")

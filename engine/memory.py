@@ -17,6 +17,7 @@ from functools import lru_cache
 from .config import NetworkConfig, SimConfig, SystemConfig, WorkloadConfig
 from .system.algorithms import ALL, TREE_PIPELINE_BLOCKS, symmetric_steps
 from .workload.flows import pattern_pairs
+from .workload.chakra import SEND, read_trace, trace_collectives
 from .workload.layers import workload_spec
 
 BASE_BYTES = 400 * 2**20  # a worker process with the engine, pandas and pyarrow loaded, and headroom
@@ -45,6 +46,11 @@ def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
             return len(wl.flows)
         return len(pattern_pairs(wl.pattern, npus, wl.senders, 0)) * wl.rounds  # the seed orders, never counts
     algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
+    if wl.type == "chakra":
+        assert wl.path is not None
+        per_iteration = sum(1 if op == SEND else messages_per_collective(op, algorithms[op], group) * system.splits
+                            for op, _, group in trace_collectives(read_trace(wl.path, npus)))
+        return per_iteration * wl.iterations
     layers = workload_spec(SimConfig(network=NetworkConfig(npus=npus), system=system, workload=wl)).layers
     per_iteration = 0
     for layer in layers:

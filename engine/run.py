@@ -14,6 +14,7 @@ from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, Messag
 from .system.messages import flow_rows
 from .units import ns_to_ps, ps_to_s
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
+from .workload.chakra import TraceReplay, duration_ps_per_unit, read_trace
 
 
 PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "drops", "ecn_marks",
@@ -33,7 +34,7 @@ class PreparedRun:
     transport: PacketTransport | AnalyticalTransport | None
     flows: FlowsWorkload | None = None
     system: SystemLayer | None = None
-    training: TrainingLoop | None = None
+    training: TrainingLoop | TraceReplay | None = None  # a trace replays like a training loop
 
     @property
     def finished(self) -> bool:
@@ -80,7 +81,13 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
         flows = FlowsWorkload(sim.eventlist, transport, cfg.workload, cfg.network.npus, cfg.seed)
         return PreparedRun(cfg, sim, transport, flows=flows)
     system = build_system_layer(cfg, sim, transport)
-    training = TrainingLoop(sim.eventlist, system, workload_spec(cfg), cfg.workload.iterations)
+    wl = cfg.workload
+    if wl.type == "chakra":
+        assert wl.path is not None
+        replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus),
+                             duration_ps_per_unit(wl.duration_unit, wl.cycle_ns), wl.iterations)
+        return PreparedRun(cfg, sim, transport, system=system, training=replay)
+    training = TrainingLoop(sim.eventlist, system, workload_spec(cfg), wl.iterations)
     return PreparedRun(cfg, sim, transport, system=system, training=training)
 
 

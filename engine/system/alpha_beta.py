@@ -154,6 +154,13 @@ class AlphaBetaSystemLayer(SystemLayer):
             self._phase_ps[key] = duration_ps
         self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, dimension))
 
+    def point_to_point(self, src: int, dst: int, size_bytes: int, on_delivered: Callable[[], None]) -> None:
+        """A message outside any collective, delivered after its cost alone on its route (one step of
+        one message)."""
+        route_class = self.topology.route_class(src, dst)
+        self.eventlist.call_at(self.eventlist.now_ps + self.costs.step_ps(((route_class, 1),), size_bytes),
+                               on_delivered)
+
     def _phase_ender(self, chunk: _Chunk, dimension: int) -> Callable[[], None]:
         def end() -> None:
             self._phase_done(chunk, dimension)

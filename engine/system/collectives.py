@@ -186,8 +186,8 @@ class SystemLayer:
 
     `algorithms` maps each op to its algorithm name; `hierarchy` is `baseline` (the whole collective
     in every dimension in turn) or `local_bw_aware` (reduce-scatter up the dimensions, all-reduce on
-    the last, all-gather back down). All-to-all always runs flat over all NPUs (`flat_dimension`),
-    with a scheduling queue of its own, so it shares the network with the other collectives instead
+    the last, all-gather back down). All-to-all over the whole network runs flat over all NPUs
+    (`flat_dimension`), with a scheduling queue of its own, so it shares the network with the other collectives instead
     of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks).
     """
 
@@ -207,42 +207,76 @@ class SystemLayer:
         self._ready: list[list[_Chunk]] = [[] for _ in self.dimensions]
         self._busy = [False] * len(self.dimensions)
         self._issued = 0
+        self._group_dimensions: dict[tuple[int, ...], int] = {}  # process group's ranks -> its dimension
 
-    def _phases(self, op: str, chunk_bytes: int) -> list[_Phase]:
-        dims = self.flat_index  # the network's real dimensions come before the flat one
-        if op == "all_to_all":
-            return [_Phase(self.flat_index, op, chunk_bytes)]
-        if dims == 1:
-            return [_Phase(0, op, chunk_bytes)]
-        sizes = [self.dimensions[d].size for d in range(dims)]
+    def _phases(self, op: str, chunk_bytes: int, dimensions: tuple[int, ...] | None) -> list[_Phase]:
+        """The phases of one chunk of `op` over `dimensions` (indices into `self.dimensions`; None = every
+        real dimension of the network). A single flat or process-group dimension is one phase of the
+        whole collective; real dimensions follow `hierarchy`."""
+        real = self.flat_index  # the network's real dimensions come before the flat one
+        if dimensions is None:
+            dimensions = tuple(range(real))
+            if op == "all_to_all":  # over the whole network: flat, not dimension by dimension
+                dimensions = (self.flat_index,)
+        if len(dimensions) == 1:
+            return [_Phase(dimensions[0], op, chunk_bytes)]
+        dims = list(dimensions)
+        sizes = [self.dimensions[d].size for d in dims]
+        if op == "all_to_all":  # over some real dimensions: the whole exchange within each in turn
+            return [_Phase(d, op, chunk_bytes) for d in dims]
         if op == "all_reduce" and self.hierarchy == "local_bw_aware":
             phases, data = [], chunk_bytes
-            for d in range(dims - 1):  # reduce-scatter up: each level keeps 1/size of the data
-                phases.append(_Phase(d, "reduce_scatter", data))
-                data = max(1, data // sizes[d])
-            phases.append(_Phase(dims - 1, "all_reduce", data))
-            for d in reversed(range(dims - 1)):  # all-gather back down
-                data *= sizes[d]
-                phases.append(_Phase(d, "all_gather", data))
+            for level in range(len(dims) - 1):  # reduce-scatter up: each level keeps 1/size of the data
+                phases.append(_Phase(dims[level], "reduce_scatter", data))
+                data = max(1, data // sizes[level])
+            phases.append(_Phase(dims[-1], "all_reduce", data))
+            for level in reversed(range(len(dims) - 1)):  # all-gather back down
+                data *= sizes[level]
+                phases.append(_Phase(dims[level], "all_gather", data))
             return phases
         if op == "all_reduce":  # baseline: the full all-reduce in each dimension
-            return [_Phase(d, op, chunk_bytes) for d in range(dims)]
+            return [_Phase(d, op, chunk_bytes) for d in dims]
         if op == "reduce_scatter":
             phases, data = [], chunk_bytes
-            for d in range(dims):
+            for level, d in enumerate(dims):
                 phases.append(_Phase(d, op, data))
-                data = max(1, data // sizes[d])
+                data = max(1, data // sizes[level])
             return phases
         # all_gather: the result of size chunk_bytes is gathered from the last dimension down
         phases, data = [], chunk_bytes
-        for d in range(dims):
+        for level, d in enumerate(dims):
             phases.append(_Phase(d, op, data))
-            data = max(1, data // sizes[d])
+            data = max(1, data // sizes[level])
         return list(reversed(phases))
 
+    @property
+    def real_dimensions(self) -> int:
+        """How many dimensions the network has (1, or 2 for `hierarchical`)."""
+        return self.flat_index
+
+    def group_dimension(self, ranks: tuple[int, ...]) -> int:
+        """The index of a dimension holding just `ranks` (a process group), added on first use with a
+        scheduling queue of its own: collectives of disjoint groups run side by side."""
+        index = self._group_dimensions.get(ranks)
+        if index is None:
+            index = len(self.dimensions)
+            self.dimensions.append(Dimension(f"group{index}", (ranks,)))
+            self._ready.append([])
+            self._busy.append(False)
+            self._group_dimensions[ranks] = index
+        return index
+
+    def point_to_point(self, src: int, dst: int, size_bytes: int, on_delivered: Callable[[], None]) -> None:
+        """One message from NPU `src` to NPU `dst` outside any collective (a trace's send/receive)."""
+        transport = self.transport
+        assert transport is not None  # AlphaBetaSystemLayer times it instead
+        transport.send(src, dst, size_bytes, on_delivered)
+
     def collective(self, op: str, size_bytes: int, on_done: Callable[[], None] | None = None,
-                   layer: str = "", iteration: int = 0) -> CollectiveRecord:
-        """Start collective `op` of `size_bytes` per NPU; `on_done` runs when every chunk finished."""
+                   layer: str = "", iteration: int = 0,
+                   dimensions: tuple[int, ...] | None = None) -> CollectiveRecord:
+        """Start collective `op` of `size_bytes` per NPU over `dimensions` (indices into `dimensions`,
+        never empty; None = the whole network); `on_done` runs when every chunk finished."""
         record = CollectiveRecord(op, size_bytes, self.eventlist.now_ps, layer, iteration)
         self.records.append(record)
         chunks = max(1, min(self.splits, size_bytes))
@@ -250,7 +284,7 @@ class SystemLayer:
         chunk_bytes = -(-size_bytes // chunks)
         for _ in range(chunks):
             self._issued += 1
-            chunk = _Chunk(collective, self._phases(op, chunk_bytes), self._issued)
+            chunk = _Chunk(collective, self._phases(op, chunk_bytes, dimensions), self._issued)
             self._enqueue(chunk)
         return record
 

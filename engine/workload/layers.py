@@ -13,7 +13,19 @@ from ..units import ns_to_ps
 
 COMM_TYPES = {"NONE": None, "ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather",
               "REDUCESCATTER": "reduce_scatter", "ALLTOALL": "all_to_all"}
-PARALLELISM = ("DATA", "HYBRID_DLRM", "MICRO")
+PARALLELISM = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_DLRM", "HYBRID_DLRM_ENHANCED",
+               "MICRO")
+# The parallelisms whose line 1 may carry the index of the last bottom-MLP layer (ASTRA-sim 1.0 reads it
+# there: `HYBRID_DLRM 4`); without it, the last layer whose name says "bottom".
+DLRM_PARALLELISM = ("HYBRID_DLRM", "HYBRID_DLRM_ENHANCED")
+# ASTRA-sim 1.0's involved dimensions of each pass's collective (Workload::decode_involved_dimensions)
+# for the model-parallel families: "all" the whole network, "first" its first (local) dimension only,
+# "rest" every other dimension (none at all on a one-dimensional network: no collective is issued).
+MODEL_PARALLEL_DIMENSIONS = {
+    "MODEL": {"fwd": "all", "ig": "all", "wg": None},
+    "HYBRID_DATA_MODEL": {"fwd": "first", "ig": "first", "wg": "rest"},
+    "HYBRID_MODEL_DATA": {"fwd": "rest", "ig": "rest", "wg": "first"},
+}
 # `workload.path: bundled:astra-sim-1.0/DLRM_HybridParallel.txt` names a workload file shipped inside
 # the installed package (engine/workloads/): the same value on every machine, so run_id does not
 # depend on where netsweep is installed.
@@ -22,10 +34,12 @@ BUNDLED_DIR = "workloads"
 
 
 def bundled_workloads() -> list[str]:
-    """The `bundled:` names of the workload files shipped with the engine (licences left out)."""
+    """The `bundled:` names of the ASTRA-sim text workloads shipped with the engine (licences and
+    Chakra traces, `*.et`, left out)."""
     root = files("engine") / BUNDLED_DIR
     return sorted(f"{BUNDLED_PREFIX}{folder.name}/{item.name}" for folder in root.iterdir() if folder.is_dir()
-                  for item in folder.iterdir() if item.is_file() and item.name != "LICENSE")
+                  for item in folder.iterdir()
+                  if item.is_file() and item.name != "LICENSE" and not item.name.endswith(".et"))
 
 
 def workload_file(path: str) -> Path:
@@ -72,16 +86,22 @@ class WorkloadSpec:
 
     parallelism: str
     layers: tuple[Layer, ...]
+    last_bottom_index: int | None = None  # HYBRID_DLRM: as line 1 of the file gives it
 
     @property
     def last_bottom_layer(self) -> int:
-        """HYBRID_DLRM: index of the last bottom-MLP layer (the interaction follows it)."""
+        """HYBRID_DLRM: index of the last bottom-MLP layer (the interaction follows it): the file's
+        own (line 1), else the last layer whose name says "bottom"."""
+        if self.last_bottom_index is not None:
+            return self.last_bottom_index
         bottoms = [i for i, layer in enumerate(self.layers) if "bottom" in layer.name.lower()]
         return bottoms[-1] if bottoms else 0
 
 
 def parse_astra(path: str, cycle_ps: int) -> WorkloadSpec:
-    """Read an ASTRA-sim 1.0 text workload: line 1 the parallelism, line 2 the layer count, then a
+    """Read an ASTRA-sim 1.0 text workload: line 1 the parallelism (for HYBRID_DLRM and
+    HYBRID_DLRM_ENHANCED optionally followed by the index of the last bottom-MLP layer), line 2 the
+    layer count, then a
     line per layer: name, -1, fwd cycles, fwd type, fwd bytes, ig cycles, type, bytes, wg cycles,
     type, bytes, update delay. `path` as `workload_file` takes it. Errors name the file, the line
     and what was expected."""
@@ -102,6 +122,12 @@ def parse_astra(path: str, cycle_ps: int) -> WorkloadSpec:
     body = numbered[2:]
     if len(body) != count:
         raise ConfigError("workload.path", path, f"{count} layer lines after line {count_line}, found {len(body)}")
+    last_bottom_index = None
+    if parallelism in DLRM_PARALLELISM and len(header) > 1:
+        if not header[1].isdigit() or int(header[1]) >= count:
+            raise ConfigError("workload.path", path, f"line 1: the last bottom-MLP layer after {parallelism} must be "
+                              f"a layer index in 0..{count - 1}, got {header[1]!r}")
+        last_bottom_index = int(header[1])
     layers = []
     for line_number, fields in body:
         if len(fields) != 12:
@@ -130,7 +156,7 @@ def parse_astra(path: str, cycle_ps: int) -> WorkloadSpec:
             wg_compute_ps=number(8, "weight-grad compute cycles") * cycle_ps, wg_comm=comm(9),
             update_ps=number(11, "update delay") * cycle_ps,
         ))
-    return WorkloadSpec(parallelism, tuple(layers))
+    return WorkloadSpec(parallelism, tuple(layers), last_bottom_index)
 
 
 def _roofline_ps(flops: float, memory_bytes: float, tflops: float, hbm_gbps: float) -> int:

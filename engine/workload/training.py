@@ -6,6 +6,16 @@
   and waited for at the interaction (after the last bottom-MLP layer); the backward all-to-all is
   issued at the first top-MLP layer's backward pass and waited for at the embedding layer. The
   first layer computes no input gradient (nothing precedes it).
+- HYBRID_DLRM_ENHANCED: as HYBRID_DLRM, but the backward pass does not wait for the embedding's
+  backward all-to-all (ASTRA-sim 1.0 waits for it only at the end of the run).
+- MODEL, HYBRID_DATA_MODEL, HYBRID_MODEL_DATA (ASTRA-sim 1.0's model-parallel loops): each layer's
+  forward collective blocks after its forward compute; backward, layer by layer from the last, the
+  input-gradient compute (the first layer's too), its collective issued without blocking (not for
+  the first layer), the weight-gradient compute, the weight-gradient collective issued without
+  blocking (not in MODEL) and waited for by the next iteration's forward pass of that layer, then a
+  wait for the input-gradient collective before the next layer down. Collectives run over the
+  dimensions ASTRA-sim 1.0 gives each pass (`MODEL_PARALLEL_DIMENSIONS`); where those are none of
+  the network's, no collective is issued.
 - MICRO: as DATA, but every iteration waits for its own collectives (a microbenchmark).
 Any other collective blocks where it is issued. Time a pass waits for communication is that
 layer's exposed communication (ASTRA-sim's EndToEnd breakdown).
@@ -19,7 +29,7 @@ from typing import Callable
 from ..eventlist import EventList
 from ..system.collectives import CollectiveRecord, SystemLayer
 from ..units import ps_to_s
-from .layers import Comm, WorkloadSpec
+from .layers import DLRM_PARALLELISM, MODEL_PARALLEL_DIMENSIONS, Comm, WorkloadSpec
 
 
 class _Pending:
@@ -73,6 +83,8 @@ class TrainingLoop:
         self._weight_grads: dict[int, _Pending] = {}  # layer -> its last weight-gradient collective
         self._embedding_fwd: _Pending | None = None
         self._embedding_bwd: _Pending | None = None
+        self._unwaited: list[_Pending] = []  # HYBRID_DLRM_ENHANCED: backward all-to-alls, waited for at the end
+        self._dimensions = MODEL_PARALLEL_DIMENSIONS.get(spec.parallelism)
 
     @property
     def finished(self) -> bool:
@@ -91,12 +103,25 @@ class TrainingLoop:
         else:
             then()
 
-    def _issue(self, comm: Comm, layer: int) -> _Pending:
+    def _issue(self, comm: Comm, layer: int, dimensions: tuple[int, ...] | None = None) -> _Pending:
         pending = _Pending()
         pending.record = self.system.collective(comm.op, comm.size_bytes, pending.finish,
                                                 layer=self.spec.layers[layer].name,
-                                                iteration=len(self.stats) - 1)
+                                                iteration=len(self.stats) - 1, dimensions=dimensions)
         return pending
+
+    def _issue_in_pass(self, comm: Comm, layer: int, pass_name: str) -> _Pending | None:
+        """Model-parallel loops: issue the pass's collective over the dimensions ASTRA-sim 1.0 gives
+        it; None if there is none (no collective, or none of the network's dimensions take part)."""
+        assert self._dimensions is not None
+        involved = self._dimensions[pass_name]
+        if comm.op is None or involved is None:
+            return None
+        if involved == "all":
+            return self._issue(comm, layer)
+        real = self.system.real_dimensions
+        dimensions = (0,) if involved == "first" else tuple(range(1, real))
+        return self._issue(comm, layer, dimensions) if dimensions else None
 
     def _wait(self, pending: _Pending | None, charge: Callable[[int], None], then: Callable[[], None]) -> None:
         """Continue with `then` once `pending` is done; the time waited is charged as exposed."""
@@ -126,14 +151,68 @@ class TrainingLoop:
 
     def _start_iteration(self) -> None:
         self.stats.append(IterationStats(self.eventlist.now_ps, layers=[LayerStats() for _ in self.spec.layers]))
-        self._forward(0)
+        if self._dimensions is not None:
+            self._forward_model(0)
+        else:
+            self._forward(0)
+
+    def _forward_model(self, index: int) -> None:
+        """Model-parallel forward pass: compute, then the layer's collective, blocking."""
+        if index == len(self.spec.layers):
+            self._backward_model(len(self.spec.layers) - 1)
+            return
+        layer, stats = self.spec.layers[index], self._layer_stats(index)
+
+        def charge_wg(ps: int) -> None:
+            stats.wg_exposed_ps += ps
+
+        def charge_fwd(ps: int) -> None:
+            stats.fwd_exposed_ps += ps
+
+        def after_compute() -> None:
+            self._wait(self._issue_in_pass(layer.fwd_comm, index, "fwd"), charge_fwd,
+                       lambda: self._forward_model(index + 1))
+
+        def compute() -> None:
+            stats.fwd_compute_ps += layer.fwd_compute_ps
+            self._compute(layer.fwd_compute_ps, after_compute)
+
+        self._wait(self._weight_grads.pop(index, None), charge_wg, compute)
+
+    def _backward_model(self, index: int) -> None:
+        """Model-parallel backward pass of one layer: input-gradient compute and collective (not
+        blocking), weight-gradient compute and collective (not blocking), then the wait for the
+        input-gradient collective."""
+        if index < 0:
+            self._end_iteration()
+            return
+        layer, stats = self.spec.layers[index], self._layer_stats(index)
+        input_grad: list[_Pending | None] = [None]
+
+        def charge_ig(ps: int) -> None:
+            stats.ig_exposed_ps += ps
+
+        def after_ig_compute() -> None:
+            if index > 0:  # nothing below the first layer needs its input gradient
+                input_grad[0] = self._issue_in_pass(layer.ig_comm, index, "ig")
+            stats.wg_compute_ps += layer.wg_compute_ps
+            self._compute(layer.wg_compute_ps, after_wg_compute)
+
+        def after_wg_compute() -> None:
+            weight_grad = self._issue_in_pass(layer.wg_comm, index, "wg")
+            if weight_grad is not None:
+                self._weight_grads[index] = weight_grad
+            self._wait(input_grad[0], charge_ig, lambda: self._backward_model(index - 1))
+
+        stats.ig_compute_ps += layer.ig_compute_ps
+        self._compute(layer.ig_compute_ps, after_ig_compute)
 
     def _forward(self, index: int) -> None:
         if index == len(self.spec.layers):
             self._backward(len(self.spec.layers) - 1)
             return
         layer, stats = self.spec.layers[index], self._layer_stats(index)
-        hybrid = self.spec.parallelism == "HYBRID_DLRM"
+        hybrid = self.spec.parallelism in DLRM_PARALLELISM
 
         def charge_wg(ps: int) -> None:
             stats.wg_exposed_ps += ps
@@ -172,7 +251,7 @@ class TrainingLoop:
             self._end_iteration()
             return
         layer, stats = self.spec.layers[index], self._layer_stats(index)
-        hybrid = self.spec.parallelism == "HYBRID_DLRM"
+        hybrid = self.spec.parallelism in DLRM_PARALLELISM
 
         def charge_ig(ps: int) -> None:
             stats.ig_exposed_ps += ps
@@ -181,10 +260,13 @@ class TrainingLoop:
             if layer.wg_comm.op is not None:
                 self._weight_grads[index] = self._issue(layer.wg_comm, index)
             if index == 0:
-                # the first layer has no input gradient; HYBRID waits here for the embedding's
-                # backward all-to-all issued at the first top-MLP layer
+                # the first layer has no input gradient; HYBRID_DLRM waits here for the embedding's
+                # backward all-to-all issued at the first top-MLP layer (HYBRID_DLRM_ENHANCED: at the end)
                 wait_for = self._embedding_bwd if hybrid else None
                 self._embedding_bwd = None
+                if wait_for is not None and self.spec.parallelism == "HYBRID_DLRM_ENHANCED":
+                    self._unwaited.append(wait_for)
+                    wait_for = None
                 self._wait(wait_for, charge_ig, lambda: self._backward(-1))
                 return
             stats.ig_compute_ps += layer.ig_compute_ps
@@ -202,7 +284,8 @@ class TrainingLoop:
     def _end_iteration(self) -> None:
         last = len(self.stats) == self.iterations
         if last or self.spec.parallelism == "MICRO":
-            self._drain(list(self._weight_grads.items()))
+            # the backward all-to-alls HYBRID_DLRM_ENHANCED never waited for count as the embedding's
+            self._drain(list(self._weight_grads.items()) + [(0, pending) for pending in self._unwaited])
         else:
             self._close_iteration()
 
@@ -210,13 +293,18 @@ class TrainingLoop:
         """Wait for every outstanding weight-gradient collective, then close the iteration."""
         if not pending:
             self._weight_grads.clear()
+            self._unwaited.clear()
             self._close_iteration()
             return
         index, handle = pending[0]
         stats = self._layer_stats(index)
+        is_weight_grad = self._weight_grads.get(index) is handle
 
         def charge(ps: int) -> None:
-            stats.wg_exposed_ps += ps
+            if is_weight_grad:
+                stats.wg_exposed_ps += ps
+            else:
+                stats.ig_exposed_ps += ps
         self._wait(handle, charge, lambda: self._drain(pending[1:]))
 
     def _close_iteration(self) -> None:
