@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ WORKLOAD_KEYS = {
     "dlrm": {"type", "iterations", "num_tables", "emb_dim", "dense_features", "bottom_mlp", "top_mlp",
              "batch_per_npu", "dtype_bytes", "npu_tflops", "hbm_gbps"},
     "astra": {"type", "path", "iterations", "cycle_ns"},
+    "chakra": {"type", "path", "iterations", "cycle_ns", "duration_unit"},
     "collective": {"type", "op", "bytes", "iterations"},
 }
 
@@ -29,7 +32,7 @@ def test_every_group_has_its_presets() -> None:
     assert group_options("tcp") == ["cubic", "dctcp", "newreno"]
     assert group_options("system") == ["default", "halving_doubling", "local_bw_aware"]
     assert group_options("workload") == [
-        "all_to_all", "astra_dlrm", "astra_micro_allreduce", "astra_micro_alltoall", "collective", "dlrm",
+        "all_to_all", "astra_dlrm", "astra_micro_allreduce", "astra_micro_alltoall", "chakra", "collective", "dlrm",
         "dlrm_large", "dlrm_medium", "dlrm_small", "flows", "incast", "permutation"]
 
 
@@ -50,6 +53,11 @@ def test_default_config() -> None:
 @pytest.mark.parametrize(("group", "option"), ALL_PRESETS)
 def test_preset_composes_and_validates(group: str, option: str) -> None:
     config = compose_config([f"{group}={option}"])
+    if config["workload"]["type"] == "chakra" and importlib.util.find_spec("chakra") is None:
+        # without the extra, the trace cannot be read: the error says how to get it
+        with pytest.raises(engine.ConfigError, match=re.escape("pip install 'netsweep[chakra]'")):
+            engine.load_config(config)
+        return
     engine.load_config(config)  # raises ConfigError naming the key if a preset is broken
 
 
@@ -90,7 +98,7 @@ def test_workload_preset_types() -> None:
     """The flow presets stay `flows`; the others are named after their type."""
     for option in group_options("workload"):
         prefix = option.split("_")[0]
-        expected = prefix if prefix in ("dlrm", "astra", "collective") else "flows"
+        expected = prefix if prefix in ("dlrm", "astra", "chakra", "collective") else "flows"
         assert compose_config([f"workload={option}"])["workload"]["type"] == expected, option
 
 

@@ -153,3 +153,125 @@ def test_malformed_astra_files_are_refused_with_the_line(tmp_path, text, message
 def test_missing_astra_file_is_refused(tmp_path):
     with pytest.raises(engine.ConfigError, match="workload.path"):
         engine.load_config({"workload": {"type": "astra", "path": str(tmp_path / "nope.txt")}})
+
+
+# -- ASTRA-sim 1.0's model-parallel loops (Workload.cc: iterate_model_parallel,
+# iterate_hybrid_parallel_data_model / _model_data, decode_involved_dimensions) ---------------------
+
+HYBRID_LAYERS = ("l0 -1 100 ALLGATHER 4096 200 REDUCESCATTER 8192 300 ALLREDUCE 16384 0\n"
+                 "l1 -1 100 ALLREDUCE 1024 200 ALLREDUCE 2048 300 ALLREDUCE 32768 0\n")
+
+
+def _hierarchical_run(tmp_path, parallelism: str) -> dict:
+    # 4 NPUs, 2 per node: dimension 0 joins the NPUs of a node ({0, 1}, {2, 3}), dimension 1 the NPUs of
+    # equal local index across nodes ({0, 2}, {1, 3})
+    path = write_workload(tmp_path, f"{parallelism}\n2\n{HYBRID_LAYERS}")
+    return run_workload({"type": "astra", "path": path, "iterations": 1, "cycle_ns": 1.0}, npus=4,
+                        topology="hierarchical", npus_per_node=2, scaleup_gbps=400, scaleup_latency_us=0.5)
+
+
+def _bytes_by_dimension(rows: dict) -> tuple[int, int]:
+    """Bytes of the messages within a node (dimension 0) and across nodes (dimension 1)."""
+    within = sum(f["bytes"] for f in rows["flows"] if f["src"] // 2 == f["dst"] // 2)
+    across = sum(f["bytes"] for f in rows["flows"] if f["src"] // 2 != f["dst"] // 2)
+    return within, across
+
+
+# On a group of p = 2 the ring moves, per NPU: all-reduce 2 (p-1)/p n = n, all-gather (p-1)/p n = n/2,
+# reduce-scatter n/2; four NPUs send that each. Forward collectives: l0 all-gather 4,096, l1
+# all-reduce 1,024; input gradient: l1's all-reduce 2,048 only (the first layer's is never issued);
+# weight gradient: l1 32,768, l0 16,384.
+MODEL_PASS_BYTES = 4 * (4096 // 2) + 4 * 1024 + 4 * 2048
+DATA_PASS_BYTES = 4 * 32768 + 4 * 16384
+
+
+def test_hybrid_data_model_runs_model_passes_within_nodes_and_data_across(tmp_path):
+    rows = _hierarchical_run(tmp_path, "HYBRID_DATA_MODEL")
+    issued = [(c["layer"], c["op"], c["bytes"]) for c in sorted(rows["collectives"], key=lambda c: c["start_s"])]
+    assert issued == [("l0", "all_gather", 4096), ("l1", "all_reduce", 1024), ("l1", "all_reduce", 2048),
+                      ("l1", "all_reduce", 32768), ("l0", "all_reduce", 16384)]
+    assert _bytes_by_dimension(rows) == (MODEL_PASS_BYTES, DATA_PASS_BYTES)
+    # every pass computes, the first layer's input gradient too: 2 x (100 + 200 + 300) cycles
+    assert rows["runs"][0]["compute_s"] == pytest.approx(1200e-9, rel=1e-12)
+
+
+def test_hybrid_model_data_runs_model_passes_across_nodes_and_data_within(tmp_path):
+    rows = _hierarchical_run(tmp_path, "HYBRID_MODEL_DATA")
+    assert len(rows["collectives"]) == 5
+    assert _bytes_by_dimension(rows) == (DATA_PASS_BYTES, MODEL_PASS_BYTES)
+
+
+def test_hybrid_data_model_on_one_dimension_has_no_data_parallel_collectives(tmp_path):
+    # ASTRA-sim 1.0 gives the weight gradient dimensions 1.. only: a switch has none, so "all dims
+    # disabled, no collective" (Layer::issue_weight_grad_comm)
+    path = write_workload(tmp_path, f"HYBRID_DATA_MODEL\n2\n{HYBRID_LAYERS}")
+    rows = run_workload({"type": "astra", "path": path, "iterations": 1, "cycle_ns": 1.0}, npus=4)
+    assert [(c["layer"], c["bytes"]) for c in rows["collectives"]] == [("l0", 4096), ("l1", 1024), ("l1", 2048)]
+
+
+def test_model_parallel_forward_blocks_and_backward_waits_for_the_input_gradient(tmp_path):
+    # MODEL: no weight-gradient collective; without compute nothing overlaps, so the iteration is
+    # the three collectives back to back, every one of them exposed
+    path = write_workload(tmp_path, "MODEL\n2\n"
+                          "l0 -1 0 ALLREDUCE 65536 0 ALLREDUCE 65536 0 ALLREDUCE 65536 0\n"
+                          "l1 -1 0 ALLREDUCE 131072 0 ALLREDUCE 262144 0 ALLREDUCE 65536 0\n")
+    rows = run_workload({"type": "astra", "path": path, "iterations": 1, "cycle_ns": 1.0}, npus=4)
+    collectives = sorted(rows["collectives"], key=lambda c: c["start_s"])
+    assert [(c["layer"], c["bytes"]) for c in collectives] == [("l0", 65536), ("l1", 131072), ("l1", 262144)]
+    for before, after in zip(collectives, collectives[1:]):
+        assert after["start_s"] == pytest.approx(before["end_s"], abs=1e-12)
+    run = rows["runs"][0]
+    assert run["iteration_time_s"] == pytest.approx(sum(c["duration_s"] for c in collectives), rel=1e-9)
+    layers = {r["layer"]: r for r in rows["layers"]}
+    assert layers["l1"]["ig_exposed_comm_s"] == pytest.approx(collectives[2]["duration_s"], rel=1e-9)
+    # with compute: the input-gradient all-reduce of l1 hides behind l1's weight-gradient and l0's
+    # input-gradient compute? No: the wait comes right after l1's weight gradient (W cycles), so
+    # W ns of it hide and the rest is exposed
+    w = 2000
+    path = write_workload(tmp_path, "MODEL\n2\n"
+                          "l0 -1 0 NONE 0 0 NONE 0 0 NONE 0 0\n"
+                          f"l1 -1 0 NONE 0 0 ALLREDUCE 262144 {w} NONE 0 0\n")
+    rows = run_workload({"type": "astra", "path": path, "iterations": 1, "cycle_ns": 1.0}, npus=4)
+    (ig,) = rows["collectives"]
+    l1 = next(r for r in rows["layers"] if r["layer"] == "l1")
+    assert l1["ig_exposed_comm_s"] == pytest.approx(max(0.0, ig["duration_s"] - w * 1e-9), rel=1e-9)
+
+
+def test_hybrid_dlrm_enhanced_does_not_wait_for_the_backward_all_to_all(tmp_path):
+    # The embedding's backward all-to-all is issued at the first top layer's input gradient; with no
+    # compute after it, HYBRID_DLRM waits for all of it at the embedding, HYBRID_DLRM_ENHANCED
+    # carries on into the next iteration and waits only at the end of the run.
+    layers = ("embedding -1 0 NONE 0 0 ALLTOALL 1048576 0 NONE 0 0\n"
+              "mlp_bottom_0 -1 0 NONE 0 0 NONE 0 0 NONE 0 0\n"
+              "mlp_top_0 -1 0 NONE 0 0 NONE 0 0 NONE 0 0\n")
+    results = {}
+    for parallelism in ("HYBRID_DLRM", "HYBRID_DLRM_ENHANCED"):
+        path = write_workload(tmp_path, f"{parallelism} 1\n3\n{layers}")
+        results[parallelism] = run_workload({"type": "astra", "path": path, "iterations": 2, "cycle_ns": 1.0}, npus=4)
+    dlrm, enhanced = results["HYBRID_DLRM"], results["HYBRID_DLRM_ENHANCED"]
+    a2a = [c["duration_s"] for c in dlrm["collectives"]]
+    assert len(a2a) == 2
+    # HYBRID_DLRM: each iteration is one exposed all-to-all
+    assert dlrm["runs"][0]["iteration_time_s"] == pytest.approx(a2a[0], rel=1e-9)
+    assert [c["start_s"] for c in dlrm["collectives"]] == pytest.approx([0.0, a2a[0]], rel=1e-9)
+    # ENHANCED: both all-to-alls are issued at time 0 (nothing waits between them), so iteration 0
+    # takes no time; they share the flat dimension, one chunk phase at a time, so the second ends
+    # at 2 x A, which the end of the run waits for (charged to the embedding's input gradient)
+    assert [c["start_s"] for c in enhanced["collectives"]] == [0.0, 0.0]
+    end = max(c["end_s"] for c in enhanced["collectives"])
+    assert end == pytest.approx(2 * a2a[0], rel=1e-9)
+    embedding = {r["iteration"]: r for r in enhanced["layers"] if r["layer"] == "embedding"}
+    assert embedding[0]["ig_exposed_comm_s"] == 0
+    assert embedding[1]["ig_exposed_comm_s"] == pytest.approx(end, rel=1e-9)
+
+
+def test_hybrid_dlrm_reads_the_last_bottom_layer_from_line_1(tmp_path):
+    # `HYBRID_DLRM 1`: the interaction follows layer 1 whatever the names say
+    path = write_workload(tmp_path, "HYBRID_DLRM 1\n3\n"
+                          "emb -1 0 ALLTOALL 8 0 ALLTOALL 8 0 NONE 0 0\nfirst -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n"
+                          "second -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n")
+    from engine.workload.layers import parse_astra
+    assert parse_astra(path, 1).last_bottom_layer == 1
+    bad = write_workload(tmp_path, "HYBRID_DLRM 3\n1\nemb -1 0 NONE 0 0 NONE 0 0 NONE 0 0\n")
+    with pytest.raises(engine.ConfigError, match="line 1: the last bottom-MLP layer"):
+        parse_astra(bad, 1)
