@@ -396,7 +396,7 @@ class TraceReplay:
         self._group_dimension = {name: None if len(members) == npus else system.group_dimension(members)
                                  for name, members in trace.groups.items()}
         self._instances: dict[tuple[str, int], _Instance] = {}
-        self._members: dict[int, int] = {}  # id(record) -> NPUs whose waits its exposed_ps sums
+        self._members: dict[int, int] = {}  # id(record) -> NPUs whose mean wait is its exposed_ps
         self.iteration_starts_ps: list[int] = []
         self.iteration_ends_ps: list[int] = []
         self.iteration_compute_ps: list[int] = []  # summed over NPUs
@@ -450,10 +450,11 @@ class TraceReplay:
 
     def _charge_idle(self, rank: _Rank, record: CollectiveRecord | None) -> None:
         """The NPU's compute unit was idle until now: time its computation waited, charged to the
-        collective whose end let it go on (as the `collectives` table's `exposed_s`)."""
+        collective whose end let it go on (the `collectives` table's `exposed_s`: the mean wait of its
+        members)."""
         waited = self.eventlist.now_ps - rank.idle_since_ps
         if record is not None and waited > 0:
-            record.exposed_ps += waited
+            record.exposed_ps += round(waited / self._members[id(record)])
 
     def _next_compute(self, rank_index: int) -> None:
         rank = self.ranks[rank_index]
@@ -551,13 +552,6 @@ class TraceReplay:
 
     # -- results ---------------------------------------------------------------------------------
 
-    def finish_records(self) -> None:
-        """Turn each collective's summed waits into the mean wait of its members."""
-        for record in self.system.records:
-            members = self._members.pop(id(record), 0)
-            if members:
-                record.exposed_ps = round(record.exposed_ps / members)
-
     def layer_rows(self) -> list[dict]:
         """A trace has no layers or passes: no `layers` rows."""
         return []
@@ -566,7 +560,6 @@ class TraceReplay:
         """Per-iteration means: iteration time (until every NPU finished its file), compute (per NPU,
         the mean over NPUs), exposed communication (the rest of the iteration) and the time
         collectives were in flight, as the training loop reports them."""
-        self.finish_records()
         done = len(self.iteration_ends_ps)
         n = done or 1
         npus = len(self.ranks)
