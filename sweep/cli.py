@@ -74,10 +74,10 @@ def _network_lines(run: Mapping[str, Any]) -> list[str]:
 
 
 def _workload_label(run: Mapping[str, Any]) -> str:
-    """What ran, in a few words: the flow pattern, the astra file, the collective or `dlrm`."""
+    """What ran, in a few words: the flow pattern, the astra file or chakra trace, the collective or `dlrm`."""
     kind = run.get("workload.type")
-    if kind == "astra" and run.get("workload.path"):
-        return f"astra {Path(str(run['workload.path'])).name}"
+    if kind in ("astra", "chakra") and run.get("workload.path"):
+        return f"{kind} {Path(str(run['workload.path'])).name}"
     if kind == "collective":
         return f"collective {run.get('workload.op')}"
     return str(run.get("workload.pattern") or kind)

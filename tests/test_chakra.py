@@ -378,3 +378,14 @@ def test_a_bad_trace_exits_2_with_one_line_and_writes_nothing(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: workload.path=") and "node 0 (n0)" in lines[0]
     assert "dependency cycle" in lines[0] and not results.exists()
+
+
+def test_the_memory_estimate_counts_the_trace_messages(tmp_path):
+    # one ring all-reduce of 4 NPUs: 2 (p - 1) steps of p messages = 24, in 2 chunks: 48; one send: 49
+    path = write_trace(tmp_path, [[coll(0, "ALL_REDUCE", 4096), node(1, "COMM_SEND_NODE", comm_dst=1, comm_size=8)],
+                                  [coll(0, "ALL_REDUCE", 4096), node(1, "COMM_RECV_NODE", comm_src=0, comm_size=8)],
+                                  [coll(0, "ALL_REDUCE", 4096)], [coll(0, "ALL_REDUCE", 4096)]])
+    config = engine.load_config({"network": {**NETWORK, "npus": 4}, "system": {"splits": 2},
+                                 "workload": {"type": "chakra", "path": path, "iterations": 3}})
+    from engine.memory import estimate_messages
+    assert estimate_messages(config) == 3 * 49
