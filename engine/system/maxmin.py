@@ -48,9 +48,11 @@ class SharedLink:
     rates in ascending order, `groups` the flows at each (a dict used as an insertion-ordered set,
     so every walk and every float sum runs in the same order on every run). `mark` and `slot`
     are scratch space of `MaxMinSharing.update`: the update that last reached the link and its
-    index in that update's tables."""
+    index in that update's tables. `peak_flow_count` is the most flows that ever crossed it at once
+    and `carried_bits` what its users put on it (kept by its user, `AnalyticalTransport`)."""
 
-    __slots__ = ("capacity_bps", "flow_count", "rates", "groups", "mark", "slot")
+    __slots__ = ("capacity_bps", "flow_count", "rates", "groups", "mark", "slot", "peak_flow_count",
+                 "carried_bits")
 
     def __init__(self, capacity_bps: float) -> None:
         self.capacity_bps = capacity_bps
@@ -59,6 +61,8 @@ class SharedLink:
         self.groups: list[dict[Flow, None]] = []
         self.mark = 0
         self.slot = 0
+        self.peak_flow_count = 0
+        self.carried_bits = 0.0
 
     def group(self, flow: Flow, rate_bps: float) -> None:
         """File `flow` under `rate_bps`."""
@@ -98,6 +102,8 @@ class MaxMinSharing:
         for flow in starting:
             for link in flow.links:
                 link.flow_count += 1
+                if link.flow_count > link.peak_flow_count:
+                    link.peak_flow_count = link.flow_count
         for flow in starting:
             for link in flow.links:
                 level = min(level, link.capacity_bps / link.flow_count)
