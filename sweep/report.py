@@ -41,6 +41,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from omegaconf import OmegaConf
 
 from .cli import CONF_DIR
+from .fidelity import RISKS, SAMPLE, TOP, at_risk
 from .runner import CONFIG_GROUPS, flatten
 from .store import QUARANTINE, load_runs, load_table, quarantined_parts, read_table, readable_parts
 
@@ -933,6 +934,194 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
     return plots, lines
 
 
+# -- two fidelities ----------------------------------------------------------------------------------
+
+POINTS_FILE = "points.csv"
+TOP_LISTED = 10  # configurations listed in the two-fidelity section's tables
+
+
+@dataclass
+class TwoFidelity:
+    """A two-fidelity dataset (`sweep.fidelity`) point by point: `points` holds one row per
+    point_id, the screening run's columns plus `screen_s` and `fine_s` (iteration times on the
+    screening and the refining backend; `fine_s` null for a point not refined), `refined`,
+    `reasons` (why it was refined), `at_risk` (the screen's at-risk reasons) and `error`
+    (fine / screen - 1)."""
+
+    screen_backend: str
+    fine_backend: str
+    points: pd.DataFrame
+
+    @property
+    def sample_errors(self) -> pd.Series:
+        """The screen's error over the calibration sample (refined points chosen at random)."""
+        in_sample = self.points["reasons"].fillna("").str.split(",").map(lambda reasons: SAMPLE in reasons)
+        return self.points.loc[in_sample & self.points["error"].notna(), "error"]
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """The calibrated error band: the range of the sample's errors (None without a sample)."""
+        errors = self.sample_errors
+        return (float(errors.min()), float(errors.max())) if len(errors) else None
+
+
+def two_fidelity(runs: pd.DataFrame) -> TwoFidelity | None:
+    """The points of a two-fidelity dataset, or None if `runs` holds no refined run (a row with
+    `refine_reason`) with a screening run of its point on another backend."""
+    if "refine_reason" not in runs or runs["refine_reason"].isna().all():
+        return None
+    chosen = runs[runs["refine_reason"].notna()]
+    fine_backend = chosen["engine.backend"].mode().iloc[0]
+    paired = runs[(runs["engine.backend"] != fine_backend) & runs["point_id"].isin(chosen["point_id"])]
+    if paired.empty:
+        return None
+    screen_backend = paired["engine.backend"].mode().iloc[0]
+    screen = runs[runs["engine.backend"] == screen_backend].drop_duplicates("point_id", keep="last")
+    fine = runs[(runs["engine.backend"] == fine_backend) & runs["status"].eq("ok")].drop_duplicates(
+        "point_id", keep="last").set_index("point_id")
+    points = screen.set_index("point_id", drop=False).copy()
+    points["screen_s"] = points["iteration_time_s"].astype(float)
+    points["fine_s"] = fine["iteration_time_s"].astype(float).reindex(points.index)
+    points["refined"] = points["fine_s"].notna()
+    points["reasons"] = fine["refine_reason"].reindex(points.index)
+    points["at_risk"] = at_risk(points.reset_index(drop=True)).to_numpy()
+    points["error"] = points["fine_s"] / points["screen_s"] - 1
+    return TwoFidelity(screen_backend, fine_backend, points.reset_index(drop=True))
+
+
+def _estimate(points: pd.DataFrame, band: tuple[float, float] | None, fine_backend: str) -> pd.DataFrame:
+    """Each point's best estimate of its iteration time (`estimate_s`: the refined time, else the
+    screen's) and how much it can be trusted, in words (`fidelity`)."""
+    estimate = points["fine_s"].fillna(points["screen_s"])
+    def label(row: pd.Series) -> str:
+        if row["refined"]:
+            return fine_backend
+        if band is None:
+            return "screen only (no calibration sample)"
+        low, high = row["screen_s"] * (1 + band[0]), row["screen_s"] * (1 + band[1])
+        return f"screen only: {fine_backend} expected {_ms(low)}-{_ms(high)} ms" + (
+            " (at risk: may fall outside)" if row["at_risk"] else "")
+    return points.assign(estimate_s=estimate, fidelity=points.apply(label, axis=1))
+
+
+def _two_fidelity_section(two: TwoFidelity, axes: Sequence[Axis], out: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """The summary's two-fidelity section, `points.csv` and the two plots; (lines, plots)."""
+    points, screen, fine = two.points, two.screen_backend, two.fine_backend
+    refined = points[points["refined"]]
+    reasons = [reason for text in refined["reasons"].dropna() for reason in text.split(",")]
+    risk_counts = pd.Series([r for text in points["at_risk"] for r in text.split(",") if r]).value_counts()
+    lines = ["", f"## Two fidelities: `{screen}` screen, `{fine}` refinement", "",
+             f"**{len(points)} points** screened on `{screen}`; **{len(refined)} refined** on `{fine}` "
+             f"({len(refined) / len(points):.1%} of the points): calibration sample {reasons.count(SAMPLE)}, "
+             f"top {reasons.count(TOP)}, at risk {sum(1 for text in refined['reasons'].dropna() if set(text.split(',')) & set(RISKS))}"
+             " (a point can be chosen for several reasons). Both runs of a point share its `point_id`.",
+             "", f"The screen marks {int((points['at_risk'] != '').sum())} points at risk"
+             + (": " + "; ".join(f"{RISKS[name]}: {count}" for name, count in risk_counts.items()) if len(risk_counts)
+                else ("" if screen == "analytical" else f" (`{screen}` reports no contention signals: only failed "
+                      "screens count)")) + "."]
+    band = two.band
+    errors = two.sample_errors
+    if band is None:
+        lines += ["", "No calibration sample (`hydra.launcher.refine_sample=0`): the screen's error on the points "
+                  "not refined is unknown."]
+    else:
+        lines += ["", f"Calibration: over the random sample of {len(errors)} points, the screen's error "
+                  f"({fine} / {screen} - 1) has median {errors.median():+.2%} and ranges from {band[0]:+.2%} to "
+                  f"{band[1]:+.2%}. A point not refined is given that band: its `{fine}` time is expected within "
+                  f"[screen x (1 {band[0]:+.2%}), screen x (1 {band[1]:+.2%})], as measured on {len(errors)} points, "
+                  "not guaranteed (at-risk points are where it is least likely to hold)."]
+    others = refined["error"].dropna()
+    if len(others):
+        worst = refined.loc[others.abs().idxmax()]
+        lines += ["", f"Over all {len(others)} refined points (top and at-risk ones included, so not a random sample): "
+                  f"median error {others.median():+.2%}, worst {worst['error']:+.2%} (`{worst['point_id']}`: "
+                  f"{_ms(worst['fine_s'])} ms against {_ms(worst['screen_s'])} ms"
+                  + (f"; at risk: {worst['at_risk']}" if worst["at_risk"] else "") + ")."]
+    top = refined.sort_values(["fine_s", "point_id"], kind="stable").head(TOP_LISTED)
+    lines += ["", f"### The {len(top)} fastest configurations at `{fine}` level", "",
+              *_table(["#", f"{fine} (ms)", f"{screen} (ms)", "screen error", "refined as", "configuration", "point_id"],
+                      [[i + 1, _ms(row["fine_s"]), _ms(row["screen_s"]), f"{row['error']:+.2%}", row["reasons"] or "",
+                        describe(row, axes), f"`{row['point_id']}`"] for i, (_, row) in enumerate(top.iterrows())])]
+    estimated = _estimate(points, band, fine).sort_values(["estimate_s", "point_id"], kind="stable")
+    columns = ["point_id", *(a.key for a in axes), "screen_s", "fine_s", "refined", "reasons", "at_risk", "fidelity"]
+    estimated[[c for c in dict.fromkeys(columns) if c in estimated]].to_csv(out / POINTS_FILE, index=False)
+    lines += ["", f"### Every point by its best estimate ({len(estimated)}; the first {min(len(estimated), 2 * TOP_LISTED)} "
+              f"here, all in `{POINTS_FILE}`)", "",
+              "The estimate is the refined time where there is one, else the screen's, labelled with the band the "
+              "calibration gives it:", "",
+              *_table(["#", "estimate (ms)", "fidelity", "at risk", "configuration", "point_id"],
+                      [[i + 1, _ms(row["estimate_s"]), row["fidelity"], row["at_risk"] or "", describe(row, axes),
+                        f"`{row['point_id']}`"] for i, (_, row) in enumerate(estimated.head(2 * TOP_LISTED).iterrows())])]
+    plots = []
+    if len(others):
+        plot_screen_vs_fine(two, out / "two_fidelity_scatter.png")
+        plots.append(("two_fidelity_scatter.png", f"iteration time on `{fine}` against `{screen}` for every refined "
+                      "point (log-log, the line y = x), calibration sample and at-risk points marked"))
+        plot_calibration(two, out / "calibration_error.png")
+        plots.append(("calibration_error.png", f"the screen's error ({fine} / {screen} - 1) over the calibration "
+                      "sample and over all refined points"))
+    return lines, plots
+
+
+def plot_screen_vs_fine(two: TwoFidelity, path: Path) -> Path:
+    """Refined points: `fine_s` against `screen_s` (ms, log-log) with the line y = x; the
+    calibration sample, the top points and the at-risk points marked."""
+    refined = two.points[two.points["refined"]]
+    fig, (ax,) = _figure(1, width=6.4, height=5.2)
+    x, y = refined["screen_s"] * MS, refined["fine_s"] * MS
+    low, high = min(x.min(), y.min()) / 1.5, max(x.max(), y.max()) * 1.5
+    ax.plot([low, high], [low, high], color="#888888", linestyle="--", linewidth=1, label="y = x (no error)")
+    roles = refined["reasons"].fillna("").str.split(",")
+    for mask, style in (
+            (roles.map(lambda r: TOP in r), dict(marker="o", s=70, facecolors="none", edgecolors="#55a868",
+                                                  linewidths=1.5, label="top by the screen")),
+            (roles.map(lambda r: SAMPLE in r), dict(marker="s", s=28, color="#4c72b0", label="calibration sample")),
+            (refined["at_risk"] != "", dict(marker="x", s=45, color="#c44e52", linewidths=1.5,
+                                           label="at risk (screen)"))):
+        mask = mask.astype(bool)
+        if mask.any():
+            ax.scatter(x[mask], y[mask], **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    _plain_log_ticks(ax, "x")
+    _plain_log_ticks(ax, "y")
+    ax.set_xlabel(f"iteration time, {two.screen_backend} screen (ms)")
+    ax.set_ylabel(f"iteration time, {two.fine_backend} (ms)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left")
+    fig.suptitle(f"Screen against refinement: {len(refined)} refined points of {len(two.points)}")
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot_calibration(two: TwoFidelity, path: Path) -> Path:
+    """The screen's error (%) over the calibration sample and over all refined points, as dots per
+    group with the calibrated band shaded (a symmetric log scale when errors span decades)."""
+    fig, (ax,) = _figure(1, width=6.4, height=3.6)
+    groups = [("calibration sample", two.sample_errors * 100, "#4c72b0"),
+              ("all refined points", two.points["error"].dropna() * 100, "#888888")]
+    for row, (label, values, colour) in enumerate(groups):
+        jitter = np.random.default_rng(row).uniform(-0.15, 0.15, len(values))  # fixed: same plot every time
+        ax.scatter(values, np.full(len(values), row) + jitter, s=18, color=colour, alpha=0.8)
+    band = two.band
+    if band is not None:
+        ax.axvspan(band[0] * 100, band[1] * 100, color="#4c72b0", alpha=0.15, label="calibrated band")
+        ax.legend(fontsize="small", loc="lower right")
+    ax.axvline(0, color="#444444", linewidth=1)
+    everything = groups[1][1]
+    if len(everything) and everything.abs().max() > 100:
+        ax.set_xscale("symlog", linthresh=10)
+    ax.set_yticks(range(len(groups)), [f"{label} ({len(values)})" for label, values, _ in groups])
+    ax.set_ylim(-0.6, len(groups) - 0.4)
+    ax.set_xlabel(f"screen error: {two.fine_backend} / {two.screen_backend} - 1 (%)")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle("How far the screen is from the refinement")
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def _rto_lines(runs: pd.DataFrame, flows: pd.DataFrame, unit: str) -> list[str]:
     """How many completed messages (flows) waited for a retransmission timeout, per workload, on
     the backends that count timeouts (packet)."""
@@ -986,8 +1175,19 @@ def build_report(path: str | os.PathLike[str]) -> Path:
                   "is its `sim_time_s` (the last ACK, a round trip after the last byte). Query it with DuckDB."]
 
     plots: list[tuple[str, str]] = []
+    two = two_fidelity(runs)
+    general = runs
+    if two is not None:
+        general = runs[runs["engine.backend"] == two.screen_backend]
+        screen_axes, labelled = swept_axes(general)
+        for axis in screen_axes:  # columns of preset names the axes may have added
+            two.points[axis.key] = two.points["point_id"].map(labelled.set_index("point_id")[axis.key])
+        two_lines, two_plots = _two_fidelity_section(two, screen_axes, out)
+        lines += [*two_lines, "", f"The sections below describe the screening runs (`{two.screen_backend}`), which "
+                  "cover every point; the refined ones are above."]
+        plots += two_plots
     for kind in METRICS:
-        frame = runs[(runs["workload.type"] == "flows") == (kind == "flows")]
+        frame = general[(general["workload.type"] == "flows") == (kind == "flows")]
         if frame.empty:
             continue
         axes, frame = swept_axes(frame)
