@@ -94,11 +94,14 @@ class MaxMinSharing:
         Returns the flows whose rate changed (the starting ones included) and their previous
         rates (0 for a starting flow)."""
         level = inf
+        alone = True  # every flow that leaves or joins is the only one on each of its links
         for flow in finished:
             level = min(level, flow.rate_bps)
             for link in flow.links:
                 link.ungroup(flow, flow.rate_bps)
                 link.flow_count -= 1
+                if link.flow_count:
+                    alone = False
         for flow in starting:
             for link in flow.links:
                 link.flow_count += 1
@@ -106,7 +109,20 @@ class MaxMinSharing:
                     link.peak_flow_count = link.flow_count
         for flow in starting:
             for link in flow.links:
+                if link.flow_count != 1:
+                    alone = False
                 level = min(level, link.capacity_bps / link.flow_count)
+        if alone:
+            # (the messages of a ring step) no other flow's rate can change, and a starting flow
+            # gets its tightest link's capacity, as the filling would give it
+            for flow in starting:
+                rate_bps = inf
+                for link in flow.links:
+                    rate_bps = min(rate_bps, link.capacity_bps)
+                flow.rate_bps = rate_bps
+                for link in flow.links:
+                    link.group(flow, rate_bps)
+            return list(starting), [0.0] * len(starting)
         cutoff = level * (1.0 - RATE_TOLERANCE)
         self._epoch += 1
         epoch = self._epoch
