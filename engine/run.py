@@ -78,6 +78,7 @@ class PreparedRun:
         if isinstance(self.transport, Ns3Transport):
             # ns-3 counts segments, retransmissions, timeouts, drops and marks; the queue peak is not traced
             run_row.update(self.transport.counters(), max_queue_kb=None)
+            run_row["events_per_s"] = run_row["events"] / wall_s if wall_s > 0 else None  # ns-3's events
         elif backend != "packet":
             # the fluid and closed-form models have no packets, queues or losses (and alpha_beta
             # sends no messages): say so instead of reporting zeros
