@@ -157,3 +157,17 @@ def test_ns3_runs_are_deterministic():
     assert [{k: v for k, v in row.items() if k not in volatile} for row in first["runs"]] == \
         [{k: v for k, v in row.items() if k not in volatile} for row in second["runs"]]
     assert first["flows"] == second["flows"]
+
+
+@pytest.mark.ns3
+@needs_ns3
+@pytest.mark.parametrize("network", [
+    {"topology": "hierarchical", "npus": 8, "npus_per_node": 4, "scaleup_gbps": 400.0, "scaleup_latency_us": 0.1},
+    {"topology": "fat_tree", "npus": 16, "fat_tree_k": 4},
+    {"topology": "ring", "npus": 6},  # hosts forward for each other: every egress is a buffered port
+    {"topology": "dumbbell", "npus": 4, "bottleneck_gbps": 10.0, "bottleneck_latency_us": 2.0},
+])
+def test_every_topology_runs_on_ns3_and_agrees_with_the_packet_engine(network):
+    packet, ns3 = both(config("packet", network=network, workload={"op": "all_to_all", "bytes": 262_144}))
+    assert packet["status"] == ns3["status"] == "ok"
+    assert packet["iteration_time_s"] == pytest.approx(ns3["iteration_time_s"], rel=0.02)

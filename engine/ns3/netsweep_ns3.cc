@@ -592,6 +592,12 @@ Accepted(uint32_t node, Ptr<Socket> s, const Address& from)
 }
 
 void
+ConnectClient(Connection* c)
+{
+    c->client->Connect(InetSocketAddress(g_net.identity[c->dst], SERVER_PORT));
+}
+
+void
 CheckEstablished(uint32_t expected)
 {
     if (g_net.connected == expected && g_net.accepted == expected)
@@ -777,7 +783,8 @@ main()
                     c->client->TraceConnectWithoutContext("Retransmission",
                                                           MakeBoundCallback(&Retransmitted, c));
                     c->client->TraceConnectWithoutContext("RTO", MakeBoundCallback(&RtoChanged, c));
-                    c->client->Connect(InetSocketAddress(g_net.identity[dst], SERVER_PORT));
+                    // from an event: the nodes' traffic-control layers start at their first event
+                    Simulator::ScheduleWithContext(src, Time(0), &ConnectClient, c);
                     ++expected;
                 }
             }
