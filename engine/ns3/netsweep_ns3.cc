@@ -562,6 +562,13 @@ RtoChanged(Connection* c, Time before, Time now)
     }
 }
 
+// A device queue dropping a frame (the queue disc in front of a switch port should never let it)
+void
+DeviceDrop(Ptr<const Packet>)
+{
+    ++g_net.drops;
+}
+
 // --- set-up -------------------------------------------------------------------------------
 
 void
@@ -695,6 +702,7 @@ main()
                         g_net.identity[node] = address;
                     }
                 }
+                device->GetQueue()->TraceConnectWithoutContext("Drop", MakeCallback(&DeviceDrop));
                 // port 2 link + side leaves `node` through this interface
                 g_net.portIf.emplace_back(node, interface);
                 if (buffer[side] >= 0 || ecn[side] >= 0)
