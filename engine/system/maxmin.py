@@ -123,13 +123,19 @@ class MaxMinSharing:
         while to_scan:
             link = to_scan.pop()
             rates, groups = link.rates, link.groups
+            first_refilled = bisect_left(rates, cutoff)
+            link_users = users[link.slot]
+            if first_refilled == len(rates) and not link_users:
+                # no flow of this update crosses it (a finished flow's link whose flows are all
+                # slower than it was: the fastest messages of an all-to-all leaving), so its
+                # capacity is never read; skip the sum over its rate groups
+                continue
             left = link.capacity_bps
             index = 0
-            while index < len(rates) and rates[index] < cutoff:
+            while index < first_refilled:
                 left -= rates[index] * len(groups[index])  # these flows keep their rates
                 index += 1
             capacity[link.slot] = left
-            link_users = users[link.slot]
             while index < len(rates):
                 for flow in groups[index]:
                     if flow.mark != epoch:
