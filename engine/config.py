@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
-BACKENDS = ("packet", "analytical", "alpha_beta")
+BACKENDS = ("packet", "analytical", "alpha_beta", "ns3")
+NS3_MAX_NPUS = 128  # the ns3 backend opens a connection per ordered pair of NPUs before time 0
 WORKLOAD_TYPES = ("dlrm", "astra", "collective", "flows")
 COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 SYSTEM_ALGORITHMS = {
@@ -302,6 +303,8 @@ def _validate(config: SimConfig) -> None:
     _require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
 
     _validate_system(config)
+    if eng.backend == "ns3":
+        _validate_ns3(config)
     _one_of("workload.type", wl.type, WORKLOAD_TYPES)
     if wl.type == "flows":
         _require(eng.backend == "packet", "engine.backend", eng.backend,
@@ -329,6 +332,24 @@ def _validate(config: SimConfig) -> None:
     elif wl.type == "collective":
         _one_of("workload.op", wl.op, COLLECTIVE_OPS)
         _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
+
+
+def _validate_ns3(config: SimConfig) -> None:
+    """What ns-3 cannot express, refused on the key that asks for it; then whether ns-3 is here."""
+    net, tcp = config.network, config.tcp
+    _require(net.loss_rate == 0.0, "network.loss_rate", net.loss_rate,
+             "0 with engine.backend=ns3 (random loss is not mapped to ns-3)")
+    _require(tcp.max_rto_s == 60.0, "tcp.max_rto_s", tcp.max_rto_s,
+             "60 with engine.backend=ns3 (ns-3 caps the RTO at 60 s, not settable)")
+    _require(net.npus <= NS3_MAX_NPUS, "network.npus", net.npus,
+             f"at most {NS3_MAX_NPUS} with engine.backend=ns3 (it opens a TCP connection per ordered pair "
+             "of NPUs before time 0)")
+    _require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
+    if config.workload.type != "flows":  # flows are refused below, with their own message
+        from .ns3.build import unavailable_reason  # stdlib only: no ns-3 import
+
+        reason = unavailable_reason()
+        _require(reason is None, "engine.backend", "ns3", f"packet, analytical or alpha_beta here: {reason}")
 
 
 def _validate_system(config: SimConfig) -> None:
