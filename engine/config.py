@@ -14,6 +14,8 @@ from typing import Any, Mapping
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 BACKENDS = ("packet", "analytical", "alpha_beta")
+# Which links get a row in the `links` table: none, the switches' egress ports, or every link.
+LINK_STATS = ("none", "switch_ports", "all")
 WORKLOAD_TYPES = ("dlrm", "astra", "collective", "flows")
 COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 SYSTEM_ALGORITHMS = {
@@ -137,10 +139,11 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Backend choice and the simulated-time budget (`engine.*`)."""
+    """Backend choice, the simulated-time budget and the links recorded (`engine.*`)."""
 
     backend: str = "packet"
     max_sim_time_s: float = 10.0
+    link_stats: str = "none"
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,7 @@ def _validate(config: SimConfig) -> None:
     net, tcp, wl, eng = config.network, config.tcp, config.workload, config.engine
     _one_of("engine.backend", eng.backend, BACKENDS)
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
+    _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
     _require(net.npus >= 2, "network.npus", net.npus, "an integer >= 2")

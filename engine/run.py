@@ -11,8 +11,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from .config import SimConfig, load_config
 from .simulation import Simulation
 from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, MessageLog, PacketTransport, SystemLayer
+from .linkstats import fluid_link_rows, message_link_bytes, packet_link_rows
 from .system.messages import flow_rows
-from .units import ns_to_ps, ps_to_s
+from .units import ns_to_ps, ps_to_s, s_to_ps
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
 
 
@@ -58,12 +59,29 @@ class PreparedRun:
         flows = (MessageLog() if self.transport is None else self.transport.records).columns()
         tables["flows"] = flows if flow_columns else flow_rows(flows)
         run_row = {**summary_row(self.sim, self.finished, wall_s, flows), **workload_summary}
+        tables["links"] = self.link_rows(s_to_ps(run_row["sim_time_s"]))
         backend = self.config.engine.backend
         if backend != "packet":
             # the fluid and closed-form models have no packets, queues or losses (and alpha_beta
             # sends no messages): say so instead of reporting zeros
             run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend == "alpha_beta" else ())))
         return {"runs": [run_row], **tables}
+
+
+    def link_rows(self, end_ps: int) -> list[dict[str, Any]]:
+        """The `links` table (`engine.link_stats`; none: no rows), from what the backend knows up
+        to `end_ps`, the end of the run."""
+        link_stats, backend = self.config.engine.link_stats, self.config.engine.backend
+        topology = self.sim.topology
+        if link_stats == "none":
+            return []
+        if backend == "packet":
+            return packet_link_rows(topology, link_stats, end_ps)
+        if isinstance(self.transport, AnalyticalTransport):
+            link_bytes = message_link_bytes(topology, self.transport.records, self.config.mss_bytes)
+            return fluid_link_rows(topology, link_stats, end_ps, link_bytes, host_links_only=False)
+        assert isinstance(self.system, AlphaBetaSystemLayer)
+        return fluid_link_rows(topology, link_stats, end_ps, self.system.host_link_bytes(), host_links_only=True)
 
 
 def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
@@ -86,7 +104,8 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
 
 def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> dict[str, Any]:
     """Run one simulation. Returns rows per table: {"runs": [one row], "flows": [...],
-    "collectives": [...], "layers": [...]} (the last two empty for the `flows` workload).
+    "collectives": [...], "layers": [...], "links": [...]} (collectives and layers empty for the
+    `flows` workload; links empty unless `engine.link_stats` asks for them).
 
     `flow_columns=True` gives the `flows` table as columns instead, a dict of typed arrays with
     NaN where a row would hold None (`MessageLog.columns`): a DLRM iteration on 1,024 NPUs has
