@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweep import store as store_module
-from sweep.schema import DECLARED_COLUMNS
 from sweep.compact import compact
+from sweep.schema import DECLARED_COLUMNS
 from sweep.runner import execute
 from sweep.store import ColumnRows, ResultStore, load_table, part_files, read_table, write_part
 from sweep_support import small_config
