@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from .config import SimConfig, load_config
+from .linkstats import fluid_link_rows, message_link_bytes, packet_link_rows
 from .simulation import Simulation
 from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, MessageLog, PacketTransport, SystemLayer
-from .linkstats import fluid_link_rows, message_link_bytes, packet_link_rows
 from .system.messages import flow_rows
 from .units import ns_to_ps, ps_to_s, s_to_ps
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
@@ -66,7 +66,6 @@ class PreparedRun:
             # sends no messages): say so instead of reporting zeros
             run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend == "alpha_beta" else ())))
         return {"runs": [run_row], **tables}
-
 
     def link_rows(self, end_ps: int) -> list[dict[str, Any]]:
         """The `links` table (`engine.link_stats`; none: no rows), from what the backend knows up
