@@ -59,7 +59,8 @@ class PreparedRun:
         flows = (MessageLog() if self.transport is None else self.transport.records).columns()
         tables["flows"] = flows if flow_columns else flow_rows(flows)
         run_row = {**summary_row(self.sim, self.finished, wall_s, flows), **workload_summary}
-        tables["links"] = self.link_rows(s_to_ps(run_row["sim_time_s"]))
+        if self.config.engine.link_stats != "none":  # else no links table at all (and nothing collected)
+            tables["links"] = self.link_rows(s_to_ps(run_row["sim_time_s"]))
         backend = self.config.engine.backend
         if backend != "packet":
             # the fluid and closed-form models have no packets, queues or losses (and alpha_beta
@@ -72,8 +73,6 @@ class PreparedRun:
         to `end_ps`, the end of the run."""
         link_stats, backend = self.config.engine.link_stats, self.config.engine.backend
         topology = self.sim.topology
-        if link_stats == "none":
-            return []
         if backend == "packet":
             return packet_link_rows(topology, link_stats, end_ps)
         if isinstance(self.transport, AnalyticalTransport):
@@ -103,8 +102,8 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
 
 def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> dict[str, Any]:
     """Run one simulation. Returns rows per table: {"runs": [one row], "flows": [...],
-    "collectives": [...], "layers": [...], "links": [...]} (collectives and layers empty for the
-    `flows` workload; links empty unless `engine.link_stats` asks for them).
+    "collectives": [...], "layers": [...]} (the last two empty for the `flows` workload), and
+    "links": [...] when `engine.link_stats` asks for them.
 
     `flow_columns=True` gives the `flows` table as columns instead, a dict of typed arrays with
     NaN where a row would hold None (`MessageLog.columns`): a DLRM iteration on 1,024 NPUs has

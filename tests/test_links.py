@@ -60,7 +60,7 @@ def test_one_flow_over_a_dumbbell_by_hand():
 def test_link_stats_none_collects_nothing_and_switch_ports_leaves_out_the_nics():
     config = _dumbbell_flow(100_000)
     config["engine"]["link_stats"] = "none"
-    assert run(config)["links"] == []
+    assert "links" not in run(config)
     config["engine"]["link_stats"] = "switch_ports"
     rows = run(config)["links"]
     assert sorted(row["link"] for row in rows) == ["swL->h0", "swL->swR", "swR->h1", "swR->swL"]
