@@ -15,6 +15,8 @@ TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchi
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 BACKENDS = ("packet", "analytical", "alpha_beta", "ns3")
 NS3_MAX_NPUS = 128  # the ns3 backend opens a connection per ordered pair of NPUs before time 0
+# Which links get a row in the `links` table: none, the switches' egress ports, or every link.
+LINK_STATS = ("none", "switch_ports", "all")
 WORKLOAD_TYPES = ("dlrm", "astra", "collective", "flows")
 COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 SYSTEM_ALGORITHMS = {
@@ -138,10 +140,11 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Backend choice and the simulated-time budget (`engine.*`)."""
+    """Backend choice, the simulated-time budget and the links recorded (`engine.*`)."""
 
     backend: str = "packet"
     max_sim_time_s: float = 10.0
+    link_stats: str = "none"
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,7 @@ def _validate(config: SimConfig) -> None:
     net, tcp, wl, eng = config.network, config.tcp, config.workload, config.engine
     _one_of("engine.backend", eng.backend, BACKENDS)
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
+    _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
     _require(net.npus >= 2, "network.npus", net.npus, "an integer >= 2")
@@ -345,6 +349,8 @@ def _validate_ns3(config: SimConfig) -> None:
              f"at most {NS3_MAX_NPUS} with engine.backend=ns3 (it opens a TCP connection per ordered pair "
              "of NPUs before time 0)")
     _require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
+    _require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
+             "none with engine.backend=ns3 (its helper reports no per-link counters)")
     if config.workload.type != "flows":  # flows are refused below, with their own message
         from .ns3.build import unavailable_reason  # stdlib only: no ns-3 import
 

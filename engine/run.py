@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from .config import SimConfig, load_config
+from .linkstats import fluid_link_rows, packet_link_rows
 from .ns3.transport import Ns3Transport
 from .simulation import Simulation
 from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, MessageLog, PacketTransport, SystemLayer
@@ -74,6 +75,8 @@ class PreparedRun:
         flows = (MessageLog() if self.transport is None else self.transport.records).columns()
         tables["flows"] = flows if flow_columns else flow_rows(flows)
         run_row = {**summary_row(self.sim, self.finished, wall_s, flows), **workload_summary}
+        if self.config.engine.link_stats != "none":  # else no links table at all (and nothing collected)
+            tables["links"] = self.link_rows(s_to_ps(run_row["sim_time_s"]))
         backend = self.config.engine.backend
         if isinstance(self.transport, Ns3Transport):
             # ns-3 counts segments, retransmissions, timeouts, drops and marks; the queue peak is not traced
@@ -86,6 +89,18 @@ class PreparedRun:
         if isinstance(self.transport, AnalyticalTransport):
             run_row.update(self.transport.screen_risks(self.sim.eventlist.now_ps, self.sim.topology.switch_ports))
         return {"runs": [run_row], **tables}
+
+    def link_rows(self, end_ps: int) -> list[dict[str, Any]]:
+        """The `links` table (`engine.link_stats`; none: no rows), from what the backend knows up
+        to `end_ps`, the end of the run."""
+        link_stats, backend = self.config.engine.link_stats, self.config.engine.backend
+        topology = self.sim.topology
+        if backend == "packet":
+            return packet_link_rows(topology, link_stats, end_ps)
+        if isinstance(self.transport, AnalyticalTransport):
+            return fluid_link_rows(topology, link_stats, end_ps, self.transport.link_bytes(), host_links_only=False)
+        assert isinstance(self.system, AlphaBetaSystemLayer)
+        return fluid_link_rows(topology, link_stats, end_ps, self.system.host_link_bytes(), host_links_only=True)
 
 
 def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
@@ -110,7 +125,8 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
 
 def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> dict[str, Any]:
     """Run one simulation. Returns rows per table: {"runs": [one row], "flows": [...],
-    "collectives": [...], "layers": [...]} (the last two empty for the `flows` workload).
+    "collectives": [...], "layers": [...]} (the last two empty for the `flows` workload), and
+    "links": [...] when `engine.link_stats` asks for them.
 
     `flow_columns=True` gives the `flows` table as columns instead, a dict of typed arrays with
     NaN where a row would hold None (`MessageLog.columns`): a DLRM iteration on 1,024 NPUs has

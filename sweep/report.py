@@ -10,7 +10,8 @@ newest attempt), finds what was swept and writes into `<dataset>/report/`:
   swept axis, a line per combination of the other axes;
 - `time_breakdown.png` (training): compute, exposed all-to-all and exposed all-reduce per iteration;
 - `message_time_cdf.png` (training) and `fct_cdf.png` (`flows`): completion-time distributions;
-- `retransmits_timeouts.png`: TCP retransmissions and timeouts of packet-backend runs (if any).
+- `retransmits_timeouts.png`: TCP retransmissions and timeouts of packet-backend runs (if any);
+- in the summary, the hottest links of the slowest runs, when runs recorded the `links` table.
 
 A swept parameter is a config column with more than one distinct value among the runs. Columns that
 another swept column determines (the keys a `workload=dlrm_small,dlrm_large` sweep changes, or the
@@ -51,6 +52,8 @@ MS = 1e3  # s -> ms
 # Config columns: `seed` and every leaf of these sections (`name`, `results_dir`, `ray.*` say where
 # and how a run executed, not what it simulated).
 CONFIG_SECTIONS = ("engine", *CONFIG_GROUPS)
+# Config leaves that choose what a run records, not what it simulates: never a swept parameter.
+RECORDING_COLUMNS = ("engine.link_stats",)
 # A column that names its section's preset labels any axis it belongs to.
 NAME_COLUMNS = ("network.topology", "tcp.cc", "workload.type")
 # Units of config leaves (DESIGN.md: units are in the key names): whole names, then suffixes.
@@ -92,6 +95,8 @@ KEY_SETTINGS = ("engine.backend", "network.topology", "network.npus", "network.l
 MAX_BARS = 40     # bars in one breakdown or counter plot; beyond, means per value of the first axes
 MAX_SERIES = 8    # lines in one panel; beyond, panels per value of one axis, then medians
 MAX_PANELS = 6
+LINKS_COLUMNS = ["link", "kind", "gbps", "bytes", "utilisation", "drops", "ecn_marks", "max_queue_kb"]
+HOT_RUNS, HOT_LINKS = 3, 5  # the hottest links of the slowest runs with a links table
 MAX_LISTED = 40   # runs listed one by one in the summary; beyond, the fastest and slowest few
 MAX_FLOW_ROWS = 5_000_000  # a larger flows table is not read (gigabytes): its CDFs are left out
 EXTREMES = 5
@@ -181,6 +186,7 @@ class Dataset:
     collectives: pd.DataFrame
     layers: pd.DataFrame
     flows: pd.DataFrame
+    links: pd.DataFrame  # the `links` table (`engine.link_stats`); empty when no run asked for it
     rows_read: int  # runs rows on disk, older attempts of a run included
     flows_unread: int  # rows of the flows table left unread (more than MAX_FLOW_ROWS), or 0
 
@@ -217,7 +223,7 @@ def read_dataset(path: str | os.PathLike[str]) -> Dataset:
     flows = flows.astype({column: float for column in flow_columns})  # an empty table has no types
     runs = runs.join(last_end.rename("last_flow_end_s"), on="run_id")
     return Dataset(path, runs, load_table(path, "collectives", ["iteration", "op", "exposed_s"]), layers, flows,
-                   rows_read=len(read_table(path, "runs", ["run_id"])),
+                   load_table(path, "links", LINKS_COLUMNS), rows_read=len(read_table(path, "runs", ["run_id"])),
                    flows_unread=flow_rows if flow_rows > MAX_FLOW_ROWS else 0)
 
 
@@ -256,7 +262,10 @@ def exposed_from_collectives(dataset: Dataset) -> pd.DataFrame:
 
 
 def is_config_column(column: str) -> bool:
-    """`seed` and the leaves of the engine, network, tcp, system and workload sections."""
+    """`seed` and the leaves of the engine, network, tcp, system and workload sections, but for
+    those that change what is recorded, not what is simulated (`RECORDING_COLUMNS`)."""
+    if column in RECORDING_COLUMNS:
+        return False
     return column == "seed" or column.split(".", 1)[0] in CONFIG_SECTIONS and "." in column
 
 
@@ -838,6 +847,34 @@ def _flows_section(dataset: Dataset, flow_runs: pd.DataFrame, axes: Sequence[Axi
     return lines + _ranking(table, axes, "last_flow_end_s", columns)
 
 
+def _hot_link_lines(dataset: Dataset) -> list[str]:
+    """The busiest links (by utilisation over the run) of the slowest runs that recorded links:
+    where the time of a slow configuration went."""
+    links = dataset.links[dataset.links["utilisation"].notna()] if "utilisation" in dataset.links else dataset.links
+    if links.empty:
+        return []
+    axes, runs = swept_axes(dataset.runs)  # the runs with a column per axis, for `describe`
+    runs = runs[runs["run_id"].isin(links["run_id"]) & (runs["status"] != "error")]
+    # training runs by iteration time, flows runs by the end of their last flow: each run's own length
+    length = runs["iteration_time_s"].fillna(runs["last_flow_end_s"]).fillna(runs["sim_time_s"])
+    slowest = runs.assign(length_s=length).sort_values("length_s", ascending=False, kind="stable").head(HOT_RUNS)
+    lines = ["", "## Hottest links of the slowest runs", "",
+             f"The {HOT_LINKS} links with the highest utilisation (bytes x 8 / (rate x run length)) of each of "
+             f"the {len(slowest)} slowest runs that recorded links (`engine.link_stats`); n/a where the backend "
+             "does not know a column (the fluid backends count bytes only; alpha_beta only on host links).", ""]
+    rows = []
+    for _, run in slowest.iterrows():
+        hottest = links[links["run_id"] == run["run_id"]].sort_values(
+            ["utilisation", "bytes"], ascending=False, kind="stable").head(HOT_LINKS)
+        for _, link in hottest.iterrows():
+            rows.append([f"`{run['run_id']}` ({describe(run, axes)}, {_ms(run['length_s'])} ms)", f"`{link['link']}`",
+                         link["kind"], fmt(link["gbps"]), _count(link["bytes"]), f"{link['utilisation'] * 100:.3g} %",
+                         _count(link["drops"]), _count(link["ecn_marks"]),
+                         "n/a" if pd.isna(link["max_queue_kb"]) else f"{link['max_queue_kb']:.1f}"])
+    return lines + _table(["run", "link", "kind", "Gb/s", "bytes", "utilisation", "drops", "ECN marks",
+                           "max queue (KiB)"], rows)
+
+
 def _contention_lines(runs: pd.DataFrame) -> list[str]:
     """Where one configuration ran on `alpha_beta` and on a backend that shares links: how much
     longer an iteration took there. `alpha_beta` leaves all contention out (each message costs what
@@ -1198,6 +1235,7 @@ def build_report(path: str | os.PathLike[str]) -> Path:
             plots += kind_plots
             lines += kind_lines
 
+    lines += _hot_link_lines(dataset)
     lines += _contention_lines(runs)
     lines += _problem_lines(runs)
     if plots:

@@ -246,8 +246,8 @@ def failed_rows(config: Mapping[str, Any], error: str) -> dict[str, list[dict[st
 def execute(config: Mapping[str, Any],
             max_wall_time_s: float | None = None) -> dict[str, Sequence[dict[str, Any]]]:
     """Run one simulation and return its rows by table (`runs`: one row; `collectives`, `layers`,
-    `flows`: as many as the engine returned, empty tables included; `flows` is a `ColumnRows`,
-    rows kept as columns).
+    `flows`, `links`: as many as the engine returned, empty tables included (an empty table writes
+    no part); `flows` is a `ColumnRows`, rows kept as columns).
 
     Every row gets `run_id`; the runs row also gets every config leaf (flattened with dots),
     `repro`, `wall_s`, `engine_version`, `git_commit` and `started_at` (UTC, ISO 8601). An exception

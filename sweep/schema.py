@@ -73,7 +73,10 @@ def _declared() -> dict[str, dict[str, pa.DataType]]:
     layers = {"run_id": _TEXT, "iteration": _INT, "layer": _TEXT, **dict.fromkeys(
         ("fwd_compute_s", "ig_compute_s", "wg_compute_s", "fwd_exposed_comm_s", "wg_exposed_comm_s",
          "ig_exposed_comm_s"), _FLOAT)}
-    return {"runs": runs, "flows": flows, "collectives": collectives, "layers": layers}
+    links = {"run_id": _TEXT, "link": _TEXT, "kind": _TEXT, "src": _TEXT, "dst": _TEXT, "gbps": _FLOAT,
+             "bytes": _INT, "packets": _INT, "drops": _INT, "ecn_marks": _INT, "max_queue_kb": _FLOAT,
+             "utilisation": _FLOAT}
+    return {"runs": runs, "flows": flows, "collectives": collectives, "layers": layers, "links": links}
 
 
 DECLARED_COLUMNS: dict[str, dict[str, pa.DataType]] = _declared()

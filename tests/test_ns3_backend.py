@@ -43,6 +43,7 @@ def config(backend: str, **overrides: dict) -> dict:
     ("network", "loss_rate", 0.01),
     ("tcp", "max_rto_s", 120.0),
     ("network", "npus", 129),
+    ("engine", "link_stats", "all"),
 ])
 def test_settings_ns3_cannot_express_are_refused_naming_the_key(section, key, value):
     with pytest.raises(ConfigError) as refused:

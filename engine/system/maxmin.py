@@ -49,10 +49,11 @@ class SharedLink:
     so every walk and every float sum runs in the same order on every run). `mark` and `slot`
     are scratch space of `MaxMinSharing.update`: the update that last reached the link and its
     index in that update's tables. `peak_flow_count` is the most flows that ever crossed it at once
-    and `carried_bits` what its users put on it (kept by its user, `AnalyticalTransport`)."""
+    and `delivered_bytes` the wire bytes of the flows over it that were delivered (kept by its user,
+    `AnalyticalTransport`)."""
 
     __slots__ = ("capacity_bps", "flow_count", "rates", "groups", "mark", "slot", "peak_flow_count",
-                 "carried_bits")
+                 "delivered_bytes")
 
     def __init__(self, capacity_bps: float) -> None:
         self.capacity_bps = capacity_bps
@@ -62,7 +63,7 @@ class SharedLink:
         self.mark = 0
         self.slot = 0
         self.peak_flow_count = 0
-        self.carried_bits = 0.0
+        self.delivered_bytes = 0
 
     def group(self, flow: Flow, rate_bps: float) -> None:
         """File `flow` under `rate_bps`."""

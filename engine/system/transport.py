@@ -14,7 +14,7 @@ from ..eventlist import EventList, EventSource
 from ..network import Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..transport import TcpConnection
-from ..units import BITS_PER_BYTE, PS_PER_S
+from ..units import BITS_PER_BYTE, PS_PER_S, utilisation
 from .maxmin import Flow, MaxMinSharing, SharedLink
 from .messages import MessageLog, MessageRecord
 
@@ -85,13 +85,14 @@ class _FluidMessage(Flow):
     `updated_ps` (its rate has not changed since); `heap_seq` names its one valid entry in the
     transport's completion heap, the others being stale."""
 
-    __slots__ = ("record", "remaining_bits", "updated_ps", "heap_seq", "latency_ps", "on_delivered",
-                 "next_in_pair")
+    __slots__ = ("record", "wire_bytes", "remaining_bits", "updated_ps", "heap_seq", "latency_ps",
+                 "on_delivered", "next_in_pair")
 
     def __init__(self, links: tuple[SharedLink, ...], record: MessageRecord, wire_bytes: int, latency_ps: int,
                  on_delivered: Callable[[], None]) -> None:
         super().__init__(links)
         self.record = record
+        self.wire_bytes = wire_bytes
         self.remaining_bits = float(wire_bytes * BITS_PER_BYTE)
         self.updated_ps = 0
         self.heap_seq = -1
@@ -111,7 +112,10 @@ class _Delivery(EventSource):
         self.message = message
 
     def do_next_event(self) -> None:
-        self.records.finish(self.message.record.flow_id, self.eventlist.now_ps)
+        message = self.message
+        for shared in message.links:
+            shared.delivered_bytes += message.wire_bytes
+        self.records.finish(message.record.flow_id, self.eventlist.now_ps)
         self.message.on_delivered()
 
 
@@ -159,13 +163,11 @@ class AnalyticalTransport(EventSource):
         latency_ps = unloaded_latency_ps(links, nbytes, self.mss_bytes)
         shared_links = tuple(self._shared_link(link) for link in links)
         message_wire_bytes = wire_bytes(nbytes, self.mss_bytes)
-        wire_bits = float(message_wire_bytes * BITS_PER_BYTE)
         bottleneck_bps = shared_links[0].capacity_bps
         for shared in shared_links:
-            shared.carried_bits += wire_bits
             bottleneck_bps = min(bottleneck_bps, shared.capacity_bps)
-        if self._slow_start_dominates(nbytes, wire_bits / bottleneck_bps * PS_PER_S, 2 * latency_ps,
-                                      bottleneck_bps):
+        transmission_ps = message_wire_bytes * BITS_PER_BYTE / bottleneck_bps * PS_PER_S
+        if self._slow_start_dominates(nbytes, transmission_ps, 2 * latency_ps, bottleneck_bps):
             self.slow_start_messages += 1
         message = _FluidMessage(shared_links, record, message_wire_bytes, latency_ps, on_delivered)
         pair = src * self.topology.npus + dst
@@ -195,21 +197,26 @@ class AnalyticalTransport(EventSource):
 
     def screen_risks(self, sim_time_ps: int, switch_ports: list[Link]) -> dict[str, float | int | None]:
         """The signals of where TCP would part from this model, for the runs row:
-        `max_link_utilisation` (bits carried by the busiest link over its capacity times the run's
-        `sim_time_ps`), `max_port_flows` (the most messages that crossed one of `switch_ports` at
+        `max_link_utilisation` (the busiest link's delivered wire bits over its capacity times the
+        run's `sim_time_ps`), `max_port_flows` (the most messages that crossed one of `switch_ports` at
         once) and `slow_start_share` (of all messages, those `_slow_start_dominates`)."""
-        utilisation = 0.0
+        busiest = 0.0
         if sim_time_ps > 0:
             for shared in self._shared_links.values():
-                utilisation = max(utilisation, shared.carried_bits / (shared.capacity_bps * sim_time_ps / PS_PER_S))
+                busiest = max(busiest, utilisation(shared.delivered_bytes, int(shared.capacity_bps), sim_time_ps))
         port_flows = 0
         for port in switch_ports:
             port_link = self._shared_links.get(port)
             if port_link is not None:
                 port_flows = max(port_flows, port_link.peak_flow_count)
         messages = len(self.records)
-        return {"max_link_utilisation": utilisation, "max_port_flows": port_flows,
+        return {"max_link_utilisation": busiest, "max_port_flows": port_flows,
                 "slow_start_share": self.slow_start_messages / messages if messages else None}
+
+    def link_bytes(self) -> dict[Link, int]:
+        """Wire bytes (payload + 40 per MSS segment) of the messages delivered so far, per link of
+        their routes (links no message crossed are left out): the `links` table's traffic."""
+        return {link: shared.delivered_bytes for link, shared in self._shared_links.items()}
 
     def _shared_link(self, link: Link) -> SharedLink:
         shared = self._shared_links.get(link)
