@@ -92,21 +92,23 @@ class RackState:
                     return
         outstanding.append(SentSegment(start, end, now_ps, is_retransmit))
 
-    def on_delivery(self, snd_una: int, sacked: list[list[int]] | None, now_ps: int) -> bool:
+    def on_delivery(self, snd_una: int, sacked: list[list[int]] | None, now_ps: int, echoed_sent_ps: int) -> int:
         """RACK_update (RFC 8985 6.2 steps 1-3) for the segments this ACK shows delivered, which
-        leave `outstanding`. Returns True if any was delivered."""
+        leave `outstanding`; `echoed_sent_ps` is the send time the ACK echoes (the engine's
+        counterpart of the timestamp option's TSecr, which Linux enables by default). Returns the
+        bytes newly delivered (PRR's DeliveredData)."""
         kept: list[SentSegment] = []
-        delivered = False
+        delivered = 0
         for segment in self.outstanding:
             if segment.end > snd_una and not _covered(segment.start, segment.end, sacked):
                 kept.append(segment)
                 continue
-            delivered = True
+            delivered += segment.end - segment.start
             if segment.lost:
                 self.lost_bytes -= segment.end - segment.start
+            if segment.retransmitted and echoed_sent_ps < segment.xmit_ps:
+                continue  # the ACK may be for an earlier transmission (TSecr < xmit_ts): no RTT to learn
             rtt_ps = now_ps - segment.xmit_ps
-            if segment.retransmitted and rtt_ps < self.min_rtt_ps:
-                continue  # the ACK may be for the original transmission: no RTT to learn
             if self.min_rtt_ps == _NONE or rtt_ps < self.min_rtt_ps:
                 self.min_rtt_ps = rtt_ps
             if not segment.retransmitted and segment.end < self.fack:

@@ -498,7 +498,7 @@ class TcpSender(PacketSink):
         assert rack is not None
         cc = self.cc
         mss = self.mss_bytes
-        delivered_bytes = rack.on_delivery(self.snd_una, self.sacked, now_ps)
+        delivered_bytes = rack.on_delivery(self.snd_una, self.sacked, now_ps, pkt.sent_ps)
         if rack.probe_end_seq != _NO_PROBE and self.snd_una >= rack.probe_end_seq:
             # RFC 8985 7.4: the probe episode ends. If the probe was a retransmission and this ACK
             # is its own (the echoed send time plays the part of the timestamp option), the probe
