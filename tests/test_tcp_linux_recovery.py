@@ -180,28 +180,18 @@ class _RecordingPrr(ProportionalRateReduction):
         return super().cwnd_bytes(delivered_bytes, pipe_bytes, ssthresh_bytes, mss_bytes)
 
 
-class _ExitRecordingNewReno(NewReno):
-    """NewReno that records (cwnd, ssthresh) when fast recovery ends."""
-
-    def __init__(self, mss_bytes, init_cwnd_pkts):
-        super().__init__(mss_bytes, init_cwnd_pkts)
-        self.windows_at_exit = []
-
-    def on_recovery_exit(self):
-        super().on_recovery_exit()
-        self.windows_at_exit.append((self.cwnd_bytes, self.ssthresh_bytes))
-
-
 def test_prr_recovery_ends_at_ssthresh_and_never_sends_more_than_rfc6937_allows():
     # Three losses in one window of a transfer with RACK and PRR: on every ACK of the recovery the
     # bytes sent before the next ACK are at most the RFC 6937 sndcnt computed from that ACK's
     # DeliveredData and pipe (the first retransmission aside: it goes at once, as in Linux and
     # RFC 6675); at the end cwnd = ssthresh and what is in flight has come down to about ssthresh.
-    path = build_path(latency_us=50, rack_tlp=True, prr=True,
-                      should_drop=_drop_first_copies({300 * MSS, 303 * MSS, 306 * MSS}))
+    def lossy_path():
+        return build_path(latency_us=50, rack_tlp=True, prr=True,
+                          should_drop=_drop_first_copies({300 * MSS, 303 * MSS, 306 * MSS}))
+
+    path = lossy_path()
     prr = _RecordingPrr()
     path.sender.prr = prr
-    cc = path.sender.cc = _ExitRecordingNewReno(MSS, 10)
     path.send(2000 * MSS)
     path.run_s(2)
     assert path.delivered_ps
@@ -215,10 +205,20 @@ def test_prr_recovery_ends_at_ssthresh_and_never_sends_more_than_rfc6937_allows(
                              recover_fs, MSS)
         first_retransmission = MSS if out_before == 0 else 0
         assert out_after - out_before <= max(sndcnt, 0) + first_retransmission
-    (cwnd, ssthresh), = cc.windows_at_exit
-    assert cwnd == ssthresh  # RFC 6937: cwnd = ssthresh on exit
+    # Recovery ends at the first ACK reaching recover_seq, the highest byte sent before the first
+    # retransmission. The same (deterministic) run again, stopped right after that ACK:
+    # RFC 6937 ends recovery with cwnd = ssthresh, and in flight is then about ssthresh (no burst).
+    first_retransmission_ps = min(t for t, *_, rtx in path.data_tap.seen if rtx)
+    recover_seq = max(seq + length for t, seq, _, length, _ in path.data_tap.seen if t < first_retransmission_ps)
+    exit_ps = min(t for t, _, ack, _, _ in path.ack_tap.seen if ack >= recover_seq)
+    again = lossy_path()
+    again.send(2000 * MSS)
+    again.eventlist.run(exit_ps)
+    cc = again.sender.cc
+    assert not again.sender.in_recovery
+    assert cc.cwnd_bytes == cc.ssthresh_bytes
     last_pipe = calls[-1][1]
-    assert abs(last_pipe - ssthresh) <= 2 * MSS  # no burst after the exit
+    assert abs(last_pipe - cc.ssthresh_bytes) <= 2 * MSS
 
 
 # -- HyStart++ (RFC 9406) ------------------------------------------------------------------------

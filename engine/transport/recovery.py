@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from mypy_extensions import mypyc_attr
+
 _NONE: Final = -1  # a sequence number or time that is not set
 
 DUPTHRESH_SEGMENTS: Final = 3  # RFC 8985 6.2: SACKed segments beyond which reo_wnd is 0 (no reordering seen)
@@ -193,6 +195,7 @@ def _covered(start: int, end: int, sacked: list[list[int]] | None) -> bool:
     return False
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests record its inputs; called only in recovery
 class ProportionalRateReduction:
     """RFC 6937 with the slow-start reduction bound (PRR-SSRB, Linux's choice), in bytes.
 
