@@ -63,6 +63,8 @@ class PreparedRun:
             # the fluid and closed-form models have no packets, queues or losses (and alpha_beta
             # sends no messages): say so instead of reporting zeros
             run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend == "alpha_beta" else ())))
+        if isinstance(self.transport, AnalyticalTransport):
+            run_row.update(self.transport.screen_risks(self.sim.eventlist.now_ps, self.sim.topology.switch_ports))
         return {"runs": [run_row], **tables}
 
 
@@ -74,7 +76,7 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     if cfg.engine.backend == "packet":
         transport = PacketTransport(sim.eventlist, sim.open_connection)
     elif cfg.engine.backend == "analytical":
-        transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.mss_bytes)
+        transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.mss_bytes, cfg.tcp.init_cwnd_pkts)
     if cfg.workload.type == "flows":
         assert isinstance(transport, PacketTransport)
         flows = FlowsWorkload(sim.eventlist, transport, cfg.workload, cfg.network.npus, cfg.seed)

@@ -63,6 +63,13 @@ def run_id(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def point_id(config: Mapping[str, Any]) -> str:
+    """The grid point of a run: `run_id` of its config without `engine.backend`, so the run of a
+    point on a screening backend and its refined run on another share it (`sweep.fidelity`)."""
+    engine_section = {key: value for key, value in (config.get("engine") or {}).items() if key != "backend"}
+    return run_id({**config, "engine": engine_section})
+
+
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Config leaves as `{"network.link_gbps": 100.0, ...}`; lists (and empty mappings) become JSON
     strings so every leaf fits one Parquet column of a scalar type."""
@@ -209,6 +216,7 @@ def _runs_row(config: Mapping[str, Any], identity: str, run_row: Mapping[str, An
     metrics = {key: value for key, value in run_row.items() if key not in ("status", "error")}
     return {
         "run_id": identity,
+        "point_id": point_id(config),
         "status": run_row["status"],
         "error": run_row.get("error"),
         **flatten(config),

@@ -37,7 +37,12 @@ _RUN_METRICS = {
     "ecn_marks": _INT, "max_queue_kb": _FLOAT, "events": _INT, "wall_s": _FLOAT, "events_per_s": _FLOAT,
     "iterations_done": _INT, "iteration_time_s": _FLOAT, "compute_s": _FLOAT, "comm_s": _FLOAT,
     "exposed_comm_s": _FLOAT, "all_to_all_s": _FLOAT, "all_reduce_s": _FLOAT,
+    # the analytical backend's signals of where TCP would part from it (screening: `sweep.fidelity`)
+    "max_link_utilisation": _FLOAT, "max_port_flows": _INT, "slow_start_share": _FLOAT,
 }
+# A two-fidelity sweep (`sweep.fidelity`): the grid point a run belongs to (its config but
+# `engine.backend`: shared by the screening and the refined run) and why a point was refined.
+_FIDELITY = {"point_id": _TEXT, "refine_reason": _TEXT}
 # Where and from what a row came (sweep.runner, sweep.cluster).
 _PROVENANCE = {"repro": _TEXT, "engine_version": _TEXT, "git_commit": _TEXT, "started_at": _TEXT,
                "worker_node": _TEXT, "worker": _TEXT, "attempt": _INT}
@@ -59,7 +64,7 @@ def config_leaf_types() -> dict[str, pa.DataType]:
 
 
 def _declared() -> dict[str, dict[str, pa.DataType]]:
-    runs = {"run_id": _TEXT, "status": _TEXT, "error": _TEXT, **dict.fromkeys(PRESET_COLUMNS, _TEXT),
+    runs = {"run_id": _TEXT, **_FIDELITY, "status": _TEXT, "error": _TEXT, **dict.fromkeys(PRESET_COLUMNS, _TEXT),
             **config_leaf_types(), **_RUN_METRICS, **_PROVENANCE}
     flows = {"run_id": _TEXT, "flow_id": _INT, "src": _INT, "dst": _INT, "bytes": _INT, "start_s": _FLOAT,
              "end_s": _FLOAT, "fct_s": _FLOAT, "goodput_gbps": _FLOAT, "retransmits": _INT, "timeouts": _INT,

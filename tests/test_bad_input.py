@@ -134,6 +134,16 @@ MISTAKES = [
             ("hydra.launcher.max_in_flight=0", "positive integer"), multirun=True),
     Mistake("grid-bad-num-cpus", "ray.num_cpus=0", EXIT_BAD_CONFIG, ("ray.num_cpus=0", "positive integer"),
             multirun=True),
+    Mistake("screen-without-budget", "hydra.launcher.screen_backend=analytical seed=1,2", EXIT_BAD_CONFIG,
+            ("hydra.launcher.refine_budget=None", "number of refined runs"), multirun=True),
+    Mistake("screen-backend-typo", "hydra.launcher.screen_backend=analitical hydra.launcher.refine_budget=1 seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.launcher.screen_backend='analitical'", "analytical, alpha_beta"), multirun=True),
+    Mistake("refine-budget-too-small", "hydra.launcher.screen_backend=alpha_beta hydra.launcher.refine_budget=3 "
+            "hydra.launcher.refine_top=2 hydra.launcher.refine_top_per=[seed] seed=1,2", EXIT_BAD_CONFIG,
+            ("hydra.launcher.refine_budget=3", "refine_top x 2", "= 4"), multirun=True),
+    Mistake("screen-flows-on-analytical", "hydra.launcher.screen_backend=analytical hydra.launcher.refine_budget=1 "
+            "hydra.launcher.refine_top=0 workload=incast seed=1,2", EXIT_BAD_CONFIG, ("engine.backend", "grid point 1 of 2"),
+            multirun=True),
     Mistake("unreachable-ray", "ray.address=127.0.0.1:1 seed=12345", EXIT_BAD_CONFIG,
             ("ray.address=127.0.0.1:1", "no Ray cluster answers"), multirun=True, max_s=20.0),
 ]

@@ -143,7 +143,7 @@ def test_summary_table_per_swept_parameter(report: Path, dataset: tuple[Path, di
     """Iteration time per value of `network.npus`: runs, mean, min and max over the runs with it."""
     runs = _runs(dataset[1])
     training = runs[runs["iteration_time_s"].notna()]
-    part = _summary(report).split("**network.npus (NPUs)**", 1)[1]
+    part = _summary(report).split("**NPUs** (`network.npus`)", 1)[1]
     for npus, group in training.groupby("network.npus"):
         ms = group["iteration_time_s"] * 1e3
         row = re.search(rf"^\| {npus} \| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|", part, re.MULTILINE)

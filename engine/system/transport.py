@@ -128,12 +128,19 @@ class AnalyticalTransport(EventSource):
     The shares are updated incrementally (`MaxMinSharing`), for all the starts and completions of
     one instant at once; a message's progress is brought up to date only when its rate changes,
     and completions wait in a heap.
+
+    Where the fluid model is likely to part from TCP, it keeps three cheap signals (`screen_risks`):
+    how loaded the busiest link was, the most messages that crossed one switch port at once (each
+    would open with `init_cwnd_pkts` segments into the port's buffer) and how many messages are short
+    enough that TCP's slow start from that window would take longer than their transmission.
     """
 
-    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int) -> None:
+    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, init_cwnd_pkts: int = 10) -> None:
         self.eventlist = eventlist
         self.topology = topology
         self.mss_bytes = mss_bytes
+        self.init_window_bytes = init_cwnd_pkts * mss_bytes
+        self.slow_start_messages = 0  # messages whose slow start would outlast their transmission
         self.records = MessageLog()
         self._sharing = MaxMinSharing()
         self._shared_links: dict[Link, SharedLink] = {}
@@ -151,7 +158,16 @@ class AnalyticalTransport(EventSource):
         record = MessageRecord(self.records.add(src, dst, nbytes, now), src, dst, nbytes, now)
         latency_ps = unloaded_latency_ps(links, nbytes, self.mss_bytes)
         shared_links = tuple(self._shared_link(link) for link in links)
-        message = _FluidMessage(shared_links, record, wire_bytes(nbytes, self.mss_bytes), latency_ps, on_delivered)
+        message_wire_bytes = wire_bytes(nbytes, self.mss_bytes)
+        wire_bits = float(message_wire_bytes * BITS_PER_BYTE)
+        bottleneck_bps = shared_links[0].capacity_bps
+        for shared in shared_links:
+            shared.carried_bits += wire_bits
+            bottleneck_bps = min(bottleneck_bps, shared.capacity_bps)
+        if self._slow_start_dominates(nbytes, wire_bits / bottleneck_bps * PS_PER_S, 2 * latency_ps,
+                                      bottleneck_bps):
+            self.slow_start_messages += 1
+        message = _FluidMessage(shared_links, record, message_wire_bytes, latency_ps, on_delivered)
         pair = src * self.topology.npus + dst
         tail = self._pair_tails.get(pair)
         self._pair_tails[pair] = message
@@ -161,6 +177,39 @@ class AnalyticalTransport(EventSource):
         self._starting.append(message)
         # many messages start at the same instant (a collective step): share the links once for all
         self._wake_at(now)
+
+    def _slow_start_dominates(self, nbytes: int, transmission_ps: float, rtt_ps: int, bottleneck_bps: float) -> bool:
+        """Whether a message of `nbytes`, sent from a cold TCP window of `init_window_bytes` that
+        doubles every round trip (RFC 5681 slow start, an ACK per segment), would spend longer in
+        slow start than its transmission at the path's bottleneck (`transmission_ps`): the window
+        must grow until it covers the message or the path's bandwidth-delay product, one `rtt_ps`
+        per doubling."""
+        bdp_bytes = bottleneck_bps * (rtt_ps / PS_PER_S) / BITS_PER_BYTE
+        needed_bytes = min(float(nbytes), bdp_bytes)
+        window_bytes = float(self.init_window_bytes)
+        rounds = 0
+        while window_bytes < needed_bytes:
+            window_bytes *= 2
+            rounds += 1
+        return rounds * rtt_ps > transmission_ps
+
+    def screen_risks(self, sim_time_ps: int, switch_ports: list[Link]) -> dict[str, float | int | None]:
+        """The signals of where TCP would part from this model, for the runs row:
+        `max_link_utilisation` (bits carried by the busiest link over its capacity times the run's
+        `sim_time_ps`), `max_port_flows` (the most messages that crossed one of `switch_ports` at
+        once) and `slow_start_share` (of all messages, those `_slow_start_dominates`)."""
+        utilisation = 0.0
+        if sim_time_ps > 0:
+            for shared in self._shared_links.values():
+                utilisation = max(utilisation, shared.carried_bits / (shared.capacity_bps * sim_time_ps / PS_PER_S))
+        port_flows = 0
+        for port in switch_ports:
+            port_link = self._shared_links.get(port)
+            if port_link is not None:
+                port_flows = max(port_flows, port_link.peak_flow_count)
+        messages = len(self.records)
+        return {"max_link_utilisation": utilisation, "max_port_flows": port_flows,
+                "slow_start_share": self.slow_start_messages / messages if messages else None}
 
     def _shared_link(self, link: Link) -> SharedLink:
         shared = self._shared_links.get(link)
