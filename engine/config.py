@@ -74,10 +74,14 @@ class TcpConfig:
     clock_granularity_us: float = 1.0
     delayed_ack: bool = False
     delayed_ack_timeout_ms: float = 40.0
+    linux_delayed_ack: bool = False
     sack: bool = True
     ecn: bool = False
     rcv_wnd_kb: float | None = None
     slow_start_after_idle: bool = True
+    rack_tlp: bool = False
+    prr: bool = False
+    hystart: bool = False
     dctcp_g: float = 1.0 / 16
     cubic_c: float = 0.4
     cubic_beta: float = 0.7
@@ -299,6 +303,11 @@ def _validate(config: SimConfig) -> None:
     _positive("tcp.initial_rto_ms", tcp.initial_rto_ms)
     _positive("tcp.clock_granularity_us", tcp.clock_granularity_us)
     _positive("tcp.delayed_ack_timeout_ms", tcp.delayed_ack_timeout_ms)
+    _require(tcp.delayed_ack or not tcp.linux_delayed_ack, "tcp.linux_delayed_ack", tcp.linux_delayed_ack,
+             "false unless tcp.delayed_ack is true (Linux's rules say when to delay an ACK)")
+    for key in ("rack_tlp", "prr"):
+        _require(tcp.sack or not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
+                 "false unless tcp.sack is true (it works on the SACK scoreboard, as in Linux)")
     if tcp.rcv_wnd_kb is not None:
         _require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
                  f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")

@@ -18,8 +18,8 @@ from .units import ns_to_ps, ps_to_s, s_to_ps
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
 
 
-PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "drops", "ecn_marks",
-                       "max_queue_kb")
+PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "loss_probes",
+                       "rack_lost_segments", "drops", "ecn_marks", "max_queue_kb")
 # alpha_beta times whole collective phases: it has no messages to count (and no `flows` rows)
 MESSAGE_COLUMNS = ("flows", "flows_completed", "mean_fct_s", "max_fct_s")
 
@@ -210,6 +210,8 @@ def summary_row(sim: Simulation, finished: bool, wall_s: float, flows: Mapping[s
         "packets_sent": sum(sender.packets_sent for sender in senders),
         "retransmits": sum(sender.retransmits for sender in senders),
         "timeouts": sum(sender.timeouts for sender in senders),
+        "loss_probes": sum(sender.loss_probes for sender in senders),
+        "rack_lost_segments": sum(sender.rack_lost_segments for sender in senders),
         "drops": sum(link.drops for link in links),
         "ecn_marks": sum(link.ecn_marks for link in links),
         "max_queue_kb": max_queue_bytes / 1024,  # KiB, like network.buffer_kb

@@ -32,7 +32,8 @@ _SWEEP_LEAVES = {"name": _TEXT, "results_dir": _TEXT, "ray.address": _TEXT, "ray
 # What the engine measures for a run (engine.run and the training loop's summary).
 _RUN_METRICS = {
     "sim_time_s": _FLOAT, "flows": _INT, "flows_completed": _INT, "mean_fct_s": _FLOAT, "max_fct_s": _FLOAT,
-    "bytes_sent": _INT, "packets_sent": _INT, "retransmits": _INT, "timeouts": _INT, "drops": _INT,
+    "bytes_sent": _INT, "packets_sent": _INT, "retransmits": _INT, "timeouts": _INT,
+    "loss_probes": _INT, "rack_lost_segments": _INT, "drops": _INT,
     "ecn_marks": _INT, "max_queue_kb": _FLOAT, "events": _INT, "wall_s": _FLOAT, "events_per_s": _FLOAT,
     "iterations_done": _INT, "iteration_time_s": _FLOAT, "compute_s": _FLOAT, "comm_s": _FLOAT,
     "exposed_comm_s": _FLOAT, "all_to_all_s": _FLOAT, "all_reduce_s": _FLOAT,

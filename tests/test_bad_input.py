@@ -64,7 +64,7 @@ MISTAKES = [
     Mistake("unparsable-override", "seed=range(", EXIT_BAD_CONFIG, ("override='seed=range('", "override syntax")),
     # typo in an option value
     Mistake("preset-typo", "tcp=newrenoo", EXIT_BAD_CONFIG,
-            ("tcp='newrenoo'", "(did you mean newreno?)", "cubic, dctcp, newreno")),
+            ("tcp='newrenoo'", "(did you mean newreno?)", "cubic, dctcp, linux, newreno")),
     Mistake("value-typo", "tcp.cc=renoo", EXIT_BAD_CONFIG, ("tcp.cc='renoo'", "newreno, cubic, dctcp")),
     Mistake("backend-typo", "engine.backend=fast", EXIT_BAD_CONFIG, ("engine.backend='fast'", "packet, analytical")),
     # wrong type
@@ -120,7 +120,7 @@ MISTAKES = [
             ("network.link_gbps=-5.0", "grid point 2 of 2", "network.link_gbps=-5"), multirun=True),
     Mistake("grid-value-typo", "tcp.cc=cubic,renoo seed=1,2", EXIT_BAD_CONFIG,
             ("tcp.cc='renoo'", "grid point 3 of 4", "tcp.cc=renoo seed=1"), multirun=True),
-    Mistake("grid-unknown-preset", "tcp=newreno,nope", EXIT_BAD_CONFIG, ("tcp='nope'", "cubic, dctcp, newreno"),
+    Mistake("grid-unknown-preset", "tcp=newreno,nope", EXIT_BAD_CONFIG, ("tcp='nope'", "cubic, dctcp, linux, newreno"),
             multirun=True),
     Mistake("grid-key-typo", "tcp.mn_rto_ms=1,200", EXIT_BAD_CONFIG,
             ("tcp.mn_rto_ms='1,200'", "(did you mean tcp.min_rto_ms?)"), multirun=True),
