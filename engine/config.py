@@ -360,6 +360,9 @@ def _validate_ns3(config: SimConfig) -> None:
     _require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
     _require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
              "none with engine.backend=ns3 (its helper reports no per-link counters)")
+    for key in ("rack_tlp", "prr", "hystart", "linux_delayed_ack"):  # the tcp=linux options
+        _require(not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
+                 "false with engine.backend=ns3 (its helper does not map this Linux option to ns-3)")
     if config.workload.type != "flows":  # flows are refused below, with their own message
         from .ns3.build import unavailable_reason  # stdlib only: no ns-3 import
 

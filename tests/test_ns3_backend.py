@@ -44,6 +44,8 @@ def config(backend: str, **overrides: dict) -> dict:
     ("tcp", "max_rto_s", 120.0),
     ("network", "npus", 129),
     ("engine", "link_stats", "all"),
+    ("tcp", "rack_tlp", True),
+    ("tcp", "hystart", True),
 ])
 def test_settings_ns3_cannot_express_are_refused_naming_the_key(section, key, value):
     with pytest.raises(ConfigError) as refused:
