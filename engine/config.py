@@ -13,7 +13,10 @@ from typing import Any, Mapping
 
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
-BACKENDS = ("packet", "analytical", "alpha_beta")
+BACKENDS = ("packet", "analytical", "alpha_beta", "ns3")
+NS3_MAX_NPUS = 128  # the ns3 backend opens a connection per ordered pair of NPUs before time 0
+# Which links get a row in the `links` table: none, the switches' egress ports, or every link.
+LINK_STATS = ("none", "switch_ports", "all")
 WORKLOAD_TYPES = ("dlrm", "astra", "chakra", "collective", "flows")
 DURATION_UNITS = ("us", "ns", "cycles")  # chakra: the unit of a compute node's duration_micros
 COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
@@ -72,10 +75,14 @@ class TcpConfig:
     clock_granularity_us: float = 1.0
     delayed_ack: bool = False
     delayed_ack_timeout_ms: float = 40.0
+    linux_delayed_ack: bool = False
     sack: bool = True
     ecn: bool = False
     rcv_wnd_kb: float | None = None
     slow_start_after_idle: bool = True
+    rack_tlp: bool = False
+    prr: bool = False
+    hystart: bool = False
     dctcp_g: float = 1.0 / 16
     cubic_c: float = 0.4
     cubic_beta: float = 0.7
@@ -139,10 +146,11 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Backend choice and the simulated-time budget (`engine.*`)."""
+    """Backend choice, the simulated-time budget and the links recorded (`engine.*`)."""
 
     backend: str = "packet"
     max_sim_time_s: float = 10.0
+    link_stats: str = "none"
 
 
 @dataclass(frozen=True)
@@ -272,6 +280,7 @@ def _validate(config: SimConfig) -> None:
     net, tcp, wl, eng = config.network, config.tcp, config.workload, config.engine
     _one_of("engine.backend", eng.backend, BACKENDS)
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
+    _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
     _require(net.npus >= 2, "network.npus", net.npus, "an integer >= 2")
@@ -296,6 +305,11 @@ def _validate(config: SimConfig) -> None:
     _positive("tcp.initial_rto_ms", tcp.initial_rto_ms)
     _positive("tcp.clock_granularity_us", tcp.clock_granularity_us)
     _positive("tcp.delayed_ack_timeout_ms", tcp.delayed_ack_timeout_ms)
+    _require(tcp.delayed_ack or not tcp.linux_delayed_ack, "tcp.linux_delayed_ack", tcp.linux_delayed_ack,
+             "false unless tcp.delayed_ack is true (Linux's rules say when to delay an ACK)")
+    for key in ("rack_tlp", "prr"):
+        _require(tcp.sack or not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
+                 "false unless tcp.sack is true (it works on the SACK scoreboard, as in Linux)")
     if tcp.rcv_wnd_kb is not None:
         _require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
                  f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")
@@ -304,6 +318,8 @@ def _validate(config: SimConfig) -> None:
     _require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
 
     _validate_system(config)
+    if eng.backend == "ns3":
+        _validate_ns3(config)
     _one_of("workload.type", wl.type, WORKLOAD_TYPES)
     if wl.type == "flows":
         _require(eng.backend == "packet", "engine.backend", eng.backend,
@@ -339,6 +355,29 @@ def _validate(config: SimConfig) -> None:
     elif wl.type == "collective":
         _one_of("workload.op", wl.op, COLLECTIVE_OPS)
         _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
+
+
+def _validate_ns3(config: SimConfig) -> None:
+    """What ns-3 cannot express, refused on the key that asks for it; then whether ns-3 is here."""
+    net, tcp = config.network, config.tcp
+    _require(net.loss_rate == 0.0, "network.loss_rate", net.loss_rate,
+             "0 with engine.backend=ns3 (random loss is not mapped to ns-3)")
+    _require(tcp.max_rto_s == 60.0, "tcp.max_rto_s", tcp.max_rto_s,
+             "60 with engine.backend=ns3 (ns-3 caps the RTO at 60 s, not settable)")
+    _require(net.npus <= NS3_MAX_NPUS, "network.npus", net.npus,
+             f"at most {NS3_MAX_NPUS} with engine.backend=ns3 (it opens a TCP connection per ordered pair "
+             "of NPUs before time 0)")
+    _require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
+    _require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
+             "none with engine.backend=ns3 (its helper reports no per-link counters)")
+    for key in ("rack_tlp", "prr", "hystart", "linux_delayed_ack"):  # the tcp=linux options
+        _require(not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
+                 "false with engine.backend=ns3 (its helper does not map this Linux option to ns-3)")
+    if config.workload.type != "flows":  # flows are refused below, with their own message
+        from .ns3.build import unavailable_reason  # stdlib only: no ns-3 import
+
+        reason = unavailable_reason()
+        _require(reason is None, "engine.backend", "ns3", f"packet, analytical or alpha_beta here: {reason}")
 
 
 def _validate_system(config: SimConfig) -> None:

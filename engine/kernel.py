@@ -38,6 +38,7 @@ KERNEL_MODULES = (
     "engine.network",
     "engine.topology",
     "engine.transport.cc",
+    "engine.transport.recovery",
     "engine.transport.tcp",
     "engine.system.algorithms",
     "engine.system.collectives",

@@ -9,16 +9,18 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from .config import SimConfig, load_config
+from .linkstats import fluid_link_rows, packet_link_rows
+from .ns3.transport import Ns3Transport
 from .simulation import Simulation
 from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, MessageLog, PacketTransport, SystemLayer
 from .system.messages import flow_rows
-from .units import ns_to_ps, ps_to_s
+from .units import ns_to_ps, ps_to_s, s_to_ps
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
 from .workload.chakra import TraceReplay, duration_ps_per_unit, read_trace
 
 
-PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "drops", "ecn_marks",
-                       "max_queue_kb")
+PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "loss_probes",
+                       "rack_lost_segments", "drops", "ecn_marks", "max_queue_kb")
 # alpha_beta times whole collective phases: it has no messages to count (and no `flows` rows)
 MESSAGE_COLUMNS = ("flows", "flows_completed", "mean_fct_s", "max_fct_s")
 
@@ -26,12 +28,13 @@ MESSAGE_COLUMNS = ("flows", "flows_completed", "mean_fct_s", "max_fct_s")
 @dataclass
 class PreparedRun:
     """A simulation with its workload wired up and not yet started: `start()`, then run the event
-    list (all at once with `sim.run()`, or in steps to observe it), then `rows()`. `transport` is
-    None on the alpha_beta backend, which sends no messages."""
+    list (all at once with `simulate()`, or in steps to observe it), then `rows()`. `transport` is
+    None on the alpha_beta backend, which sends no messages; on the ns3 backend it runs a helper
+    process, which `simulate()` ends (or `close()`, for a run not simulated)."""
 
     config: SimConfig
     sim: Simulation
-    transport: PacketTransport | AnalyticalTransport | None
+    transport: PacketTransport | AnalyticalTransport | Ns3Transport | None
     flows: FlowsWorkload | None = None
     system: SystemLayer | None = None
     training: TrainingLoop | TraceReplay | None = None  # a trace replays like a training loop
@@ -47,6 +50,20 @@ class PreparedRun:
         """Schedule the workload's first actions at time 0."""
         (self.flows if self.flows is not None else self.training).start()
 
+    def simulate(self) -> None:
+        """Run the simulation to its end or to `engine.max_sim_time_s`."""
+        if isinstance(self.transport, Ns3Transport):
+            # ns-3 carries the packets: the two simulations advance together
+            until_ps = s_to_ps(self.config.engine.max_sim_time_s)
+            self.sim.time_limit_reached = not self.transport.run(until_ps)
+        else:
+            self.sim.run()
+
+    def close(self) -> None:
+        """Release what the run holds outside this process (the ns-3 helper)."""
+        if isinstance(self.transport, Ns3Transport):
+            self.transport.close()
+
     def rows(self, wall_s: float, flow_columns: bool = False) -> dict[str, Any]:
         """Result rows per table; `wall_s` is the wall time the caller measured. With
         `flow_columns` the `flows` table comes as `MessageLog.columns()` (a dict of typed arrays)."""
@@ -59,23 +76,45 @@ class PreparedRun:
         flows = (MessageLog() if self.transport is None else self.transport.records).columns()
         tables["flows"] = flows if flow_columns else flow_rows(flows)
         run_row = {**summary_row(self.sim, self.finished, wall_s, flows), **workload_summary}
+        if self.config.engine.link_stats != "none":  # else no links table at all (and nothing collected)
+            tables["links"] = self.link_rows(s_to_ps(run_row["sim_time_s"]))
         backend = self.config.engine.backend
-        if backend != "packet":
+        if isinstance(self.transport, Ns3Transport):
+            # ns-3 counts segments, retransmissions, timeouts, drops and marks; the queue peak is not traced
+            run_row.update(self.transport.counters(), max_queue_kb=None)
+            run_row["events_per_s"] = run_row["events"] / wall_s if wall_s > 0 else None  # ns-3's events
+        elif backend != "packet":
             # the fluid and closed-form models have no packets, queues or losses (and alpha_beta
             # sends no messages): say so instead of reporting zeros
             run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend == "alpha_beta" else ())))
+        if isinstance(self.transport, AnalyticalTransport):
+            run_row.update(self.transport.screen_risks(self.sim.eventlist.now_ps, self.sim.topology.switch_ports))
         return {"runs": [run_row], **tables}
+
+    def link_rows(self, end_ps: int) -> list[dict[str, Any]]:
+        """The `links` table (`engine.link_stats`; none: no rows), from what the backend knows up
+        to `end_ps`, the end of the run."""
+        link_stats, backend = self.config.engine.link_stats, self.config.engine.backend
+        topology = self.sim.topology
+        if backend == "packet":
+            return packet_link_rows(topology, link_stats, end_ps)
+        if isinstance(self.transport, AnalyticalTransport):
+            return fluid_link_rows(topology, link_stats, end_ps, self.transport.link_bytes(), host_links_only=False)
+        assert isinstance(self.system, AlphaBetaSystemLayer)
+        return fluid_link_rows(topology, link_stats, end_ps, self.system.host_link_bytes(), host_links_only=True)
 
 
 def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     """Validate the config and build the network, transport, system layer and workload."""
     cfg = config if isinstance(config, SimConfig) else load_config(config)
     sim = Simulation(cfg)
-    transport: PacketTransport | AnalyticalTransport | None = None
+    transport: PacketTransport | AnalyticalTransport | Ns3Transport | None = None
     if cfg.engine.backend == "packet":
         transport = PacketTransport(sim.eventlist, sim.open_connection)
     elif cfg.engine.backend == "analytical":
-        transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.mss_bytes)
+        transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.mss_bytes, cfg.tcp.init_cwnd_pkts)
+    elif cfg.engine.backend == "ns3":
+        transport = Ns3Transport(sim.eventlist, sim.topology, cfg)
     if cfg.workload.type == "flows":
         assert isinstance(transport, PacketTransport)
         flows = FlowsWorkload(sim.eventlist, transport, cfg.workload, cfg.network.npus, cfg.seed)
@@ -93,7 +132,8 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
 
 def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> dict[str, Any]:
     """Run one simulation. Returns rows per table: {"runs": [one row], "flows": [...],
-    "collectives": [...], "layers": [...]} (the last two empty for the `flows` workload).
+    "collectives": [...], "layers": [...]} (the last two empty for the `flows` workload), and
+    "links": [...] when `engine.link_stats` asks for them.
 
     `flow_columns=True` gives the `flows` table as columns instead, a dict of typed arrays with
     NaN where a row would hold None (`MessageLog.columns`): a DLRM iteration on 1,024 NPUs has
@@ -106,9 +146,12 @@ def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> di
     wall_start = time.perf_counter()
     with cyclic_collector_paused():
         prepared = prepare(config)
-        prepared.start()
-        prepared.sim.run()
-        return prepared.rows(time.perf_counter() - wall_start, flow_columns)
+        try:
+            prepared.start()
+            prepared.simulate()
+            return prepared.rows(time.perf_counter() - wall_start, flow_columns)
+        finally:
+            prepared.close()
 
 
 @contextlib.contextmanager
@@ -131,7 +174,7 @@ def cyclic_collector_paused() -> Iterator[None]:
 
 
 def build_system_layer(cfg: SimConfig, sim: Simulation,
-                       transport: PacketTransport | AnalyticalTransport | None) -> SystemLayer:
+                       transport: PacketTransport | AnalyticalTransport | Ns3Transport | None) -> SystemLayer:
     """The system layer on the topology's dimensions with the configured algorithms; without a
     transport (alpha_beta), the one that times each phase in closed form."""
     system = cfg.system
@@ -174,6 +217,8 @@ def summary_row(sim: Simulation, finished: bool, wall_s: float, flows: Mapping[s
         "packets_sent": sum(sender.packets_sent for sender in senders),
         "retransmits": sum(sender.retransmits for sender in senders),
         "timeouts": sum(sender.timeouts for sender in senders),
+        "loss_probes": sum(sender.loss_probes for sender in senders),
+        "rack_lost_segments": sum(sender.rack_lost_segments for sender in senders),
         "drops": sum(link.drops for link in links),
         "ecn_marks": sum(link.ecn_marks for link in links),
         "max_queue_kb": max_queue_bytes / 1024,  # KiB, like network.buffer_kb

@@ -23,11 +23,15 @@ def tcp_settings(config: SimConfig) -> TcpSettings:
         clock_granularity_ps=us_to_ps(tcp.clock_granularity_us),
         delayed_ack=tcp.delayed_ack,
         delayed_ack_timeout_ps=ms_to_ps(tcp.delayed_ack_timeout_ms),
+        linux_delayed_ack=tcp.linux_delayed_ack,
         sack=tcp.sack,
         rcv_wnd_bytes=None if tcp.rcv_wnd_kb is None else int(tcp.rcv_wnd_kb * BYTES_PER_KB),
         slow_start_after_idle=tcp.slow_start_after_idle,
         ecn=tcp.ecn or tcp.cc == "dctcp",
         dctcp_echo=tcp.cc == "dctcp",
+        rack_tlp=tcp.rack_tlp,
+        prr=tcp.prr,
+        hystart=tcp.hystart,
     )
 
 

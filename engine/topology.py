@@ -6,6 +6,10 @@ drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several eq
 exist (leaf_spine, fat_tree, the two directions of an even ring), a flow hash picks one per flow
 (ECMP). Sizes in `_kb` are KiB (1024 bytes).
 
+Every link is named `src->dst` after the nodes it joins (hosts `h<i>`, `n<i>` on a ring, `npu<i>`
+on hierarchical; switches `sw`, `swL`/`swR`, `leaf<l>`, `spine<s>`, `edge<e>`, `agg<a>`, `core<c>`,
+`node<n>`) and has a kind (`LINK_KINDS`): what the `links` table reports it as.
+
 Routes come in a few classes (`route_class`): all routes of one class cross links of the same rates
 and latencies, so the alpha_beta backend costs a class once instead of every pair of hosts.
 """
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from random import Random
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from .config import NetworkConfig, smallest_fat_tree_k
 from .eventlist import EventList
@@ -34,6 +38,36 @@ def flow_hash(*values: int) -> int:
     return state
 
 
+# What a link is (the `kind` column of the `links` table), by where it sits.
+LINK_KINDS = {
+    "host_nic": "a host's link to its switch (hierarchical: an NPU's NIC to the scale-out switch)",
+    "switch_port": "a switch's egress port to a host",
+    "bottleneck": "dumbbell: the link from one switch to the other",
+    "ring": "ring: the link from an NPU to its neighbour",
+    "leaf_uplink": "leaf_spine: leaf to spine",
+    "spine_downlink": "leaf_spine: spine to leaf",
+    "edge_uplink": "fat_tree: edge to aggregation switch",
+    "agg_downlink": "fat_tree: aggregation to edge switch",
+    "core_uplink": "fat_tree: aggregation to core switch",
+    "core_downlink": "fat_tree: core to aggregation switch",
+    "scaleup_nic": "hierarchical: an NPU's link to its node's scale-up switch",
+    "scaleup_port": "hierarchical: the scale-up switch's port to an NPU",
+}
+# Kinds whose traffic is fixed by the two hosts a message joins (its first or last link), whatever
+# equal-cost path it takes.
+HOST_LINK_KINDS = ("host_nic", "switch_port", "scaleup_nic", "scaleup_port")
+
+
+class LinkRole(NamedTuple):
+    """Where a link sits: its kind (`LINK_KINDS`), the nodes it joins and whether it is a switch
+    egress port (with the configured buffer)."""
+
+    kind: str
+    src: str
+    dst: str
+    switch_port: bool
+
+
 class Topology:
     """Links of one network and routing between hosts; built by `build_topology`."""
 
@@ -42,22 +76,26 @@ class Topology:
         self.config = net
         self.npus = net.npus
         self.links: list[Link] = []
+        self.link_roles: list[LinkRole] = []  # what each link of `links` is, at the same index
         self.switch_ports: list[Link] = []
         self._seed = seed
         self._buffer_bytes = None if net.buffer_kb is None else int(net.buffer_kb * BYTES_PER_KB)
         self._ecn_bytes = None if net.ecn_threshold_kb is None else int(net.ecn_threshold_kb * BYTES_PER_KB)
 
-    def add_link(self, name: str, rate_gbps: float, latency_us: float, switch_port: bool) -> Link:
-        """Create a link; switch ports get the configured buffer and ECN threshold."""
+    def add_link(self, src: str, dst: str, kind: str, rate_gbps: float, latency_us: float,
+                 switch_port: bool) -> Link:
+        """Create the link from node `src` to node `dst`, named `src->dst`, of `kind` (one of
+        `LINK_KINDS`); switch ports get the configured buffer and ECN threshold."""
         net = self.config
         rng = Random(flow_hash(self._seed, len(self.links), 0x1055)) if net.loss_rate > 0 else None
         link = Link(
-            self.eventlist, name, gbps_to_bps(rate_gbps), us_to_ps(latency_us),
+            self.eventlist, f"{src}->{dst}", gbps_to_bps(rate_gbps), us_to_ps(latency_us),
             buffer_bytes=self._buffer_bytes if switch_port else None,
             ecn_threshold_bytes=self._ecn_bytes if switch_port else None,
             loss_rate=net.loss_rate, rng=rng,
         )
         self.links.append(link)
+        self.link_roles.append(LinkRole(kind, src, dst, switch_port))
         if switch_port:
             self.switch_ports.append(link)
         return link
@@ -108,8 +146,10 @@ class SwitchTopology(Topology):
 
     def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
         super().__init__(eventlist, net, seed)
-        self.up = [self.add_link(f"h{i}->sw", net.link_gbps, net.link_latency_us, False) for i in range(net.npus)]
-        self.down = [self.add_link(f"sw->h{i}", net.link_gbps, net.link_latency_us, True) for i in range(net.npus)]
+        self.up = [self.add_link(f"h{i}", "sw", "host_nic", net.link_gbps, net.link_latency_us, False)
+                   for i in range(net.npus)]
+        self.down = [self.add_link("sw", f"h{i}", "switch_port", net.link_gbps, net.link_latency_us, True)
+                     for i in range(net.npus)]
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         return (self.up[src], self.down[dst])
@@ -121,11 +161,20 @@ class DumbbellTopology(Topology):
     def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
         super().__init__(eventlist, net, seed)
         self.half = net.npus // 2
-        self.up = [self.add_link(f"h{i}->sw", net.link_gbps, net.link_latency_us, False) for i in range(net.npus)]
-        self.down = [self.add_link(f"sw->h{i}", net.link_gbps, net.link_latency_us, True) for i in range(net.npus)]
+        sides = [self.side_switch(i) for i in range(net.npus)]
+        self.up = [self.add_link(f"h{i}", sides[i], "host_nic", net.link_gbps, net.link_latency_us, False)
+                   for i in range(net.npus)]
+        self.down = [self.add_link(sides[i], f"h{i}", "switch_port", net.link_gbps, net.link_latency_us, True)
+                     for i in range(net.npus)]
         assert net.bottleneck_gbps is not None and net.bottleneck_latency_us is not None
-        self.left_to_right = self.add_link("L->R", net.bottleneck_gbps, net.bottleneck_latency_us, True)
-        self.right_to_left = self.add_link("R->L", net.bottleneck_gbps, net.bottleneck_latency_us, True)
+        self.left_to_right = self.add_link("swL", "swR", "bottleneck", net.bottleneck_gbps,
+                                           net.bottleneck_latency_us, True)
+        self.right_to_left = self.add_link("swR", "swL", "bottleneck", net.bottleneck_gbps,
+                                           net.bottleneck_latency_us, True)
+
+    def side_switch(self, host: int) -> str:
+        """The switch of a host's side: `swL` for the left half, `swR` for the right."""
+        return "swL" if host < self.half else "swR"
 
     def locality(self, host: int) -> tuple[int, ...]:
         """The side: class 0 crosses the bottleneck, class 1 stays on one switch."""
@@ -146,9 +195,9 @@ class RingTopology(Topology):
     def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
         super().__init__(eventlist, net, seed)
         n = net.npus
-        self.clockwise = [self.add_link(f"n{i}->n{(i + 1) % n}", net.link_gbps, net.link_latency_us, True)
+        self.clockwise = [self.add_link(f"n{i}", f"n{(i + 1) % n}", "ring", net.link_gbps, net.link_latency_us, True)
                           for i in range(n)]
-        self.counter = [self.add_link(f"n{i}->n{(i - 1) % n}", net.link_gbps, net.link_latency_us, True)
+        self.counter = [self.add_link(f"n{i}", f"n{(i - 1) % n}", "ring", net.link_gbps, net.link_latency_us, True)
                         for i in range(n)]
 
     def route_class(self, src: int, dst: int) -> int:
@@ -180,11 +229,16 @@ class LeafSpineTopology(Topology):
         assert net.hosts_per_leaf and net.spines and net.uplink_gbps
         self.hosts_per_leaf = net.hosts_per_leaf
         leaves = net.npus // net.hosts_per_leaf
-        self.up = [self.add_link(f"h{i}->leaf", net.link_gbps, net.link_latency_us, False) for i in range(net.npus)]
-        self.down = [self.add_link(f"leaf->h{i}", net.link_gbps, net.link_latency_us, True) for i in range(net.npus)]
-        self.leaf_up = [[self.add_link(f"leaf{l}->spine{s}", net.uplink_gbps, net.link_latency_us, True)
+        per_leaf = net.hosts_per_leaf
+        self.up = [self.add_link(f"h{i}", f"leaf{i // per_leaf}", "host_nic", net.link_gbps, net.link_latency_us,
+                                 False) for i in range(net.npus)]
+        self.down = [self.add_link(f"leaf{i // per_leaf}", f"h{i}", "switch_port", net.link_gbps,
+                                   net.link_latency_us, True) for i in range(net.npus)]
+        self.leaf_up = [[self.add_link(f"leaf{l}", f"spine{s}", "leaf_uplink", net.uplink_gbps,
+                                       net.link_latency_us, True)
                          for s in range(net.spines)] for l in range(leaves)]
-        self.spine_down = [[self.add_link(f"spine{s}->leaf{l}", net.uplink_gbps, net.link_latency_us, True)
+        self.spine_down = [[self.add_link(f"spine{s}", f"leaf{l}", "spine_downlink", net.uplink_gbps,
+                                          net.link_latency_us, True)
                             for l in range(leaves)] for s in range(net.spines)]
 
     def locality(self, host: int) -> tuple[int, ...]:
@@ -219,21 +273,25 @@ class FatTreeTopology(Topology):
         k = self.k
         uplink_gbps = net.uplink_gbps if net.uplink_gbps is not None else net.link_gbps
         latency_us = net.link_latency_us
-        self.host_up = [self.add_link(f"h{h}->edge{h // half}", net.link_gbps, latency_us, False)
+        self.host_up = [self.add_link(f"h{h}", f"edge{h // half}", "host_nic", net.link_gbps, latency_us, False)
                         for h in range(net.npus)]
-        self.host_down = [self.add_link(f"edge{h // half}->h{h}", net.link_gbps, latency_us, True)
+        self.host_down = [self.add_link(f"edge{h // half}", f"h{h}", "switch_port", net.link_gbps, latency_us, True)
                           for h in range(net.npus)]
         switches = k * half  # edge switches, and aggregation switches, in all pods
         # edge e -> aggregation j of its pod, at [e * half + j]; aggregation a -> edge i, at [a * half + i]
-        self.edge_up = [self.add_link(f"edge{e}->agg{e - e % half + j}", uplink_gbps, latency_us, True)
+        self.edge_up = [self.add_link(f"edge{e}", f"agg{e - e % half + j}", "edge_uplink", uplink_gbps,
+                                      latency_us, True)
                         for e in range(switches) for j in range(half)]
-        self.agg_down = [self.add_link(f"agg{a}->edge{a - a % half + i}", uplink_gbps, latency_us, True)
+        self.agg_down = [self.add_link(f"agg{a}", f"edge{a - a % half + i}", "agg_downlink", uplink_gbps,
+                                       latency_us, True)
                          for a in range(switches) for i in range(half)]
         # aggregation a = (pod, j) -> core j * half + m, at [a * half + m];
         # core c -> the aggregation switch of a pod it is joined to, at [c * k + pod]
-        self.agg_up = [self.add_link(f"agg{a}->core{a % half * half + m}", uplink_gbps, latency_us, True)
+        self.agg_up = [self.add_link(f"agg{a}", f"core{a % half * half + m}", "core_uplink", uplink_gbps,
+                                     latency_us, True)
                        for a in range(switches) for m in range(half)]
-        self.core_down = [self.add_link(f"core{c}->agg{pod * half + c // half}", uplink_gbps, latency_us, True)
+        self.core_down = [self.add_link(f"core{c}", f"agg{pod * half + c // half}", "core_downlink", uplink_gbps,
+                                        latency_us, True)
                           for c in range(half * half) for pod in range(k)]
 
     def locality(self, host: int) -> tuple[int, ...]:
@@ -268,12 +326,15 @@ class HierarchicalTopology(Topology):
         assert net.npus_per_node and net.scaleup_gbps is not None and net.scaleup_latency_us is not None
         self.npus_per_node = net.npus_per_node
         n = net.npus
-        self.scaleup_up = [self.add_link(f"npu{i}->node", net.scaleup_gbps, net.scaleup_latency_us, False)
-                           for i in range(n)]
-        self.scaleup_down = [self.add_link(f"node->npu{i}", net.scaleup_gbps, net.scaleup_latency_us, True)
-                             for i in range(n)]
-        self.nic_up = [self.add_link(f"npu{i}->sw", net.link_gbps, net.link_latency_us, False) for i in range(n)]
-        self.nic_down = [self.add_link(f"sw->npu{i}", net.link_gbps, net.link_latency_us, True) for i in range(n)]
+        per_node = net.npus_per_node
+        self.scaleup_up = [self.add_link(f"npu{i}", f"node{i // per_node}", "scaleup_nic", net.scaleup_gbps,
+                                         net.scaleup_latency_us, False) for i in range(n)]
+        self.scaleup_down = [self.add_link(f"node{i // per_node}", f"npu{i}", "scaleup_port", net.scaleup_gbps,
+                                           net.scaleup_latency_us, True) for i in range(n)]
+        self.nic_up = [self.add_link(f"npu{i}", "sw", "host_nic", net.link_gbps, net.link_latency_us, False)
+                       for i in range(n)]
+        self.nic_down = [self.add_link("sw", f"npu{i}", "switch_port", net.link_gbps, net.link_latency_us, True)
+                         for i in range(n)]
 
     def dimensions(self) -> list[tuple[tuple[int, ...], ...]]:
         """Scale-up (NPUs of one node), then scale-out (the NPUs of equal local index in every node)."""

@@ -43,6 +43,17 @@ def gbps_to_bps(gbps: float) -> int:
     return round(gbps * 1_000_000_000)
 
 
+def bps_to_gbps(bps: int) -> float:
+    """Integer bits per second to gigabits per second (for results)."""
+    return bps / 1_000_000_000
+
+
+def utilisation(size_bytes: int, rate_bps: int, duration_ps: int) -> float:
+    """The fraction of `duration_ps` a link of `rate_bps` needs to carry `size_bytes`:
+    bytes * 8 bits/byte / (bits/s * duration in s)."""
+    return size_bytes * BITS_PER_BYTE * PS_PER_S / (rate_bps * duration_ps)
+
+
 def serialisation_ps(size_bytes: int, rate_bps: int) -> int:
     """Time to put `size_bytes` on a wire of `rate_bps`, in whole picoseconds (rounded down).
 

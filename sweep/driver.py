@@ -95,6 +95,8 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
                             continue
                         run, rows = item
                         label_presets(rows, run.presets)
+                        if run.refine_reason is not None:
+                            rows["runs"][0]["refine_reason"] = run.refine_reason
                         with interrupts_deferred():  # stored and counted together, never half
                             stores[run.dataset].append(rows)
                             summary.record(rows["runs"][0])

@@ -149,8 +149,9 @@ def pop_presets(config: dict[str, Any]) -> dict[str, str | None]:
 class PlannedRun:
     """One grid point, ready to run: its overrides as the sweeper gave them, the resolved config
     (without `force`), its run_id, whether to run it even if the dataset already has it, the
-    presets it was composed from (`sweep.schema.PRESET_COLUMNS` of its runs row) and the memory it
-    will need (`engine.estimate_run_bytes`), which a sweep declares to Ray and holds it to."""
+    presets it was composed from (`sweep.schema.PRESET_COLUMNS` of its runs row), the memory it
+    will need (`engine.estimate_run_bytes`), which a sweep declares to Ray and holds it to, and,
+    for the refined run of a two-fidelity sweep, why its point was chosen (`sweep.fidelity`)."""
 
     overrides: tuple[str, ...]
     config: dict[str, Any]
@@ -158,6 +159,7 @@ class PlannedRun:
     force: bool = False
     presets: Mapping[str, str | None] = field(default_factory=dict)
     memory_bytes: int = 0
+    refine_reason: str | None = None
 
     @property
     def dataset(self) -> Path:

@@ -10,7 +10,8 @@ newest attempt), finds what was swept and writes into `<dataset>/report/`:
   swept axis, a line per combination of the other axes;
 - `time_breakdown.png` (training): compute, exposed all-to-all and exposed all-reduce per iteration;
 - `message_time_cdf.png` (training) and `fct_cdf.png` (`flows`): completion-time distributions;
-- `retransmits_timeouts.png`: TCP retransmissions and timeouts of packet-backend runs (if any).
+- `retransmits_timeouts.png`: TCP retransmissions and timeouts of packet-backend runs (if any);
+- in the summary, the hottest links of the slowest runs, when runs recorded the `links` table.
 
 A swept parameter is a config column with more than one distinct value among the runs. Columns that
 another swept column determines (the keys a `workload=dlrm_small,dlrm_large` sweep changes, or the
@@ -41,8 +42,9 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from omegaconf import OmegaConf
 
 from .cli import CONF_DIR
+from .fidelity import RISKS, SAMPLE, TOP, at_risk
 from .runner import CONFIG_GROUPS, flatten
-from .store import load_runs, load_table, read_table, readable_parts
+from .store import QUARANTINE, load_runs, load_table, quarantined_parts, read_table, readable_parts
 
 REPORT_DIR = "report"
 SUMMARY_FILE = "summary.md"
@@ -50,6 +52,8 @@ MS = 1e3  # s -> ms
 # Config columns: `seed` and every leaf of these sections (`name`, `results_dir`, `ray.*` say where
 # and how a run executed, not what it simulated).
 CONFIG_SECTIONS = ("engine", *CONFIG_GROUPS)
+# Config leaves that choose what a run records, not what it simulates: never a swept parameter.
+RECORDING_COLUMNS = ("engine.link_stats",)
 # A column that names its section's preset labels any axis it belongs to.
 NAME_COLUMNS = ("network.topology", "tcp.cc", "workload.type")
 # Units of config leaves (DESIGN.md: units are in the key names): whole names, then suffixes.
@@ -58,6 +62,31 @@ LEAF_UNITS = {"npus": "NPUs", "bytes": "bytes per NPU", "bytes_per_flow": "bytes
               "batch_per_npu": "samples", "dtype_bytes": "bytes"}
 SUFFIX_UNITS = (("_gbps", "Gb/s"), ("_tflops", "TFLOP/s"), ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"),
                 ("_s", "s"), ("_kb", "KiB"), ("_bytes", "bytes"), ("_pkts", "segments"))
+# Config keys in words, for axis labels: the unit follows once, in brackets ("minimum RTO (ms)"), unless
+# the words name it already ("NPUs"). A key not listed is its leaf without the unit suffix, in words.
+KEY_WORDS = {
+    "seed": "seed", "engine.backend": "backend", "network": "network preset", "tcp": "TCP preset",
+    "system": "system preset", "workload": "workload",
+    "network.topology": "topology", "network.npus": "NPUs", "network.link_gbps": "NIC link rate",
+    "network.link_latency_us": "link latency", "network.buffer_kb": "switch buffer per port",
+    "network.ecn_threshold_kb": "ECN marking threshold", "network.mtu_bytes": "MTU",
+    "network.loss_rate": "random loss rate", "network.uplink_gbps": "uplink rate", "network.spines": "spines",
+    "network.hosts_per_leaf": "hosts per leaf", "network.npus_per_node": "NPUs per node",
+    "network.scaleup_gbps": "scale-up link rate", "network.scaleup_latency_us": "scale-up latency",
+    "network.bottleneck_gbps": "bottleneck link rate", "network.fat_tree_k": "fat-tree k",
+    "tcp.cc": "congestion control", "tcp.min_rto_ms": "minimum RTO", "tcp.initial_rto_ms": "initial RTO",
+    "tcp.max_rto_s": "maximum RTO", "tcp.init_cwnd_pkts": "initial window", "tcp.delayed_ack": "delayed ACK",
+    "tcp.sack": "SACK", "tcp.ecn": "ECN", "tcp.rcv_wnd_kb": "receive window", "tcp.mss_bytes": "MSS",
+    "tcp.slow_start_after_idle": "slow start after idle",
+    "system.all_reduce": "all-reduce algorithm", "system.all_to_all": "all-to-all algorithm",
+    "system.all_gather": "all-gather algorithm", "system.reduce_scatter": "reduce-scatter algorithm",
+    "system.splits": "chunks per collective", "system.scheduling": "chunk scheduling",
+    "system.hierarchy": "multi-dimensional collectives", "system.endpoint_delay_ns": "endpoint delay per step",
+    "workload.type": "workload type", "workload.op": "collective", "workload.bytes": "collective size",
+    "workload.senders": "incast senders", "workload.bytes_per_flow": "bytes per flow",
+    "workload.batch_per_npu": "batch per NPU", "workload.iterations": "iterations",
+    "workload.npu_tflops": "NPU compute rate", "workload.rounds": "rounds",
+}
 # Settings named in the summary when every run has the same value.
 KEY_SETTINGS = ("engine.backend", "network.topology", "network.npus", "network.link_gbps",
                 "network.link_latency_us", "network.buffer_kb", "network.ecn_threshold_kb", "tcp.cc",
@@ -66,6 +95,8 @@ KEY_SETTINGS = ("engine.backend", "network.topology", "network.npus", "network.l
 MAX_BARS = 40     # bars in one breakdown or counter plot; beyond, means per value of the first axes
 MAX_SERIES = 8    # lines in one panel; beyond, panels per value of one axis, then medians
 MAX_PANELS = 6
+LINKS_COLUMNS = ["link", "kind", "gbps", "bytes", "utilisation", "drops", "ecn_marks", "max_queue_kb"]
+HOT_RUNS, HOT_LINKS = 3, 5  # the hottest links of the slowest runs with a links table
 MAX_LISTED = 40   # runs listed one by one in the summary; beyond, the fastest and slowest few
 MAX_FLOW_ROWS = 5_000_000  # a larger flows table is not read (gigabytes): its CDFs are left out
 EXTREMES = 5
@@ -127,9 +158,15 @@ class Axis:
         return self.key.rsplit(".", 1)[-1]
 
     @property
+    def words(self) -> str:
+        """The parameter in words (`minimum RTO`), without its unit."""
+        return key_words(self.key)
+
+    @property
     def label(self) -> str:
-        """The axis label, with its unit."""
-        return f"{self.key} ({self.unit})" if self.unit else self.key
+        """The axis label: the parameter in words, with its unit once (`minimum RTO (ms)`)."""
+        unit_named = not self.unit or self.unit.split()[0] in self.words.split()
+        return self.words if unit_named else f"{self.words} ({self.unit})"
 
     @property
     def slug(self) -> str:
@@ -149,6 +186,7 @@ class Dataset:
     collectives: pd.DataFrame
     layers: pd.DataFrame
     flows: pd.DataFrame
+    links: pd.DataFrame  # the `links` table (`engine.link_stats`); empty when no run asked for it
     rows_read: int  # runs rows on disk, older attempts of a run included
     flows_unread: int  # rows of the flows table left unread (more than MAX_FLOW_ROWS), or 0
 
@@ -174,7 +212,7 @@ def read_dataset(path: str | os.PathLike[str]) -> Dataset:
     runs = runs.join(exposed_breakdown(runs, layers), on="run_id")
     runs["unaccounted_s"] = runs["iteration_time_s"] - runs[[c for c, _, _ in BREAKDOWN[:4]]].sum(axis=1)
     flow_rows = sum(pq.ParquetFile(part).metadata.num_rows for part in readable_parts(path, "flows"))
-    flow_columns = ["end_s", "fct_s"]
+    flow_columns = ["end_s", "fct_s", "timeouts"]
     if flow_rows <= MAX_FLOW_ROWS:
         flows = load_table(path, "flows", flow_columns)
         last_end = flows.groupby("run_id")["end_s"].max()
@@ -185,7 +223,7 @@ def read_dataset(path: str | os.PathLike[str]) -> Dataset:
     flows = flows.astype({column: float for column in flow_columns})  # an empty table has no types
     runs = runs.join(last_end.rename("last_flow_end_s"), on="run_id")
     return Dataset(path, runs, load_table(path, "collectives", ["iteration", "op", "exposed_s"]), layers, flows,
-                   rows_read=len(read_table(path, "runs", ["run_id"])),
+                   load_table(path, "links", LINKS_COLUMNS), rows_read=len(read_table(path, "runs", ["run_id"])),
                    flows_unread=flow_rows if flow_rows > MAX_FLOW_ROWS else 0)
 
 
@@ -224,8 +262,21 @@ def exposed_from_collectives(dataset: Dataset) -> pd.DataFrame:
 
 
 def is_config_column(column: str) -> bool:
-    """`seed` and the leaves of the engine, network, tcp, system and workload sections."""
+    """`seed` and the leaves of the engine, network, tcp, system and workload sections, but for
+    those that change what is recorded, not what is simulated (`RECORDING_COLUMNS`)."""
+    if column in RECORDING_COLUMNS:
+        return False
     return column == "seed" or column.split(".", 1)[0] in CONFIG_SECTIONS and "." in column
+
+
+def key_words(key: str) -> str:
+    """A config key in words (`tcp.min_rto_ms` -> `minimum RTO`): `KEY_WORDS`, else its leaf
+    without the unit suffix, underscores as spaces."""
+    if key in KEY_WORDS:
+        return KEY_WORDS[key]
+    leaf = key.rsplit(".", 1)[-1]
+    suffix = next((suffix for suffix, _ in SUFFIX_UNITS if leaf.endswith(suffix)), "")
+    return leaf[:len(leaf) - len(suffix)].replace("_", " ") if suffix else leaf.replace("_", " ")
 
 
 def unit_of(column: str) -> str:
@@ -495,6 +546,8 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
             y = part[metric].astype(float) * MS
             points = pd.DataFrame({"x": x, "y": y}).groupby("x")["y"]
             style = styles[label]
+            if not axis.numeric:  # categories: points side by side, no line suggesting an order between them
+                style = {**style, "linestyle": "none"}
             if summarised:
                 stats = points.agg(["median", "min", "max"])
                 line = ax.plot(stats.index, stats["median"], label=label or "median", **style)[0]
@@ -516,9 +569,9 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
         ax.grid(True, which="major", alpha=0.3)
         if panel_title:
             ax.set_title(panel_title, fontsize="medium")
-    legend_title = ", ".join(a.short for a in series_axes)
+    legend_title = ", ".join(a.words for a in series_axes)
     if summarised:
-        pooled = [a.short for a in others if a is not facet and a not in series_axes]
+        pooled = [a.words for a in others if a is not facet and a not in series_axes]
         legend_title += f"\n(median; band: min-max over {', '.join(pooled)})"
     _legend(fig, axs, legend_title)
     fig.suptitle(title)
@@ -554,54 +607,76 @@ def _bar_figure(bars: int) -> tuple[Figure, Any, Any]:
 
 
 def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], path: Path) -> Path:
-    """Stacked compute / exposed all-to-all / exposed all-reduce per iteration: in ms and in % of
-    the iteration."""
+    """Per run: the iteration time (ms; log scale when the runs span 30x or more, so that no bar is
+    invisible) and its split into compute / exposed all-to-all / exposed all-reduce as shares of
+    the iteration (every bar the same length, whatever the run's time)."""
     parts = [(c, label, colour) for c, label, colour in BREAKDOWN
              if c in ("compute_s", "exposed_all_to_all_s", "exposed_all_reduce_s")
              or (frame[c].abs() > 1e-3 * frame["iteration_time_s"]).any()]
     bars, note = _bar_rows(frame, axes, [c for c, _, _ in parts] + ["iteration_time_s"])
     fig, absolute, share = _bar_figure(len(bars))
     y = np.arange(len(bars))
-    left_ms, left_pct = np.zeros(len(bars)), np.zeros(len(bars))
+    total_ms = bars["iteration_time_s"].astype(float).to_numpy() * MS
+    absolute.barh(y, total_ms, color="#555555")
+    for i, total in enumerate(total_ms):
+        absolute.annotate(f"{total:.3g} ms", (total, y[i]), xytext=(3, 0), textcoords="offset points",
+                          va="center", fontsize="x-small")
+    if _log_if_wide(absolute, total_ms, "x"):
+        absolute.set_xlim(np.nanmin(total_ms) / 2, np.nanmax(total_ms) * 4)
+        _plain_log_ticks(absolute, "x")
+    else:
+        absolute.set_xlim(0, np.nanmax(total_ms) * 1.2 if np.nanmax(total_ms) > 0 else 1)
+    left_pct = np.zeros(len(bars))
     for column, label, colour in parts:
         values = bars[column].astype(float).clip(lower=0).fillna(0).to_numpy()
-        absolute.barh(y, values * MS, left=left_ms, color=colour, label=label)
         pct = 100 * values / bars["iteration_time_s"].astype(float).to_numpy()
-        share.barh(y, pct, left=left_pct, color=colour)
-        left_ms += values * MS
+        share.barh(y, pct, left=left_pct, color=colour, label=label)
         left_pct += pct
-    for i, total in enumerate(bars["iteration_time_s"].astype(float) * MS):
-        absolute.annotate(f"{total:.3g} ms", (left_ms[i], y[i]), xytext=(3, 0), textcoords="offset points",
-                          va="center", fontsize="x-small")
     absolute.set_yticks(y, bars.index, fontsize="small")
     absolute.invert_yaxis()
-    absolute.set_xlabel("time per iteration (ms)")
-    absolute.set_xlim(0, left_ms.max() * 1.15 if left_ms.max() > 0 else 1)
+    absolute.set_xlabel("iteration time (ms)")
     share.set_xlabel("share of the iteration time (%)")
     share.set_xlim(0, 100)
     for ax in (absolute, share):
         ax.grid(True, axis="x", alpha=0.3)
     fig.legend(loc="outside lower center", ncols=len(parts), fontsize="small")
-    fig.suptitle("Where an iteration goes: compute and exposed communication" + note)
+    fig.suptitle("Where an iteration goes: its length (left) and its shares of compute and exposed "
+                 "communication (right)" + note)
     fig.savefig(path, dpi=100)
     return path
 
 
+def _waited_for_rto(flows: pd.DataFrame) -> str:
+    """' (x % waited for an RTO)': the share of completed flows with a retransmission timeout, or ''
+    where no flow reports its timeouts (the fluid backends)."""
+    counted = flows["timeouts"].dropna() if "timeouts" in flows else pd.Series(dtype=float)
+    return f" ({(counted > 0).mean():.1%} waited for an RTO)" if len(counted) else ""
+
+
 def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], title: str, xlabel: str,
              ylabel: str, path: Path) -> Path:
-    """Empirical CDF of `fct_s` (ms, log scale) of the flows of `frame`'s runs, a line per
-    combination of the axes (flows pooled where there are too many combinations)."""
-    facet, series_axes, summarised = _grouping(frame, axes)
+    """Empirical CDF of `fct_s` (ms, log scale) of the flows of `frame`'s runs, a panel per
+    workload when the workload was swept, a line per combination of the other axes (flows pooled
+    where there are too many), each labelled with the share of its flows that waited for a
+    retransmission timeout."""
+    workload = next((a for a in axes if a.key in ("workload", "workload.type")), None)
+    if workload is not None and len(workload.order) <= MAX_PANELS:
+        facet: Axis | None = workload
+        _, series_axes, summarised = _grouping(frame, [a for a in axes if a is not workload])
+    else:
+        facet, series_axes, summarised = _grouping(frame, axes)
     panels = _panels(frame, facet)
     fig, axs = _figure(len(panels))
     completed = flows[flows["fct_s"].notna()]
     styles = _styles(frame, series_axes)
     for ax, (panel_title, panel) in zip(axs, panels):
         for label, part in _series(panel, series_axes):
-            fct_ms = np.sort(completed.loc[completed["run_id"].isin(part["run_id"]), "fct_s"].astype(float)) * MS
+            series_flows = completed[completed["run_id"].isin(part["run_id"])]
+            fct_ms = np.sort(series_flows["fct_s"].astype(float)) * MS
             if len(fct_ms):
                 style = styles[label]
-                ax.step(fct_ms, np.arange(1, len(fct_ms) + 1) / len(fct_ms), where="post", label=label or None,
+                ax.step(fct_ms, np.arange(1, len(fct_ms) + 1) / len(fct_ms), where="post",
+                        label=(label or "all runs") + _waited_for_rto(series_flows),
                         color=style["color"], linestyle=style["linestyle"], linewidth=style["linewidth"])
         ax.set_xscale("log")
         _plain_log_ticks(ax, "x")
@@ -611,9 +686,9 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
         ax.grid(True, which="major", alpha=0.3)
         if panel_title:
             ax.set_title(panel_title, fontsize="medium")
-    legend_title = ", ".join(a.short for a in series_axes)
+    legend_title = ", ".join(a.words for a in series_axes)
     if summarised:
-        legend_title += f"\n(pooled over {', '.join(a.short for a in axes if a is not facet and a not in series_axes)})"
+        legend_title += f"\n(pooled over {', '.join(a.words for a in axes if a is not facet and a not in series_axes)})"
     _legend(fig, axs, legend_title)
     fig.suptitle(title)
     fig.savefig(path, dpi=100)
@@ -663,7 +738,7 @@ def _per_axis_tables(frame: pd.DataFrame, axes: Sequence[Axis], metric: str, wha
                      extra: Sequence[tuple[str, str]]) -> list[str]:
     lines: list[str] = []
     for axis in axes:
-        lines += ["", f"**{axis.label}**", ""]
+        lines += ["", f"**{axis.label}** (`{axis.key}`)", ""]
         rows = []
         for value in axis.order:
             part = _at(frame, axis, value)
@@ -772,6 +847,34 @@ def _flows_section(dataset: Dataset, flow_runs: pd.DataFrame, axes: Sequence[Axi
     return lines + _ranking(table, axes, "last_flow_end_s", columns)
 
 
+def _hot_link_lines(dataset: Dataset) -> list[str]:
+    """The busiest links (by utilisation over the run) of the slowest runs that recorded links:
+    where the time of a slow configuration went."""
+    links = dataset.links[dataset.links["utilisation"].notna()] if "utilisation" in dataset.links else dataset.links
+    if links.empty:
+        return []
+    axes, runs = swept_axes(dataset.runs)  # the runs with a column per axis, for `describe`
+    runs = runs[runs["run_id"].isin(links["run_id"]) & (runs["status"] != "error")]
+    # training runs by iteration time, flows runs by the end of their last flow: each run's own length
+    length = runs["iteration_time_s"].fillna(runs["last_flow_end_s"]).fillna(runs["sim_time_s"])
+    slowest = runs.assign(length_s=length).sort_values("length_s", ascending=False, kind="stable").head(HOT_RUNS)
+    lines = ["", "## Hottest links of the slowest runs", "",
+             f"The {HOT_LINKS} links with the highest utilisation (bytes x 8 / (rate x run length)) of each of "
+             f"the {len(slowest)} slowest runs that recorded links (`engine.link_stats`); n/a where the backend "
+             "does not know a column (the fluid backends count bytes only; alpha_beta only on host links).", ""]
+    rows = []
+    for _, run in slowest.iterrows():
+        hottest = links[links["run_id"] == run["run_id"]].sort_values(
+            ["utilisation", "bytes"], ascending=False, kind="stable").head(HOT_LINKS)
+        for _, link in hottest.iterrows():
+            rows.append([f"`{run['run_id']}` ({describe(run, axes)}, {_ms(run['length_s'])} ms)", f"`{link['link']}`",
+                         link["kind"], fmt(link["gbps"]), _count(link["bytes"]), f"{link['utilisation'] * 100:.3g} %",
+                         _count(link["drops"]), _count(link["ecn_marks"]),
+                         "n/a" if pd.isna(link["max_queue_kb"]) else f"{link['max_queue_kb']:.1f}"])
+    return lines + _table(["run", "link", "kind", "Gb/s", "bytes", "utilisation", "drops", "ECN marks",
+                           "max queue (KiB)"], rows)
+
+
 def _contention_lines(runs: pd.DataFrame) -> list[str]:
     """Where one configuration ran on `alpha_beta` and on a backend that shares links: how much
     longer an iteration took there. `alpha_beta` leaves all contention out (each message costs what
@@ -840,7 +943,7 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
     for axis in axes:
         others = [a for a in axes if a is not axis]
         name = f"{prefix}_vs_{axis.slug}.png"
-        plot_vs_axis(usable, axis, others, metric, ylabel, f"{what[0].upper()}{what[1:]} against {axis.key}",
+        plot_vs_axis(usable, axis, others, metric, ylabel, f"{what[0].upper()}{what[1:]} against {axis.words}",
                      out / name)
         plots.append((name, f"{what} against `{axis.key}`"
                       + (f", a line per {', '.join(a.key for a in others)}" if others else "")))
@@ -855,7 +958,9 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
                              ("fct_cdf.png", "flows", "flow completion time"))
         plot_cdf(usable, flows, axes, f"CDF of the {times}", f"{times.split(' of the')[0]} (ms)",
                  f"fraction of completed {unit}", out / name)
-        plots.append((name, f"CDF of the {times}"))
+        plots.append((name, f"CDF of the {times}, a panel per workload; each line says the share of its "
+                      f"{unit} that waited for a retransmission timeout"))
+        lines += _rto_lines(usable, flows, unit)
     packet = usable[usable["engine.backend"] == "packet"]
     if packet["retransmits"].fillna(0).sum() + packet["timeouts"].fillna(0).sum() > 0:
         name = "retransmits_timeouts.png" if kind == "training" else "flows_retransmits_timeouts.png"
@@ -864,6 +969,219 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
     elif not packet.empty:
         lines += ["", f"No {kind} run on the packet backend retransmitted a segment or timed out."]
     return plots, lines
+
+
+# -- two fidelities ----------------------------------------------------------------------------------
+
+POINTS_FILE = "points.csv"
+TOP_LISTED = 10  # configurations listed in the two-fidelity section's tables
+
+
+@dataclass
+class TwoFidelity:
+    """A two-fidelity dataset (`sweep.fidelity`) point by point: `points` holds one row per
+    point_id, the screening run's columns plus `screen_s` and `fine_s` (iteration times on the
+    screening and the refining backend; `fine_s` null for a point not refined), `refined`,
+    `reasons` (why it was refined), `at_risk` (the screen's at-risk reasons) and `error`
+    (fine / screen - 1)."""
+
+    screen_backend: str
+    fine_backend: str
+    points: pd.DataFrame
+
+    @property
+    def sample_errors(self) -> pd.Series:
+        """The screen's error over the calibration sample (refined points chosen at random)."""
+        in_sample = self.points["reasons"].fillna("").str.split(",").map(lambda reasons: SAMPLE in reasons)
+        return self.points.loc[in_sample & self.points["error"].notna(), "error"]
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """The calibrated error band: the range of the sample's errors (None without a sample)."""
+        errors = self.sample_errors
+        return (float(errors.min()), float(errors.max())) if len(errors) else None
+
+
+def two_fidelity(runs: pd.DataFrame) -> TwoFidelity | None:
+    """The points of a two-fidelity dataset, or None if `runs` holds no refined run (a row with
+    `refine_reason`) with a screening run of its point on another backend."""
+    if "refine_reason" not in runs or runs["refine_reason"].isna().all():
+        return None
+    chosen = runs[runs["refine_reason"].notna()]
+    fine_backend = chosen["engine.backend"].mode().iloc[0]
+    paired = runs[(runs["engine.backend"] != fine_backend) & runs["point_id"].isin(chosen["point_id"])]
+    if paired.empty:
+        return None
+    screen_backend = paired["engine.backend"].mode().iloc[0]
+    screen = runs[runs["engine.backend"] == screen_backend].drop_duplicates("point_id", keep="last")
+    fine = runs[(runs["engine.backend"] == fine_backend) & runs["status"].eq("ok")].drop_duplicates(
+        "point_id", keep="last").set_index("point_id")
+    points = screen.set_index("point_id", drop=False).copy()
+    points["screen_s"] = points["iteration_time_s"].astype(float)
+    points["fine_s"] = fine["iteration_time_s"].astype(float).reindex(points.index)
+    points["refined"] = points["fine_s"].notna()
+    points["reasons"] = fine["refine_reason"].reindex(points.index)
+    points["at_risk"] = at_risk(points.reset_index(drop=True)).to_numpy()
+    points["error"] = points["fine_s"] / points["screen_s"] - 1
+    return TwoFidelity(screen_backend, fine_backend, points.reset_index(drop=True))
+
+
+def _estimate(points: pd.DataFrame, band: tuple[float, float] | None, fine_backend: str) -> pd.DataFrame:
+    """Each point's best estimate of its iteration time (`estimate_s`: the refined time, else the
+    screen's) and how much it can be trusted, in words (`fidelity`)."""
+    estimate = points["fine_s"].fillna(points["screen_s"])
+    def label(row: pd.Series) -> str:
+        if row["refined"]:
+            return fine_backend
+        if band is None:
+            return "screen only (no calibration sample)"
+        low, high = row["screen_s"] * (1 + band[0]), row["screen_s"] * (1 + band[1])
+        return f"screen only: {fine_backend} expected {_ms(low)}-{_ms(high)} ms" + (
+            " (at risk: may fall outside)" if row["at_risk"] else "")
+    return points.assign(estimate_s=estimate, fidelity=points.apply(label, axis=1))
+
+
+def _two_fidelity_section(two: TwoFidelity, axes: Sequence[Axis], out: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """The summary's two-fidelity section, `points.csv` and the two plots; (lines, plots)."""
+    points, screen, fine = two.points, two.screen_backend, two.fine_backend
+    refined = points[points["refined"]]
+    reasons = [reason for text in refined["reasons"].dropna() for reason in text.split(",")]
+    risk_counts = pd.Series([r for text in points["at_risk"] for r in text.split(",") if r]).value_counts()
+    lines = ["", f"## Two fidelities: `{screen}` screen, `{fine}` refinement", "",
+             f"**{len(points)} points** screened on `{screen}`; **{len(refined)} refined** on `{fine}` "
+             f"({len(refined) / len(points):.1%} of the points): calibration sample {reasons.count(SAMPLE)}, "
+             f"top {reasons.count(TOP)}, at risk {sum(1 for text in refined['reasons'].dropna() if set(text.split(',')) & set(RISKS))}"
+             " (a point can be chosen for several reasons). Both runs of a point share its `point_id`.",
+             "", f"The screen marks {int((points['at_risk'] != '').sum())} points at risk"
+             + (": " + "; ".join(f"{RISKS[name]}: {count}" for name, count in risk_counts.items()) if len(risk_counts)
+                else ("" if screen == "analytical" else f" (`{screen}` reports no contention signals: only failed "
+                      "screens count)")) + "."]
+    band = two.band
+    errors = two.sample_errors
+    if band is None:
+        lines += ["", "No calibration sample (`hydra.launcher.refine_sample=0`): the screen's error on the points "
+                  "not refined is unknown."]
+    else:
+        lines += ["", f"Calibration: over the random sample of {len(errors)} points, the screen's error "
+                  f"({fine} / {screen} - 1) has median {errors.median():+.2%} and ranges from {band[0]:+.2%} to "
+                  f"{band[1]:+.2%}. A point not refined is given that band: its `{fine}` time is expected within "
+                  f"[screen x (1 {band[0]:+.2%}), screen x (1 {band[1]:+.2%})], as measured on {len(errors)} points, "
+                  "not guaranteed (at-risk points are where it is least likely to hold)."]
+    others = refined["error"].dropna()
+    if len(others):
+        worst = refined.loc[others.abs().idxmax()]
+        lines += ["", f"Over all {len(others)} refined points (top and at-risk ones included, so not a random sample): "
+                  f"median error {others.median():+.2%}, worst {worst['error']:+.2%} (`{worst['point_id']}`: "
+                  f"{_ms(worst['fine_s'])} ms against {_ms(worst['screen_s'])} ms"
+                  + (f"; at risk: {worst['at_risk']}" if worst["at_risk"] else "") + ")."]
+    top = refined.sort_values(["fine_s", "point_id"], kind="stable").head(TOP_LISTED)
+    lines += ["", f"### The {len(top)} fastest configurations at `{fine}` level", "",
+              *_table(["#", f"{fine} (ms)", f"{screen} (ms)", "screen error", "refined as", "configuration", "point_id"],
+                      [[i + 1, _ms(row["fine_s"]), _ms(row["screen_s"]), f"{row['error']:+.2%}", row["reasons"] or "",
+                        describe(row, axes), f"`{row['point_id']}`"] for i, (_, row) in enumerate(top.iterrows())])]
+    estimated = _estimate(points, band, fine).sort_values(["estimate_s", "point_id"], kind="stable")
+    columns = ["point_id", *(a.key for a in axes), "screen_s", "fine_s", "refined", "reasons", "at_risk", "fidelity"]
+    estimated[[c for c in dict.fromkeys(columns) if c in estimated]].to_csv(out / POINTS_FILE, index=False)
+    lines += ["", f"### Every point by its best estimate ({len(estimated)}; the first {min(len(estimated), 2 * TOP_LISTED)} "
+              f"here, all in `{POINTS_FILE}`)", "",
+              "The estimate is the refined time where there is one, else the screen's, labelled with the band the "
+              "calibration gives it:", "",
+              *_table(["#", "estimate (ms)", "fidelity", "at risk", "configuration", "point_id"],
+                      [[i + 1, _ms(row["estimate_s"]), row["fidelity"], row["at_risk"] or "", describe(row, axes),
+                        f"`{row['point_id']}`"] for i, (_, row) in enumerate(estimated.head(2 * TOP_LISTED).iterrows())])]
+    plots = []
+    if len(others):
+        plot_screen_vs_fine(two, out / "two_fidelity_scatter.png")
+        plots.append(("two_fidelity_scatter.png", f"iteration time on `{fine}` against `{screen}` for every refined "
+                      "point (log-log, the line y = x), calibration sample and at-risk points marked"))
+        plot_calibration(two, out / "calibration_error.png")
+        plots.append(("calibration_error.png", f"the screen's error ({fine} / {screen} - 1) over the calibration "
+                      "sample and over all refined points"))
+    return lines, plots
+
+
+def plot_screen_vs_fine(two: TwoFidelity, path: Path) -> Path:
+    """Refined points: `fine_s` against `screen_s` (ms, log-log) with the line y = x; the
+    calibration sample, the top points and the at-risk points marked."""
+    refined = two.points[two.points["refined"]]
+    fig, (ax,) = _figure(1, width=6.4, height=5.2)
+    x, y = refined["screen_s"] * MS, refined["fine_s"] * MS
+    low, high = min(x.min(), y.min()) / 1.5, max(x.max(), y.max()) * 1.5
+    ax.plot([low, high], [low, high], color="#888888", linestyle="--", linewidth=1, label="y = x (no error)")
+    roles = refined["reasons"].fillna("").str.split(",")
+    for mask, style in (
+            (roles.map(lambda r: TOP in r), dict(marker="o", s=70, facecolors="none", edgecolors="#55a868",
+                                                  linewidths=1.5, label="top by the screen")),
+            (roles.map(lambda r: SAMPLE in r), dict(marker="s", s=28, color="#4c72b0", label="calibration sample")),
+            (refined["at_risk"] != "", dict(marker="x", s=45, color="#c44e52", linewidths=1.5,
+                                           label="at risk (screen)"))):
+        mask = mask.astype(bool)
+        if mask.any():
+            ax.scatter(x[mask], y[mask], **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    _plain_log_ticks(ax, "x")
+    _plain_log_ticks(ax, "y")
+    ax.set_xlabel(f"iteration time, {two.screen_backend} screen (ms)")
+    ax.set_ylabel(f"iteration time, {two.fine_backend} (ms)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left")
+    fig.suptitle(f"Screen against refinement: {len(refined)} refined points of {len(two.points)}")
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot_calibration(two: TwoFidelity, path: Path) -> Path:
+    """The screen's error (%) over the calibration sample and over all refined points, as dots per
+    group with the calibrated band shaded (a symmetric log scale when errors span decades)."""
+    fig, (ax,) = _figure(1, width=6.4, height=3.6)
+    groups = [("calibration sample", two.sample_errors * 100, "#4c72b0"),
+              ("all refined points", two.points["error"].dropna() * 100, "#888888")]
+    for row, (label, values, colour) in enumerate(groups):
+        jitter = np.random.default_rng(row).uniform(-0.15, 0.15, len(values))  # fixed: same plot every time
+        ax.scatter(values, np.full(len(values), row) + jitter, s=18, color=colour, alpha=0.8)
+    band = two.band
+    if band is not None:
+        ax.axvspan(band[0] * 100, band[1] * 100, color="#4c72b0", alpha=0.15, label="calibrated band")
+        ax.legend(fontsize="small", loc="lower right")
+    ax.axvline(0, color="#444444", linewidth=1)
+    everything = groups[1][1]
+    if len(everything) and everything.abs().max() > 100:
+        ax.set_xscale("symlog", linthresh=10)
+    ax.set_yticks(range(len(groups)), [f"{label} ({len(values)})" for label, values, _ in groups])
+    ax.set_ylim(-0.6, len(groups) - 0.4)
+    ax.set_xlabel(f"screen error: {two.fine_backend} / {two.screen_backend} - 1 (%)")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle("How far the screen is from the refinement")
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _rto_lines(runs: pd.DataFrame, flows: pd.DataFrame, unit: str) -> list[str]:
+    """How many completed messages (flows) waited for a retransmission timeout, per workload, on
+    the backends that count timeouts (packet)."""
+    counted = flows[flows["fct_s"].notna() & flows["timeouts"].notna()]
+    if counted.empty:
+        return []
+    workload = runs.set_index("run_id")["workload"] if "workload" in runs else None
+    key = counted["run_id"].map(workload) if workload is not None and workload.notna().all() else None
+    groups = counted.groupby(key.fillna("all")) if key is not None else [("all runs", counted)]
+    parts = [f"{name}: {int((part['timeouts'] > 0).sum()):,} of {len(part):,} ({(part['timeouts'] > 0).mean():.2%})"
+             for name, part in groups]
+    return ["", f"Completed {unit} that waited for a retransmission timeout (packet backend): " + "; ".join(parts) + "."]
+
+
+def _quarantine_lines(path: Path) -> list[str]:
+    """A line on the parts moved to `quarantine/` (unreadable: their rows are not in this report)."""
+    parts = quarantined_parts(path)
+    if not parts:
+        return []
+    tables = pd.Series([part.parent.name for part in parts]).value_counts()
+    return ["", f"**{len(parts)} unreadable parts were moved to `{path / QUARANTINE}/`** ("
+            + ", ".join(f"{table} {count}" for table, count in tables.items())
+            + "): their rows are not in this report; a resumed sweep runs again the runs that lost rows."]
 
 
 def build_report(path: str | os.PathLike[str]) -> Path:
@@ -886,15 +1204,27 @@ def build_report(path: str | os.PathLike[str]) -> Path:
                                            runs["workload.type"].value_counts().items())
              + "; backends: " + ", ".join(f"{kind} {count}" for kind, count in
                                           runs["engine.backend"].value_counts().items()) + ".", "",
-             *_setting_lines(runs, all_axes), "", "## Swept parameters", "", *_axes_lines(all_axes)]
+             *_setting_lines(runs, all_axes), *_quarantine_lines(dataset.path), "", "## Swept parameters", "",
+             *_axes_lines(all_axes)]
     if dataset.flows_unread:
         lines += ["", f"The `flows` table ({dataset.flows_unread:,} rows) was not read, being larger than "
                   f"{MAX_FLOW_ROWS:,} rows: no completion-time distributions, and a `flows` run's completion "
                   "is its `sim_time_s` (the last ACK, a round trip after the last byte). Query it with DuckDB."]
 
     plots: list[tuple[str, str]] = []
+    two = two_fidelity(runs)
+    general = runs
+    if two is not None:
+        general = runs[runs["engine.backend"] == two.screen_backend]
+        screen_axes, labelled = swept_axes(general)
+        for axis in screen_axes:  # columns of preset names the axes may have added
+            two.points[axis.key] = two.points["point_id"].map(labelled.set_index("point_id")[axis.key])
+        two_lines, two_plots = _two_fidelity_section(two, screen_axes, out)
+        lines += [*two_lines, "", f"The sections below describe the screening runs (`{two.screen_backend}`), which "
+                  "cover every point; the refined ones are above."]
+        plots += two_plots
     for kind in METRICS:
-        frame = runs[(runs["workload.type"] == "flows") == (kind == "flows")]
+        frame = general[(general["workload.type"] == "flows") == (kind == "flows")]
         if frame.empty:
             continue
         axes, frame = swept_axes(frame)
@@ -905,6 +1235,7 @@ def build_report(path: str | os.PathLike[str]) -> Path:
             plots += kind_plots
             lines += kind_lines
 
+    lines += _hot_link_lines(dataset)
     lines += _contention_lines(runs)
     lines += _problem_lines(runs)
     if plots:

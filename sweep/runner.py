@@ -63,6 +63,13 @@ def run_id(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def point_id(config: Mapping[str, Any]) -> str:
+    """The grid point of a run: `run_id` of its config without `engine.backend`, so the run of a
+    point on a screening backend and its refined run on another share it (`sweep.fidelity`)."""
+    engine_section = {key: value for key, value in (config.get("engine") or {}).items() if key != "backend"}
+    return run_id({**config, "engine": engine_section})
+
+
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Config leaves as `{"network.link_gbps": 100.0, ...}`; lists (and empty mappings) become JSON
     strings so every leaf fits one Parquet column of a scalar type."""
@@ -209,6 +216,7 @@ def _runs_row(config: Mapping[str, Any], identity: str, run_row: Mapping[str, An
     metrics = {key: value for key, value in run_row.items() if key not in ("status", "error")}
     return {
         "run_id": identity,
+        "point_id": point_id(config),
         "status": run_row["status"],
         "error": run_row.get("error"),
         **flatten(config),
@@ -238,8 +246,8 @@ def failed_rows(config: Mapping[str, Any], error: str) -> dict[str, list[dict[st
 def execute(config: Mapping[str, Any],
             max_wall_time_s: float | None = None) -> dict[str, Sequence[dict[str, Any]]]:
     """Run one simulation and return its rows by table (`runs`: one row; `collectives`, `layers`,
-    `flows`: as many as the engine returned, empty tables included; `flows` is a `ColumnRows`,
-    rows kept as columns).
+    `flows`, `links`: as many as the engine returned, empty tables included (an empty table writes
+    no part); `flows` is a `ColumnRows`, rows kept as columns).
 
     Every row gets `run_id`; the runs row also gets every config leaf (flattened with dots),
     `repro`, `wall_s`, `engine_version`, `git_commit` and `started_at` (UTC, ISO 8601). An exception

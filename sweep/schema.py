@@ -32,11 +32,17 @@ _SWEEP_LEAVES = {"name": _TEXT, "results_dir": _TEXT, "ray.address": _TEXT, "ray
 # What the engine measures for a run (engine.run and the training loop's summary).
 _RUN_METRICS = {
     "sim_time_s": _FLOAT, "flows": _INT, "flows_completed": _INT, "mean_fct_s": _FLOAT, "max_fct_s": _FLOAT,
-    "bytes_sent": _INT, "packets_sent": _INT, "retransmits": _INT, "timeouts": _INT, "drops": _INT,
+    "bytes_sent": _INT, "packets_sent": _INT, "retransmits": _INT, "timeouts": _INT,
+    "loss_probes": _INT, "rack_lost_segments": _INT, "drops": _INT,
     "ecn_marks": _INT, "max_queue_kb": _FLOAT, "events": _INT, "wall_s": _FLOAT, "events_per_s": _FLOAT,
     "iterations_done": _INT, "iteration_time_s": _FLOAT, "compute_s": _FLOAT, "comm_s": _FLOAT,
     "exposed_comm_s": _FLOAT, "all_to_all_s": _FLOAT, "all_reduce_s": _FLOAT,
+    # the analytical backend's signals of where TCP would part from it (screening: `sweep.fidelity`)
+    "max_link_utilisation": _FLOAT, "max_port_flows": _INT, "slow_start_share": _FLOAT,
 }
+# A two-fidelity sweep (`sweep.fidelity`): the grid point a run belongs to (its config but
+# `engine.backend`: shared by the screening and the refined run) and why a point was refined.
+_FIDELITY = {"point_id": _TEXT, "refine_reason": _TEXT}
 # Where and from what a row came (sweep.runner, sweep.cluster).
 _PROVENANCE = {"repro": _TEXT, "engine_version": _TEXT, "git_commit": _TEXT, "started_at": _TEXT,
                "worker_node": _TEXT, "worker": _TEXT, "attempt": _INT}
@@ -58,7 +64,7 @@ def config_leaf_types() -> dict[str, pa.DataType]:
 
 
 def _declared() -> dict[str, dict[str, pa.DataType]]:
-    runs = {"run_id": _TEXT, "status": _TEXT, "error": _TEXT, **dict.fromkeys(PRESET_COLUMNS, _TEXT),
+    runs = {"run_id": _TEXT, **_FIDELITY, "status": _TEXT, "error": _TEXT, **dict.fromkeys(PRESET_COLUMNS, _TEXT),
             **config_leaf_types(), **_RUN_METRICS, **_PROVENANCE}
     flows = {"run_id": _TEXT, "flow_id": _INT, "src": _INT, "dst": _INT, "bytes": _INT, "start_s": _FLOAT,
              "end_s": _FLOAT, "fct_s": _FLOAT, "goodput_gbps": _FLOAT, "retransmits": _INT, "timeouts": _INT,
@@ -68,7 +74,10 @@ def _declared() -> dict[str, dict[str, pa.DataType]]:
     layers = {"run_id": _TEXT, "iteration": _INT, "layer": _TEXT, **dict.fromkeys(
         ("fwd_compute_s", "ig_compute_s", "wg_compute_s", "fwd_exposed_comm_s", "wg_exposed_comm_s",
          "ig_exposed_comm_s"), _FLOAT)}
-    return {"runs": runs, "flows": flows, "collectives": collectives, "layers": layers}
+    links = {"run_id": _TEXT, "link": _TEXT, "kind": _TEXT, "src": _TEXT, "dst": _TEXT, "gbps": _FLOAT,
+             "bytes": _INT, "packets": _INT, "drops": _INT, "ecn_marks": _INT, "max_queue_kb": _FLOAT,
+             "utilisation": _FLOAT}
+    return {"runs": runs, "flows": flows, "collectives": collectives, "layers": layers, "links": links}
 
 
 DECLARED_COLUMNS: dict[str, dict[str, pa.DataType]] = _declared()

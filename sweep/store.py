@@ -1,7 +1,7 @@
 """The result store: tables of rows appended as Parquet part files, read back as one table.
 
 Layout: `<dataset>/<table>/part-<UTC timestamp>-<uuid>.parquet`, one dataset per `name`
-(`results/<name>/`), one directory per table (`runs`, `collectives`, `layers`, `flows`).
+(`results/<name>/`), one directory per table (`runs`, `collectives`, `layers`, `flows`, `links`).
 Each part is written to a hidden temporary file in the same directory, synced, then renamed with
 `os.replace` (atomic on POSIX): a reader or a crash never sees a torn part, and a finished part is
 never lost. Every part of a table has one schema (`sweep.schema`: the declared columns, typed), so

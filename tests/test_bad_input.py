@@ -64,7 +64,7 @@ MISTAKES = [
     Mistake("unparsable-override", "seed=range(", EXIT_BAD_CONFIG, ("override='seed=range('", "override syntax")),
     # typo in an option value
     Mistake("preset-typo", "tcp=newrenoo", EXIT_BAD_CONFIG,
-            ("tcp='newrenoo'", "(did you mean newreno?)", "cubic, dctcp, newreno")),
+            ("tcp='newrenoo'", "(did you mean newreno?)", "cubic, dctcp, linux, newreno")),
     Mistake("value-typo", "tcp.cc=renoo", EXIT_BAD_CONFIG, ("tcp.cc='renoo'", "newreno, cubic, dctcp")),
     Mistake("backend-typo", "engine.backend=fast", EXIT_BAD_CONFIG, ("engine.backend='fast'", "packet, analytical")),
     # wrong type
@@ -120,7 +120,7 @@ MISTAKES = [
             ("network.link_gbps=-5.0", "grid point 2 of 2", "network.link_gbps=-5"), multirun=True),
     Mistake("grid-value-typo", "tcp.cc=cubic,renoo seed=1,2", EXIT_BAD_CONFIG,
             ("tcp.cc='renoo'", "grid point 3 of 4", "tcp.cc=renoo seed=1"), multirun=True),
-    Mistake("grid-unknown-preset", "tcp=newreno,nope", EXIT_BAD_CONFIG, ("tcp='nope'", "cubic, dctcp, newreno"),
+    Mistake("grid-unknown-preset", "tcp=newreno,nope", EXIT_BAD_CONFIG, ("tcp='nope'", "cubic, dctcp, linux, newreno"),
             multirun=True),
     Mistake("grid-key-typo", "tcp.mn_rto_ms=1,200", EXIT_BAD_CONFIG,
             ("tcp.mn_rto_ms='1,200'", "(did you mean tcp.min_rto_ms?)"), multirun=True),
@@ -133,6 +133,16 @@ MISTAKES = [
     Mistake("grid-launcher-setting", "hydra.launcher.max_in_flight=0", EXIT_BAD_CONFIG,
             ("hydra.launcher.max_in_flight=0", "positive integer"), multirun=True),
     Mistake("grid-bad-num-cpus", "ray.num_cpus=0", EXIT_BAD_CONFIG, ("ray.num_cpus=0", "positive integer"),
+            multirun=True),
+    Mistake("screen-without-budget", "hydra.launcher.screen_backend=analytical seed=1,2", EXIT_BAD_CONFIG,
+            ("hydra.launcher.refine_budget=None", "number of refined runs"), multirun=True),
+    Mistake("screen-backend-typo", "hydra.launcher.screen_backend=analitical hydra.launcher.refine_budget=1 seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.launcher.screen_backend='analitical'", "analytical, alpha_beta"), multirun=True),
+    Mistake("refine-budget-too-small", "hydra.launcher.screen_backend=alpha_beta hydra.launcher.refine_budget=3 "
+            "hydra.launcher.refine_top=2 hydra.launcher.refine_top_per=[seed] seed=1,2", EXIT_BAD_CONFIG,
+            ("hydra.launcher.refine_budget=3", "refine_top x 2", "= 4"), multirun=True),
+    Mistake("screen-flows-on-analytical", "hydra.launcher.screen_backend=analytical hydra.launcher.refine_budget=1 "
+            "hydra.launcher.refine_top=0 workload=incast seed=1,2", EXIT_BAD_CONFIG, ("engine.backend", "grid point 1 of 2"),
             multirun=True),
     Mistake("unreachable-ray", "ray.address=127.0.0.1:1 seed=12345", EXIT_BAD_CONFIG,
             ("ray.address=127.0.0.1:1", "no Ray cluster answers"), multirun=True, max_s=20.0),

@@ -112,6 +112,12 @@ BAD_CONFIGS = [
      "tcp.cubic_beta", "1.0", "(0, 1)"),
     ("dctcp-g-zero", with_overrides(tcp={"dctcp_g": 0}),
      "tcp.dctcp_g", "0", "(0, 1]"),
+    ("rack-without-sack", with_overrides(tcp={"rack_tlp": True, "sack": False}),
+     "tcp.rack_tlp", "True", "unless tcp.sack is true"),
+    ("prr-without-sack", with_overrides(tcp={"prr": True, "sack": False}),
+     "tcp.prr", "True", "unless tcp.sack is true"),
+    ("linux-delack-without-delack", with_overrides(tcp={"linux_delayed_ack": True}),
+     "tcp.linux_delayed_ack", "True", "unless tcp.delayed_ack is true"),
     ("zero-init-cwnd", with_overrides(tcp={"init_cwnd_pkts": 0}),
      "tcp.init_cwnd_pkts", "0", ">= 1"),
     ("one-npu", with_overrides(network={"npus": 1}, workload={"flows": [], "pattern": "permutation"}),
@@ -174,6 +180,8 @@ def test_defaults_are_valid_and_match_design():
     assert tcp.sack is True
     assert tcp.rcv_wnd_kb is None
     assert tcp.slow_start_after_idle is True
+    # Linux's loss recovery and slow-start exit are options, off unless asked for (tcp=linux)
+    assert not (tcp.rack_tlp or tcp.prr or tcp.hystart or tcp.linux_delayed_ack)
     assert tcp.dctcp_g == 1 / 16 and tcp.cubic_c == 0.4 and tcp.cubic_beta == 0.7
     assert config.workload.flows[0].src == 0 and config.workload.flows[0].dst == 1
 

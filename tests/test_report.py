@@ -29,13 +29,15 @@ CONFIGS = {  # name -> overrides; a few milliseconds of wall time each
     "ar_8_small": ["workload=collective", "network.npus=8", "workload.bytes=65536", *ANALYTICAL],
     "ar_8_large": ["workload=collective", "network.npus=8", "workload.bytes=1048576", *ANALYTICAL],
     "ar_16_small": ["workload=collective", "network.npus=16", "workload.bytes=65536", *ANALYTICAL],
-    "ar_16_large": ["workload=collective", "network.npus=16", "workload.bytes=1048576", *ANALYTICAL],
+    "ar_16_large": ["workload=collective", "network.npus=16", "workload.bytes=1048576", *ANALYTICAL,
+                    "engine.link_stats=all"],
     "dlrm_8": ["workload=dlrm_small", "network.npus=8", *ANALYTICAL],
-    "dlrm_16": ["workload=dlrm_small", "network.npus=16", *ANALYTICAL],
+    "dlrm_16": ["workload=dlrm_small", "network.npus=16", *ANALYTICAL, "engine.link_stats=all"],
     "timeout": ["workload=collective", "engine.max_sim_time_s=1e-6", *ANALYTICAL],
     "error": ["workload=astra_dlrm", "workload.path=/nonexistent/workload.txt", *ANALYTICAL],
     "incast_2": ["workload=incast", "workload.senders=2", "workload.bytes_per_flow=60000", "network.buffer_kb=16"],
-    "incast_4": ["workload=incast", "workload.senders=4", "workload.bytes_per_flow=60000", "network.buffer_kb=16"],
+    "incast_4": ["workload=incast", "workload.senders=4", "workload.bytes_per_flow=60000", "network.buffer_kb=16",
+                 "engine.link_stats=switch_ports"],
 }
 RERUN = "dlrm_16"  # stored twice, as `+force=true` would: the report counts it once
 
@@ -143,7 +145,7 @@ def test_summary_table_per_swept_parameter(report: Path, dataset: tuple[Path, di
     """Iteration time per value of `network.npus`: runs, mean, min and max over the runs with it."""
     runs = _runs(dataset[1])
     training = runs[runs["iteration_time_s"].notna()]
-    part = _summary(report).split("**network.npus (NPUs)**", 1)[1]
+    part = _summary(report).split("**NPUs** (`network.npus`)", 1)[1]
     for npus, group in training.groupby("network.npus"):
         ms = group["iteration_time_s"] * 1e3
         row = re.search(rf"^\| {npus} \| (\d+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|", part, re.MULTILINE)
@@ -267,3 +269,21 @@ def test_the_gap_to_alpha_beta_is_reported_as_the_cost_of_contention(tmp_path: P
     assert "## Contention" in summary
     assert f"- `analytical`: 2 configurations; iteration time above `alpha_beta`'s by {pd.Series(gaps).median():.1%}" \
         in summary
+
+
+def test_the_hottest_links_of_the_slowest_runs(report: Path, dataset: tuple[Path, dict]) -> None:
+    """Three runs recorded links (two analytical, one packet incast with switch ports only); the
+    summary lists, for each, its busiest links by utilisation, the incast's at the receiver's port.
+    The run stored twice has its links once (its newest attempt)."""
+    path, rows = dataset
+    links = sweep.load_table(path, "links")
+    assert links.groupby("run_id").size().to_dict() == {
+        rows["ar_16_large"]["runs"][0]["run_id"]: 32, rows["dlrm_16"]["runs"][0]["run_id"]: 32,
+        rows["incast_4"]["runs"][0]["run_id"]: 16}
+    part = _summary(report).split("## Hottest links of the slowest runs", 1)[1].split("\n## ", 1)[0]
+    for name in ("ar_16_large", "dlrm_16", "incast_4"):
+        assert rows[name]["runs"][0]["run_id"] in part
+    incast = max(rows["incast_4"]["links"], key=lambda row: row["utilisation"])
+    assert incast["link"] == "sw->h0"  # 4 senders into host 0: its switch port is the busiest
+    assert re.search(rf"`sw->h0` \| switch_port \| 100 \| {incast['bytes']:,} \| {incast['utilisation'] * 100:.3g} % \| "
+                     rf"{incast['drops']:,} \|", part)

@@ -20,21 +20,24 @@ from sweep.schema import DECLARED_COLUMNS, PRESET_COLUMNS
 from sweep.store import ResultStore, harmonise, load_runs, part_files
 from sweep_support import compose_config
 
-TABLES = ("runs", "flows", "collectives", "layers")
+TABLES = ("runs", "flows", "collectives", "layers", "links")
 
-# Small runs of every workload type on every backend that takes it, and a run that fails.
+# Small runs of every workload type on every backend that takes it, and a run that fails; the
+# `links` table from three backends, and absent where `engine.link_stats` is none (the default).
 KINDS = {
-    "switch_dlrm_packet": ["network=switch", "network.npus=4", "workload=dlrm_small", "workload.iterations=1"],
+    "switch_dlrm_packet": ["network=switch", "network.npus=4", "workload=dlrm_small", "workload.iterations=1",
+                           "engine.link_stats=all"],
     "leaf_spine_astra_packet": ["network=leaf_spine", "network.npus=8", "workload=astra_micro_alltoall",
-                                "workload.iterations=1"],
+                                "workload.iterations=1", "engine.link_stats=switch_ports"],
     "hierarchical_collective_analytical": ["network=hierarchical", "network.npus=8", "network.npus_per_node=4",
-                                           "workload=collective", "engine.backend=analytical"],
+                                           "workload=collective", "engine.backend=analytical",
+                                           "engine.link_stats=all"],
     "dumbbell_flows_packet": ["network=dumbbell", "network.npus=4", "workload=incast", "workload.senders=3",
                               "workload.bytes_per_flow=20000"],
     "ring_dlrm_analytical": ["network=ring", "network.npus=4", "workload=dlrm_small", "engine.backend=analytical",
                              "workload.iterations=1"],
     "fat_tree_astra_alpha_beta": ["network=fat_tree", "network.npus=8", "workload=astra_dlrm",
-                                  "engine.backend=alpha_beta", "workload.iterations=1"],
+                                  "engine.backend=alpha_beta", "workload.iterations=1", "engine.link_stats=all"],
 }
 
 
@@ -128,3 +131,26 @@ def test_a_single_run_names_its_presets(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     runs = load_runs(tmp_path / "presets")
     assert runs.loc[0, list(PRESET_COLUMNS)].tolist() == ["leaf_spine", "dctcp", "default", "dlrm_small"]
+
+
+def test_links_are_written_where_asked_and_read_alike_by_pandas_and_duckdb(mixed_dataset: Path) -> None:
+    """Four kinds of run ask for the `links` table (packet, analytical, alpha_beta): one part each;
+    the others (`engine.link_stats` none) and the failed run write no links part at all. DuckDB
+    and pandas see the declared columns with the declared types."""
+    assert len(part_files(mixed_dataset, "links")) == 4
+    glob = str(mixed_dataset / "links" / "*.parquet")
+    relation = duckdb.sql(f"select * from read_parquet('{glob}')")
+    expected = {pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR"}
+    assert dict(zip(relation.columns, map(str, relation.types))) == {
+        name: expected[kind] for name, kind in DECLARED_COLUMNS["links"].items()}
+    links = pd.read_parquet(mixed_dataset / "links")
+    runs = pd.read_parquet(mixed_dataset / "runs").set_index("run_id")
+    assert set(runs.loc[links["run_id"].unique(), "network"]) == {"switch", "leaf_spine", "hierarchical", "fat_tree"}
+    # switch_ports on the leaf-spine (8 NPUs, 2 leaves, 4 spines): 8 ports to hosts + 2 x 4 x 2 uplink ports
+    leaf_spine = runs.index[runs["network"] == "leaf_spine"][0]
+    assert sorted(links.loc[links["run_id"] == leaf_spine, "kind"].value_counts().items()) == [
+        ("leaf_uplink", 8), ("spine_downlink", 8), ("switch_port", 8)]
+    by_backend = links.join(runs["engine.backend"], on="run_id").groupby("engine.backend")
+    assert by_backend["packets"].count().to_dict() == {"alpha_beta": 0, "analytical": 0, "packet": 8 + 24}
+    ((busiest,),) = duckdb.sql(f"select max(utilisation) from read_parquet('{glob}')").fetchall()
+    assert 0 < busiest <= 1

@@ -29,7 +29,7 @@ WORKLOAD_KEYS = {
 
 def test_every_group_has_its_presets() -> None:
     assert group_options("network") == ["dumbbell", "fat_tree", "hierarchical", "leaf_spine", "ring", "switch"]
-    assert group_options("tcp") == ["cubic", "dctcp", "newreno"]
+    assert group_options("tcp") == ["cubic", "dctcp", "linux", "newreno"]
     assert group_options("system") == ["default", "halving_doubling", "local_bw_aware"]
     assert group_options("workload") == [
         "all_to_all", "astra_dlrm", "astra_micro_allreduce", "astra_micro_alltoall", "chakra", "collective", "dlrm",
@@ -41,7 +41,7 @@ def test_default_config() -> None:
     assert config["name"] == "default"
     assert config["results_dir"] == "results"
     assert config["seed"] == 0
-    assert config["engine"] == {"backend": "packet", "max_sim_time_s": 10.0}
+    assert config["engine"] == {"backend": "packet", "max_sim_time_s": 10.0, "link_stats": "none"}
     assert config["ray"] == {"address": None, "num_cpus": None}
     assert (config["network"]["topology"], config["tcp"]["cc"], config["workload"]["type"]) == (
         "switch", "newreno", "dlrm")
@@ -149,5 +149,15 @@ def test_network_presets_name_their_topology() -> None:
 
 
 def test_tcp_presets_name_their_algorithm() -> None:
+    # every preset is named after its algorithm, except `linux`: Linux's defaults, whose is CUBIC
     for option in group_options("tcp"):
-        assert compose_config([f"tcp={option}"])["tcp"]["cc"] == option
+        assert compose_config([f"tcp={option}"])["tcp"]["cc"] == {"linux": "cubic"}.get(option, option)
+
+
+def test_the_linux_preset_turns_on_linux_defaults_and_the_others_do_not() -> None:
+    linux = compose_config(["tcp=linux"])["tcp"]
+    assert linux["cc"] == "cubic" and linux["sack"] and linux["min_rto_ms"] == 200 and linux["init_cwnd_pkts"] == 10
+    assert linux["rack_tlp"] and linux["prr"] and linux["hystart"] and linux["delayed_ack"] and linux["linux_delayed_ack"]
+    for option in ("newreno", "cubic", "dctcp"):
+        tcp = compose_config([f"tcp={option}"])["tcp"]
+        assert not (tcp["rack_tlp"] or tcp["prr"] or tcp["hystart"] or tcp["linux_delayed_ack"])

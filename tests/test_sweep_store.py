@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -10,8 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweep import store as store_module
+from sweep.compact import compact
 from sweep.schema import DECLARED_COLUMNS
-from sweep.store import ColumnRows, ResultStore, part_files, read_table, write_part
+from sweep.runner import execute
+from sweep.store import ColumnRows, ResultStore, load_table, part_files, read_table, write_part
+from sweep_support import small_config
 
 
 def _files(directory: Path) -> list[str]:
@@ -157,3 +161,30 @@ def test_column_rows_read_and_store_as_the_rows_they_hold(tmp_path: Path) -> Non
     columns = ("run_id", "flow_id", "end_s", "bytes")
     assert [{name: row[name] for name in columns} for row in stored.to_pylist()] == [
         {"run_id": "b", "flow_id": 0, "end_s": None, "bytes": 5}, *rows]
+
+
+def test_the_links_table_resumes_and_compacts_like_the_others(tmp_path: Path) -> None:
+    """Runs with and without `engine.link_stats`, one stored twice: a run without links writes no
+    links part; each run with links has them once (its newest attempt) before and after
+    compaction; both runs count as done; a links part lost to corruption makes its run run again."""
+    with_links = small_config(tmp_path, ["engine.link_stats=all"])
+    without = small_config(tmp_path, ["seed=1"])
+    dataset = tmp_path / "results" / "test"
+    with ResultStore(dataset) as store:
+        store.append(execute(without))
+    assert not (dataset / "links").exists()
+    for _ in range(2):  # stored twice, as `+force=true` would
+        with ResultStore(dataset) as store:
+            store.append(execute(with_links))
+    links_run = execute(with_links)["runs"][0]["run_id"]
+    before = load_table(dataset, "links")
+    assert len(part_files(dataset, "links")) == 2 and len(before) == 16 + 16  # the newest attempt's NICs and ports
+    assert set(before["run_id"]) == {links_run} and before["link"].is_unique
+    assert len(ResultStore(dataset).completed_run_ids()) == 2
+    damaged = tmp_path / "damaged"
+    shutil.copytree(dataset, damaged)
+    part_files(damaged, "links")[-1].write_bytes(b"not parquet")  # the newest attempt's links are lost
+    assert ResultStore(damaged).completed_run_ids() == {execute(without)["runs"][0]["run_id"]}
+    compact(dataset)
+    assert len(part_files(dataset, "links")) == 1
+    pd.testing.assert_frame_equal(load_table(dataset, "links"), before)

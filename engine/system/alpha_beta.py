@@ -139,6 +139,8 @@ class AlphaBetaSystemLayer(SystemLayer):
         self._phase_ps: dict[tuple[int, str, int], int] = {}  # (dimension, op, chunk bytes) -> duration
         self._ring_classes: dict[tuple[int, ...], list[int]] = {}  # group -> class of each ring link
         self._peer_counts: dict[tuple[int, ...], set[ClassCounts]] = {}  # group -> its ranks' direct steps
+        # (dimension, op, chunk bytes) -> phases of it that ended: what `host_link_bytes` expands
+        self.phases_done: dict[tuple[int, str, int], int] = {}
 
     def _run_phase(self, chunk: _Chunk, dimension: int) -> None:
         """End the chunk's current phase after its computed duration."""
@@ -152,7 +154,7 @@ class AlphaBetaSystemLayer(SystemLayer):
         if duration_ps is None:
             duration_ps = max(self.group_ps(group, phase.op, phase.chunk_bytes, dim.node_size) for group in dim.groups)
             self._phase_ps[key] = duration_ps
-        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, dimension))
+        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, dimension, key))
 
     def point_to_point(self, src: int, dst: int, size_bytes: int, on_delivered: Callable[[], None]) -> None:
         """A message outside any collective, delivered after its cost alone on its route (one step of
@@ -161,10 +163,32 @@ class AlphaBetaSystemLayer(SystemLayer):
         self.eventlist.call_at(self.eventlist.now_ps + self.costs.step_ps(((route_class, 1),), size_bytes),
                                on_delivered)
 
-    def _phase_ender(self, chunk: _Chunk, dimension: int) -> Callable[[], None]:
+    def _phase_ender(self, chunk: _Chunk, dimension: int, key: tuple[int, str, int]) -> Callable[[], None]:
         def end() -> None:
+            self.phases_done[key] = self.phases_done.get(key, 0) + 1
             self._phase_done(chunk, dimension)
         return end
+
+    def host_link_bytes(self) -> dict[Link, int]:
+        """Wire bytes (payload + 40 per MSS segment) on the first and the last link of every message
+        of the phases that ended: the links by which a message leaves its NPU and enters the other,
+        which the two NPUs fix whatever equal-cost path it would take (this backend routes no
+        message, so the links between switches are unknown to it). Expands every rank's step
+        program once per distinct phase: O(messages of those phases), paid only when asked for."""
+        totals: dict[Link, int] = {}
+        for (dimension, op, chunk_bytes), times in self.phases_done.items():
+            dim = self.dimensions[dimension]
+            for group in dim.groups:
+                p = len(group)
+                for program in plan(op, self.algorithms[op], p, chunk_bytes, dim.node_size):
+                    for rank, steps in enumerate(program):
+                        for step in steps:
+                            for send in step.sends:
+                                route = self.topology.path(group[rank], group[(rank + send.peer_offset) % p], 0)
+                                wire = times * self.costs.wire_bytes(send.size_bytes)
+                                for link in (route[0],) if len(route) == 1 else (route[0], route[-1]):
+                                    totals[link] = totals.get(link, 0) + wire
+        return totals
 
     def group_ps(self, group: tuple[int, ...], op: str, chunk_bytes: int, node_size: int = 1) -> int:
         """Duration of one phase of `op` (with the configured algorithm) on one group of NPUs."""

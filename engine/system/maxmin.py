@@ -48,9 +48,12 @@ class SharedLink:
     rates in ascending order, `groups` the flows at each (a dict used as an insertion-ordered set,
     so every walk and every float sum runs in the same order on every run). `mark` and `slot`
     are scratch space of `MaxMinSharing.update`: the update that last reached the link and its
-    index in that update's tables."""
+    index in that update's tables. `peak_flow_count` is the most flows that ever crossed it at once
+    and `delivered_bytes` the wire bytes of the flows over it that were delivered (kept by its user,
+    `AnalyticalTransport`)."""
 
-    __slots__ = ("capacity_bps", "flow_count", "rates", "groups", "mark", "slot")
+    __slots__ = ("capacity_bps", "flow_count", "rates", "groups", "mark", "slot", "peak_flow_count",
+                 "delivered_bytes")
 
     def __init__(self, capacity_bps: float) -> None:
         self.capacity_bps = capacity_bps
@@ -59,6 +62,8 @@ class SharedLink:
         self.groups: list[dict[Flow, None]] = []
         self.mark = 0
         self.slot = 0
+        self.peak_flow_count = 0
+        self.delivered_bytes = 0
 
     def group(self, flow: Flow, rate_bps: float) -> None:
         """File `flow` under `rate_bps`."""
@@ -90,17 +95,35 @@ class MaxMinSharing:
         Returns the flows whose rate changed (the starting ones included) and their previous
         rates (0 for a starting flow)."""
         level = inf
+        alone = True  # every flow that leaves or joins is the only one on each of its links
         for flow in finished:
             level = min(level, flow.rate_bps)
             for link in flow.links:
                 link.ungroup(flow, flow.rate_bps)
                 link.flow_count -= 1
+                if link.flow_count:
+                    alone = False
         for flow in starting:
             for link in flow.links:
                 link.flow_count += 1
+                if link.flow_count > link.peak_flow_count:
+                    link.peak_flow_count = link.flow_count
         for flow in starting:
             for link in flow.links:
+                if link.flow_count != 1:
+                    alone = False
                 level = min(level, link.capacity_bps / link.flow_count)
+        if alone:
+            # (the messages of a ring step) no other flow's rate can change, and a starting flow
+            # gets its tightest link's capacity, as the filling would give it
+            for flow in starting:
+                rate_bps = inf
+                for link in flow.links:
+                    rate_bps = min(rate_bps, link.capacity_bps)
+                flow.rate_bps = rate_bps
+                for link in flow.links:
+                    link.group(flow, rate_bps)
+            return list(starting), [0.0] * len(starting)
         cutoff = level * (1.0 - RATE_TOLERANCE)
         self._epoch += 1
         epoch = self._epoch
@@ -123,13 +146,19 @@ class MaxMinSharing:
         while to_scan:
             link = to_scan.pop()
             rates, groups = link.rates, link.groups
+            first_refilled = bisect_left(rates, cutoff)
+            link_users = users[link.slot]
+            if first_refilled == len(rates) and not link_users:
+                # no flow of this update crosses it (a finished flow's link whose flows are all
+                # slower than it was: the fastest messages of an all-to-all leaving), so its
+                # capacity is never read; skip the sum over its rate groups
+                continue
             left = link.capacity_bps
             index = 0
-            while index < len(rates) and rates[index] < cutoff:
+            while index < first_refilled:
                 left -= rates[index] * len(groups[index])  # these flows keep their rates
                 index += 1
             capacity[link.slot] = left
-            link_users = users[link.slot]
             while index < len(rates):
                 for flow in groups[index]:
                     if flow.mark != epoch:

@@ -14,7 +14,7 @@ from ..eventlist import EventList, EventSource
 from ..network import Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..transport import TcpConnection
-from ..units import BITS_PER_BYTE, PS_PER_S
+from ..units import BITS_PER_BYTE, PS_PER_S, utilisation
 from .maxmin import Flow, MaxMinSharing, SharedLink
 from .messages import MessageLog, MessageRecord
 
@@ -85,13 +85,14 @@ class _FluidMessage(Flow):
     `updated_ps` (its rate has not changed since); `heap_seq` names its one valid entry in the
     transport's completion heap, the others being stale."""
 
-    __slots__ = ("record", "remaining_bits", "updated_ps", "heap_seq", "latency_ps", "on_delivered",
-                 "next_in_pair")
+    __slots__ = ("record", "wire_bytes", "remaining_bits", "updated_ps", "heap_seq", "latency_ps",
+                 "on_delivered", "next_in_pair")
 
     def __init__(self, links: tuple[SharedLink, ...], record: MessageRecord, wire_bytes: int, latency_ps: int,
                  on_delivered: Callable[[], None]) -> None:
         super().__init__(links)
         self.record = record
+        self.wire_bytes = wire_bytes
         self.remaining_bits = float(wire_bytes * BITS_PER_BYTE)
         self.updated_ps = 0
         self.heap_seq = -1
@@ -111,7 +112,10 @@ class _Delivery(EventSource):
         self.message = message
 
     def do_next_event(self) -> None:
-        self.records.finish(self.message.record.flow_id, self.eventlist.now_ps)
+        message = self.message
+        for shared in message.links:
+            shared.delivered_bytes += message.wire_bytes
+        self.records.finish(message.record.flow_id, self.eventlist.now_ps)
         self.message.on_delivered()
 
 
@@ -128,12 +132,19 @@ class AnalyticalTransport(EventSource):
     The shares are updated incrementally (`MaxMinSharing`), for all the starts and completions of
     one instant at once; a message's progress is brought up to date only when its rate changes,
     and completions wait in a heap.
+
+    Where the fluid model is likely to part from TCP, it keeps three cheap signals (`screen_risks`):
+    how loaded the busiest link was, the most messages that crossed one switch port at once (each
+    would open with `init_cwnd_pkts` segments into the port's buffer) and how many messages are short
+    enough that TCP's slow start from that window would take longer than their transmission.
     """
 
-    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int) -> None:
+    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, init_cwnd_pkts: int = 10) -> None:
         self.eventlist = eventlist
         self.topology = topology
         self.mss_bytes = mss_bytes
+        self.init_window_bytes = init_cwnd_pkts * mss_bytes
+        self.slow_start_messages = 0  # messages whose slow start would outlast their transmission
         self.records = MessageLog()
         self._sharing = MaxMinSharing()
         self._shared_links: dict[Link, SharedLink] = {}
@@ -151,7 +162,14 @@ class AnalyticalTransport(EventSource):
         record = MessageRecord(self.records.add(src, dst, nbytes, now), src, dst, nbytes, now)
         latency_ps = unloaded_latency_ps(links, nbytes, self.mss_bytes)
         shared_links = tuple(self._shared_link(link) for link in links)
-        message = _FluidMessage(shared_links, record, wire_bytes(nbytes, self.mss_bytes), latency_ps, on_delivered)
+        message_wire_bytes = wire_bytes(nbytes, self.mss_bytes)
+        bottleneck_bps = shared_links[0].capacity_bps
+        for shared in shared_links:
+            bottleneck_bps = min(bottleneck_bps, shared.capacity_bps)
+        transmission_ps = message_wire_bytes * BITS_PER_BYTE / bottleneck_bps * PS_PER_S
+        if self._slow_start_dominates(nbytes, transmission_ps, 2 * latency_ps, bottleneck_bps):
+            self.slow_start_messages += 1
+        message = _FluidMessage(shared_links, record, message_wire_bytes, latency_ps, on_delivered)
         pair = src * self.topology.npus + dst
         tail = self._pair_tails.get(pair)
         self._pair_tails[pair] = message
@@ -161,6 +179,44 @@ class AnalyticalTransport(EventSource):
         self._starting.append(message)
         # many messages start at the same instant (a collective step): share the links once for all
         self._wake_at(now)
+
+    def _slow_start_dominates(self, nbytes: int, transmission_ps: float, rtt_ps: int, bottleneck_bps: float) -> bool:
+        """Whether a message of `nbytes`, sent from a cold TCP window of `init_window_bytes` that
+        doubles every round trip (RFC 5681 slow start, an ACK per segment), would spend longer in
+        slow start than its transmission at the path's bottleneck (`transmission_ps`): the window
+        must grow until it covers the message or the path's bandwidth-delay product, one `rtt_ps`
+        per doubling."""
+        bdp_bytes = bottleneck_bps * (rtt_ps / PS_PER_S) / BITS_PER_BYTE
+        needed_bytes = min(float(nbytes), bdp_bytes)
+        window_bytes = float(self.init_window_bytes)
+        rounds = 0
+        while window_bytes < needed_bytes:
+            window_bytes *= 2
+            rounds += 1
+        return rounds * rtt_ps > transmission_ps
+
+    def screen_risks(self, sim_time_ps: int, switch_ports: list[Link]) -> dict[str, float | int | None]:
+        """The signals of where TCP would part from this model, for the runs row:
+        `max_link_utilisation` (the busiest link's delivered wire bits over its capacity times the
+        run's `sim_time_ps`), `max_port_flows` (the most messages that crossed one of `switch_ports` at
+        once) and `slow_start_share` (of all messages, those `_slow_start_dominates`)."""
+        busiest = 0.0
+        if sim_time_ps > 0:
+            for shared in self._shared_links.values():
+                busiest = max(busiest, utilisation(shared.delivered_bytes, int(shared.capacity_bps), sim_time_ps))
+        port_flows = 0
+        for port in switch_ports:
+            port_link = self._shared_links.get(port)
+            if port_link is not None:
+                port_flows = max(port_flows, port_link.peak_flow_count)
+        messages = len(self.records)
+        return {"max_link_utilisation": busiest, "max_port_flows": port_flows,
+                "slow_start_share": self.slow_start_messages / messages if messages else None}
+
+    def link_bytes(self) -> dict[Link, int]:
+        """Wire bytes (payload + 40 per MSS segment) of the messages delivered so far, per link of
+        their routes (links no message crossed are left out): the `links` table's traffic."""
+        return {link: shared.delivered_bytes for link, shared in self._shared_links.items()}
 
     def _shared_link(self, link: Link) -> SharedLink:
         shared = self._shared_links.get(link)

@@ -9,9 +9,19 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..units import PS_PER_S
+from ..units import PS_PER_MS, PS_PER_S
 
-_UNLIMITED: Final = float("inf")
+UNSET_SSTHRESH: Final = float("inf")  # ssthresh before the first loss: the initial slow start
+
+# HyStart++ constants (RFC 9406 section 4.3, its recommended values)
+HYSTART_MIN_RTT_THRESH_PS: Final = 4 * PS_PER_MS
+HYSTART_MAX_RTT_THRESH_PS: Final = 16 * PS_PER_MS
+HYSTART_MIN_RTT_DIVISOR: Final = 8
+HYSTART_N_RTT_SAMPLE: Final = 8
+HYSTART_CSS_GROWTH_DIVISOR: Final = 4
+HYSTART_CSS_ROUNDS: Final = 5
+HYSTART_L: Final = 8  # segments a single ACK may add in slow start without pacing
+_NO_RTT: Final = 1 << 61  # "infinity" for a round's minimum RTT, kept unboxed in compiled code
 
 
 class CongestionControl:
@@ -33,7 +43,7 @@ class CongestionControl:
         self.mss_bytes = mss_bytes
         self.init_cwnd_bytes = float(init_cwnd_pkts * mss_bytes)
         self.cwnd_bytes = self.init_cwnd_bytes
-        self.ssthresh_bytes = _UNLIMITED
+        self.ssthresh_bytes = UNSET_SSTHRESH
 
     def on_ack(self, acked_bytes: int, now_ps: int, srtt_ps: int) -> None:
         """New data acknowledged outside loss recovery: grow the window."""
@@ -192,6 +202,79 @@ class Dctcp(CongestionControl):
     def on_ecn_echo(self, flight_bytes: int, now_ps: int) -> None:
         self.cwnd_bytes = max(self.cwnd_bytes * (1.0 - self.alpha / 2.0), float(self.mss_bytes))
         self.ssthresh_bytes = self.cwnd_bytes
+
+
+class HyStartPlusPlus:
+    """HyStart++ (RFC 9406): leaves the initial slow start when the RTT rises, before a loss.
+
+    Rounds: a round ends when the cumulative ACK reaches `window_end_seq`, the SND.NXT of its
+    start. In slow start cwnd += min(N, L SMSS) per ACK of N new bytes (L = 8: no pacing). Once a
+    round has N_RTT_SAMPLE samples, RttThresh = max(4 ms, min(lastRoundMinRTT / 8, 16 ms)); if
+    currentRoundMinRTT >= lastRoundMinRTT + RttThresh the sender enters Conservative Slow Start
+    (CSS) with cssBaselineMinRtt = currentRoundMinRTT: cwnd += min(N, L SMSS) / 4 per ACK. A CSS
+    round whose minimum (after N_RTT_SAMPLE samples) falls below the baseline means the exit was
+    spurious: back to slow start. After CSS_ROUNDS rounds in CSS (the partial round of the entry
+    counts), ssthresh = cwnd: congestion avoidance. Used in the initial slow start only (ssthresh
+    still infinite, section 4.3); a loss or ECN reduction sets ssthresh and so ends it.
+    """
+
+    __slots__ = ("window_end_seq", "last_round_min_rtt_ps", "current_round_min_rtt_ps", "rtt_sample_count",
+                 "css_baseline_min_rtt_ps", "css_rounds", "in_css")
+
+    def __init__(self) -> None:
+        self.window_end_seq = -1  # -1: no round started yet
+        self.last_round_min_rtt_ps = _NO_RTT
+        self.current_round_min_rtt_ps = _NO_RTT
+        self.rtt_sample_count = 0
+        self.css_baseline_min_rtt_ps = _NO_RTT
+        self.css_rounds = 0
+        self.in_css = False
+
+    def on_ack(self, cc: CongestionControl, acked_bytes: int, rtt_sample_ps: int, snd_una: int,
+               snd_nxt: int) -> None:
+        """An ACK of `acked_bytes` new bytes in the initial slow start (`cc.ssthresh_bytes` infinite);
+        `rtt_sample_ps` is its RTT sample, or -1 if it gave none (Karn's rule)."""
+        if snd_una >= self.window_end_seq:  # a new round starts
+            self.window_end_seq = snd_nxt
+            self.last_round_min_rtt_ps = self.current_round_min_rtt_ps
+            self.current_round_min_rtt_ps = _NO_RTT
+            self.rtt_sample_count = 0
+            if self.in_css:
+                self.css_rounds += 1
+                if self.css_rounds >= HYSTART_CSS_ROUNDS:
+                    cc.ssthresh_bytes = cc.cwnd_bytes  # enter congestion avoidance
+                    return
+        mss = cc.mss_bytes
+        increase = acked_bytes if acked_bytes < HYSTART_L * mss else HYSTART_L * mss
+        if self.in_css:
+            cc.cwnd_bytes += increase / HYSTART_CSS_GROWTH_DIVISOR
+        else:
+            cc.cwnd_bytes += increase
+        if rtt_sample_ps < 0:
+            return
+        if rtt_sample_ps < self.current_round_min_rtt_ps:
+            self.current_round_min_rtt_ps = rtt_sample_ps
+        self.rtt_sample_count += 1
+        if self.rtt_sample_count < HYSTART_N_RTT_SAMPLE:
+            return
+        if self.in_css:
+            if self.current_round_min_rtt_ps < self.css_baseline_min_rtt_ps:  # the exit was spurious
+                self.css_baseline_min_rtt_ps = _NO_RTT
+                self.in_css = False
+                self.css_rounds = 0
+            return
+        last_ps = self.last_round_min_rtt_ps
+        if last_ps == _NO_RTT:
+            return
+        threshold_ps = last_ps // HYSTART_MIN_RTT_DIVISOR
+        if threshold_ps > HYSTART_MAX_RTT_THRESH_PS:
+            threshold_ps = HYSTART_MAX_RTT_THRESH_PS
+        if threshold_ps < HYSTART_MIN_RTT_THRESH_PS:
+            threshold_ps = HYSTART_MIN_RTT_THRESH_PS
+        if self.current_round_min_rtt_ps >= last_ps + threshold_ps:
+            self.css_baseline_min_rtt_ps = self.current_round_min_rtt_ps
+            self.in_css = True
+            self.css_rounds = 0
 
 
 def make_congestion_control(

@@ -23,7 +23,9 @@ from typing import Callable, Final
 
 from ..eventlist import EventList
 from ..network import TCP_IP_HEADER_BYTES, Packet, PacketSink
-from .cc import CongestionControl
+from ..units import PS_PER_S
+from .cc import UNSET_SSTHRESH, CongestionControl, HyStartPlusPlus
+from .recovery import ProportionalRateReduction, RackState
 
 _NO_EVENT: Final = -1  # `timer_event_ps` when the endpoint has no wake-up in the heap
 _DUPACK_THRESHOLD: Final = 3  # RFC 5681 DupThresh
@@ -31,6 +33,8 @@ _MAX_SACK_BLOCKS: Final = 3  # what fits in the TCP option space next to nothing
 # `rwnd_bytes` without a receive window: far above any window, and below 2**62 so that compiled code
 # keeps it unboxed (a larger int would be an object of its own in every sender)
 _NO_RWND_LIMIT: Final = 1 << 61
+_NO_PROBE: Final = -1  # `RackState.probe_end_seq` with no tail loss probe episode in progress
+_QUICK_ACKS: Final = 16  # Linux TCP_MAX_QUICKACKS: segments ACKed at once in quick-ACK mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +49,15 @@ class TcpSettings:
     clock_granularity_ps: int = 1_000_000  # G of RFC 6298: 1 us timers
     delayed_ack: bool = False
     delayed_ack_timeout_ps: int = 40_000_000_000  # 40 ms (Linux TCP_DELACK_MIN)
+    linux_delayed_ack: bool = False  # quick ACKs, sub-MSS segments ACKed at once (TcpReceiver)
     sack: bool = True
     rcv_wnd_bytes: int | None = None
     slow_start_after_idle: bool = True
     ecn: bool = False  # ECN-capable transport; DCTCP forces it on
     dctcp_echo: bool = False  # receiver echoes CE per segment (DCTCP) instead of latching ECE
+    rack_tlp: bool = False  # RFC 8985 loss detection and tail loss probes (needs sack)
+    prr: bool = False  # RFC 6937 proportional rate reduction in SACK recovery
+    hystart: bool = False  # RFC 9406 HyStart++ in the initial slow start
 
 
 class RttEstimator:
@@ -112,8 +120,9 @@ class TcpSender(PacketSink):
         "lost_retransmits",
         "ecn_recover_seq", "cwr_pending",
         "rto_deadline_ps", "timer_event_ps", "last_send_ps",
+        "rack", "prr", "hystart",
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "fast_retransmits", "ece_received",
-        "acks_received",
+        "acks_received", "loss_probes", "rack_lost_segments",
     )
 
     def __init__(self, eventlist: EventList, settings: TcpSettings, cc: CongestionControl) -> None:
@@ -141,6 +150,10 @@ class TcpSender(PacketSink):
         self.rto_deadline_ps = 0  # 0: timer not armed
         self.timer_event_ps = _NO_EVENT
         self.last_send_ps = -1
+        # Linux's loss recovery and slow-start exit, each None unless its option is on
+        self.rack: RackState | None = RackState() if settings.rack_tlp else None
+        self.prr: ProportionalRateReduction | None = ProportionalRateReduction() if settings.prr else None
+        self.hystart: HyStartPlusPlus | None = HyStartPlusPlus() if settings.hystart else None
         self.packets_sent = 0
         self.bytes_sent = 0
         self.retransmits = 0
@@ -148,6 +161,8 @@ class TcpSender(PacketSink):
         self.fast_retransmits = 0
         self.ece_received = 0
         self.acks_received = 0
+        self.loss_probes = 0  # tail loss probes sent (RFC 8985 section 7)
+        self.rack_lost_segments = 0  # segments RACK's time-based detection marked lost
 
     # -- application side -------------------------------------------------------------------
 
@@ -160,6 +175,8 @@ class TcpSender(PacketSink):
                 self.cc.on_idle_restart()
         self.stream_end += nbytes
         self.send_more()
+        if self.rack is not None:
+            self._schedule_probe(self.eventlist.now_ps)
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -202,6 +219,9 @@ class TcpSender(PacketSink):
         self.last_send_ps = now
         if not self.rto_deadline_ps:
             self._arm_rto(now)
+        rack = self.rack
+        if rack is not None:
+            rack.on_transmit(seq, seq + length, now, is_retransmit)
         pkt.route[0].receive_packet(pkt)
 
     def _send_in_sack_recovery(self) -> None:
@@ -209,30 +229,44 @@ class TcpSender(PacketSink):
         highest SACKed byte, else send new data. Holes below the highest SACK count as lost."""
         mss = self.mss_bytes
         cwnd = self.cc.cwnd_bytes
+        rack = self.rack
         while cwnd - self._pipe_bytes() >= mss:
-            lost = self.lost_retransmits
-            if lost:
-                start, end = lost.pop(0)
-                if not lost:
-                    self.lost_retransmits = None
-                self._retransmit(start, end - start)
-                continue
-            hole_start, hole_end = self._next_hole()
-            if hole_start < hole_end:
-                length = min(mss, hole_end - hole_start)
-                self._retransmit(hole_start, length)
-                self.high_rxt = hole_start + length
-                continue
+            if rack is not None:  # RACK: what it marked lost, lowest sequence first
+                segment = rack.first_lost()
+                if segment is not None:
+                    self._retransmit(segment.start, segment.end - segment.start)
+                    continue
+            else:
+                lost = self.lost_retransmits
+                if lost:
+                    start, end = lost.pop(0)
+                    if not lost:
+                        self.lost_retransmits = None
+                    self._retransmit(start, end - start)
+                    continue
+                hole_start, hole_end = self._next_hole()
+                if hole_start < hole_end:
+                    length = min(mss, hole_end - hole_start)
+                    self._retransmit(hole_start, length)
+                    self.high_rxt = hole_start + length
+                    continue
             length = min(mss, self.stream_end - self.snd_max)
             if length <= 0 or self.snd_max + length > self.snd_una + self.rwnd_bytes:
                 return
             self._transmit(self.snd_max, length)
             self.snd_nxt = self.snd_max
+            if self.prr is not None:
+                self.prr.out_bytes += length
 
     def _retransmit(self, start: int, length: int) -> None:
         """Resend [start, start + length) during SACK recovery and remember when, so that a
-        retransmission that is itself lost can be detected (`_detect_lost_retransmissions`)."""
+        retransmission that is itself lost can be detected (`_detect_lost_retransmissions`; with
+        RACK, `RackState` tracks every transmission instead)."""
         self._transmit(start, length)
+        if self.prr is not None:
+            self.prr.out_bytes += length
+        if self.rack is not None:
+            return
         if self.recovery_retransmits is None:
             self.recovery_retransmits = []
         self.recovery_retransmits.append((start, start + length, self.eventlist.now_ps))
@@ -279,6 +313,8 @@ class TcpSender(PacketSink):
         blocks this is the FlightSize, snd_max - snd_una. It is also the FlightSize from which
         ssthresh is set on a loss, as ns-3 and Linux do: data the receiver holds (SACKed) is not in
         flight, and counting it would set ssthresh far above what the path holds after a timeout."""
+        if self.rack is not None:  # RACK: what is neither SACKed nor marked lost (RFC 8985, Linux)
+            return self.snd_max - self.snd_una - self._sacked_bytes() - self.rack.lost_bytes
         sacked = self.sacked
         if not sacked:
             return self.snd_max - self.snd_una
@@ -292,6 +328,14 @@ class TcpSender(PacketSink):
             hole_start = block_end
         return pipe
 
+    def _sacked_bytes(self) -> int:
+        """Bytes the SACK scoreboard holds above snd_una."""
+        total = 0
+        if self.sacked is not None:
+            for block_start, block_end in self.sacked:
+                total += block_end - block_start
+        return total
+
     # -- receiving ACKs ---------------------------------------------------------------------
 
     def receive_packet(self, pkt: Packet) -> None:
@@ -304,9 +348,13 @@ class TcpSender(PacketSink):
             self.ece_received += 1
         if ack > snd_una:
             now = self.eventlist.now_ps
+            rtt_sample_ps = -1
             if not pkt.is_retransmit:  # Karn's rule: only segments sent once give samples
-                self.rtt.sample(now - pkt.sent_ps)
+                rtt_sample_ps = now - pkt.sent_ps
+                self.rtt.sample(rtt_sample_ps)
             acked = ack - snd_una
+            # PRR's DeliveredData counts newly SACKed bytes too (RACK measures it itself)
+            sacked_before = self._sacked_bytes() if self.prr is not None and self.in_recovery else 0
             self.snd_una = ack
             if self.snd_nxt < ack:
                 self.snd_nxt = ack
@@ -318,6 +366,9 @@ class TcpSender(PacketSink):
                 cc.on_ecn_feedback(acked, pkt.ece, ack, self.snd_nxt)
             if pkt.ece:
                 self._react_to_ece(now)
+            if self.rack is not None:
+                self._rack_on_ack(pkt, now, acked, rtt_sample_ps)
+                return
             if self.in_recovery:
                 if ack >= self.recover_seq:
                     self._end_recovery()
@@ -336,9 +387,11 @@ class TcpSender(PacketSink):
                     self.high_rxt = ack + length
                 elif self.recovery_retransmits:
                     self._detect_lost_retransmissions(pkt.sent_ps)
+                if self.in_recovery and self.prr is not None:
+                    self._prr_update(acked + self._sacked_bytes() - sacked_before)
             else:
                 self.dupacks = 0
-                cc.on_ack(acked, now, self.rtt.srtt_ps)
+                self._grow_cwnd(acked, now, rtt_sample_ps)
             if ack >= self.snd_max:
                 self.rto_deadline_ps = 0
             else:
@@ -347,20 +400,43 @@ class TcpSender(PacketSink):
         elif ack == snd_una and not pkt.payload_bytes and self.snd_max > snd_una:
             self._on_duplicate_ack(pkt)
 
+    def _grow_cwnd(self, acked_bytes: int, now_ps: int, rtt_sample_ps: int) -> None:
+        """New data acknowledged outside fast recovery: HyStart++ during the initial slow start
+        (while ssthresh is still unset) if it is on, else the congestion control's own rule."""
+        cc = self.cc
+        hystart = self.hystart
+        if hystart is not None and cc.ssthresh_bytes == UNSET_SSTHRESH:
+            hystart.on_ack(cc, acked_bytes, rtt_sample_ps, self.snd_una, self.snd_nxt)
+        else:
+            cc.on_ack(acked_bytes, now_ps, self.rtt.srtt_ps)
+
+    def _prr_update(self, delivered_bytes: int) -> None:
+        """PRR (RFC 6937): the window for this ACK of fast recovery (`tcp.prr`)."""
+        prr = self.prr
+        assert prr is not None
+        cc = self.cc
+        cc.cwnd_bytes = prr.cwnd_bytes(delivered_bytes, self._pipe_bytes(), cc.ssthresh_bytes, self.mss_bytes)
+
     def _on_duplicate_ack(self, pkt: Packet) -> None:
         self.dupacks += 1
+        sacked_before = self._sacked_bytes() if self.prr is not None else 0
         if pkt.sack_blocks:
             self._merge_sack(pkt.sack_blocks)
         if pkt.ece:
             self._react_to_ece(self.eventlist.now_ps)
+        if self.rack is not None:
+            self._rack_on_ack(pkt, self.eventlist.now_ps, 0, -1)
+            return
         if self.in_recovery:
             if self.recovery_retransmits:
                 self._detect_lost_retransmissions(pkt.sent_ps)
+            if self.prr is not None:
+                self._prr_update(self._sacked_bytes() - sacked_before)
             if not self.settings.sack:
                 self.cc.cwnd_bytes += self.mss_bytes  # RFC 6582: inflate by one MSS per dupACK
             self.send_more()
         elif self.dupacks == _DUPACK_THRESHOLD and self.snd_una >= self.recover_seq:
-            self._enter_fast_recovery()
+            self._enter_fast_recovery(self._sacked_bytes() - sacked_before)
         elif self.dupacks < _DUPACK_THRESHOLD:
             self._limited_transmit()
 
@@ -375,7 +451,9 @@ class TcpSender(PacketSink):
             self._transmit(self.snd_nxt, length)
             self.snd_nxt += length
 
-    def _enter_fast_recovery(self) -> None:
+    def _enter_fast_recovery(self, delivered_bytes: int = 0) -> None:
+        """Fast recovery begins (3 duplicate ACKs, or RACK marked a segment lost); the ACK that
+        started it reported `delivered_bytes` delivered (PRR counts them)."""
         now = self.eventlist.now_ps
         snd_una = self.snd_una
         self.fast_retransmits += 1
@@ -383,7 +461,18 @@ class TcpSender(PacketSink):
         self.in_recovery = True
         self.recover_seq = self.snd_max
         self.ecn_recover_seq = self.snd_max  # the loss response covers this window's ECN too
-        if self.settings.sack:
+        if self.prr is not None:
+            self.prr.start(self.snd_max - snd_una)
+            self._prr_update(delivered_bytes)
+        rack = self.rack
+        if rack is not None:
+            rack.probe_end_seq = _NO_PROBE  # this recovery's reduction covers a probe episode
+            rack.probe_deadline_ps = 0
+            segment = rack.first_lost()
+            assert segment is not None
+            self._retransmit(segment.start, segment.end - segment.start)  # the first goes at once
+            self.send_more()
+        elif self.settings.sack:
             length = min(self.mss_bytes, self.snd_max - snd_una)
             self._retransmit(snd_una, length)  # RFC 6675: the first retransmission goes at once
             self.high_rxt = snd_una + length
@@ -397,6 +486,127 @@ class TcpSender(PacketSink):
         self.dupacks = 0
         self.recovery_retransmits = None
         self.lost_retransmits = None
+        if self.rack is not None:
+            self.rack.after_timeout = False
+
+    # -- RACK-TLP (RFC 8985), when `tcp.rack_tlp` is on -------------------------------------
+
+    def _rack_on_ack(self, pkt: Packet, now_ps: int, acked_bytes: int, rtt_sample_ps: int) -> None:
+        """An ACK (new data or duplicate; SACK blocks already merged): RACK's loss detection, the
+        end of a probe episode, recovery and its window, then sending and the timers."""
+        rack = self.rack
+        assert rack is not None
+        cc = self.cc
+        mss = self.mss_bytes
+        delivered_bytes = rack.on_delivery(self.snd_una, self.sacked, now_ps, pkt.sent_ps)
+        if rack.probe_end_seq != _NO_PROBE and self.snd_una >= rack.probe_end_seq:
+            # RFC 8985 7.4: the probe episode ends. If the probe was a retransmission and this ACK
+            # is its own (the echoed send time plays the part of the timestamp option), the probe
+            # repaired a loss: reduce the window as a fast recovery would have.
+            if rack.probe_retransmitted and pkt.is_retransmit and pkt.sent_ps == rack.probe_sent_ps:
+                cc.on_loss(rack.probe_flight_bytes, now_ps)
+            rack.probe_end_seq = _NO_PROBE
+        self._rack_detect_losses(now_ps)
+        if self.in_recovery:
+            if self.snd_una >= self.recover_seq:
+                after_timeout = rack.after_timeout
+                self._end_recovery()
+                if after_timeout:
+                    self._grow_cwnd(acked_bytes, now_ps, rtt_sample_ps)
+                else:
+                    cc.on_recovery_exit()
+            elif rack.after_timeout:
+                if acked_bytes:
+                    self._grow_cwnd(acked_bytes, now_ps, rtt_sample_ps)  # slow start after an RTO
+            elif self.prr is not None:
+                self._prr_update(delivered_bytes)
+        elif rack.lost_bytes:
+            self._enter_fast_recovery(delivered_bytes)
+        elif acked_bytes:
+            self.dupacks = 0
+            self._grow_cwnd(acked_bytes, now_ps, rtt_sample_ps)
+        elif self.dupacks < _DUPACK_THRESHOLD:
+            self._limited_transmit()
+        if acked_bytes:
+            if self.snd_una >= self.snd_max:
+                self.rto_deadline_ps = 0
+            else:
+                self._arm_rto(now_ps)  # RFC 6298 (5.3)
+        self.send_more()
+        self._schedule_probe(now_ps)
+
+    def _rack_detect_losses(self, now_ps: int) -> None:
+        """RACK_detect_loss_and_arm_timer (RFC 8985 6.2 step 5): mark losses, and arm the
+        reordering timer for the segments that are not lost yet but will be if nothing comes."""
+        rack = self.rack
+        assert rack is not None
+        window_ps = rack.reordering_window_ps(self.in_recovery, self._sacked_bytes(), self.mss_bytes,
+                                              self.rtt.srtt_ps)
+        newly_lost, wait_ps = rack.detect_losses(now_ps, window_ps)
+        self.rack_lost_segments += newly_lost
+        if wait_ps:
+            rack.reorder_deadline_ps = now_ps + wait_ps
+            self._wake_at(rack.reorder_deadline_ps)
+        else:
+            rack.reorder_deadline_ps = 0
+
+    def _schedule_probe(self, now_ps: int) -> None:
+        """RFC 8985 7.2: arm the probe timeout (PTO) when data is out, the sender is not in
+        recovery, nothing is SACKed and no probe episode is in progress. PTO = 2 SRTT, plus the
+        worst-case delayed ACK (WCDelAckT: the minimum RTO, as Linux, RFC 8985's 200 ms by
+        default) when one segment is in flight; 1 s before any RTT sample; never after the RTO."""
+        rack = self.rack
+        assert rack is not None
+        flight_bytes = self.snd_max - self.snd_una
+        if self.in_recovery or self.sacked is not None or not flight_bytes or rack.probe_end_seq != _NO_PROBE:
+            rack.probe_deadline_ps = 0
+            return
+        if self.rtt.samples:
+            timeout_ps = 2 * self.rtt.srtt_ps
+            if flight_bytes <= self.mss_bytes:
+                timeout_ps += self.settings.min_rto_ps
+        else:
+            timeout_ps = PS_PER_S
+        deadline = now_ps + timeout_ps
+        if self.rto_deadline_ps and deadline > self.rto_deadline_ps:
+            deadline = self.rto_deadline_ps
+        rack.probe_deadline_ps = deadline
+        self._wake_at(deadline)
+
+    def _send_probe(self, now_ps: int) -> None:
+        """RFC 8985 7.3: the PTO fired. Send one new segment if the receive window allows, else
+        resend the highest one sent; then re-arm the RTO."""
+        rack = self.rack
+        assert rack is not None
+        flight_bytes = self.snd_max - self.snd_una
+        if self.in_recovery or not flight_bytes:
+            return
+        length = min(self.mss_bytes, self.stream_end - self.snd_max)
+        if length > 0 and self.snd_max + length <= self.snd_una + self.rwnd_bytes:
+            self._transmit(self.snd_max, length)
+            self.snd_nxt = self.snd_max
+            rack.probe_retransmitted = False
+        else:
+            segment = rack.last_sent_segment()
+            if segment is None:
+                return
+            self._transmit(segment.start, segment.end - segment.start)
+            rack.probe_retransmitted = True
+        rack.probe_end_seq = self.snd_max
+        rack.probe_sent_ps = now_ps
+        rack.probe_flight_bytes = flight_bytes
+        self.loss_probes += 1
+        self._arm_rto(now_ps)
+
+    def _on_reorder_timeout(self, now_ps: int) -> None:
+        """RACK's reordering timer fired (RFC 8985 6.2): segments still undelivered are lost now."""
+        rack = self.rack
+        assert rack is not None
+        self._rack_detect_losses(now_ps)
+        if rack.lost_bytes and not self.in_recovery:
+            self._enter_fast_recovery()
+        else:
+            self.send_more()
 
     def _react_to_ece(self, now_ps: int) -> None:
         """ECE: reduce once per window of data (RFC 3168), and tell the receiver with CWR."""
@@ -447,22 +657,37 @@ class TcpSender(PacketSink):
     def _arm_rto(self, now_ps: int) -> None:
         deadline = now_ps + self.rtt.rto_ps
         self.rto_deadline_ps = deadline
-        if self.timer_event_ps == _NO_EVENT or self.timer_event_ps > deadline:
-            self.timer_event_ps = deadline
-            self.eventlist.schedule_timer(self, deadline)
+        self._wake_at(deadline)
+
+    def _wake_at(self, deadline_ps: int) -> None:
+        """Make sure the sender's single timer entry fires no later than `deadline_ps`."""
+        if self.timer_event_ps == _NO_EVENT or self.timer_event_ps > deadline_ps:
+            self.timer_event_ps = deadline_ps
+            self.eventlist.schedule_timer(self, deadline_ps)
 
     def do_next_event(self) -> None:
-        """A timer wake-up: fire the RTO if its deadline has come, else sleep until it."""
+        """A timer wake-up: fire whichever deadline has come (RACK's reordering timer, the tail
+        loss probe, the RTO), then sleep until the earliest one still armed."""
         now = self.eventlist.now_ps
         if self.timer_event_ps != now:
             return  # an older wake-up superseded by an earlier one
         self.timer_event_ps = _NO_EVENT
+        rack = self.rack
+        if rack is not None:
+            if rack.reorder_deadline_ps and rack.reorder_deadline_ps <= now:
+                rack.reorder_deadline_ps = 0
+                self._on_reorder_timeout(now)
+            if rack.probe_deadline_ps and rack.probe_deadline_ps <= now:
+                rack.probe_deadline_ps = 0
+                self._send_probe(now)
+            for deadline in (rack.reorder_deadline_ps, rack.probe_deadline_ps):
+                if deadline:
+                    self._wake_at(deadline)
         deadline = self.rto_deadline_ps
         if not deadline:
             return
         if now < deadline:
-            self.timer_event_ps = deadline
-            self.eventlist.schedule_timer(self, deadline)
+            self._wake_at(deadline)
             return
         self._on_timeout(now)
 
@@ -471,6 +696,22 @@ class TcpSender(PacketSink):
         self.timeouts += 1
         self.cc.on_timeout(self._pipe_bytes(), now_ps)
         self.rtt.back_off()
+        rack = self.rack
+        if rack is not None:
+            # RFC 8985 6.3: mark what the timeout shows lost and retransmit it in sequence order,
+            # keeping the SACK scoreboard (as Linux), in a recovery that slow-starts from 1 MSS
+            window_ps = rack.reordering_window_ps(True, 0, self.mss_bytes, self.rtt.srtt_ps)
+            rack.mark_lost_on_timeout(self.snd_una, now_ps, window_ps)
+            rack.probe_end_seq = _NO_PROBE
+            rack.probe_deadline_ps = 0
+            rack.reorder_deadline_ps = 0
+            self._end_recovery()
+            self.in_recovery = True
+            rack.after_timeout = True
+            self.recover_seq = self.snd_max
+            self.rto_deadline_ps = 0
+            self.send_more()
+            return
         self._end_recovery()
         self.recover_seq = self.snd_max  # RFC 6582 (4.1): no fast retransmit for this window
         self.sacked = None  # RFC 2018: SACK information is discarded after a timeout
@@ -484,7 +725,11 @@ class TcpReceiver(PacketSink):
     """The receiving half: in-order delivery, out-of-order blocks, (delayed) ACKs with SACK and ECE.
 
     ACKs go at once for out-of-order data, for data that fills a hole, and when the ECN state
-    changes (DCTCP); otherwise every second full segment, or when the delayed-ACK timer expires.
+    changes (DCTCP); otherwise every second segment, or when the delayed-ACK timer expires. With
+    `linux_delayed_ack`, as Linux's receiver also: the first 16 segments of a connection, and again
+    after a silence longer than the minimum RTO, are ACKed at once (quick-ACK mode), and so is a
+    segment shorter than the MSS (the end of a write: Linux ACKs it once the application has read
+    everything, which ours does at once); so only full segments wait, and an ACK covers two.
     `out_of_order` is None when empty. The oldest message awaiting delivery is held in
     `next_message_end_seq` / `on_next_message` (None: no message), any later ones in
     `later_messages` (None when empty): a message costs no container while it is alone.
@@ -495,7 +740,7 @@ class TcpReceiver(PacketSink):
         "delack_deadline_ps", "timer_event_ps", "ce_state", "ece_latched", "echo_sent_ps",
         "echo_retransmit", "last_block", "next_message_end_seq", "on_next_message", "later_messages",
         "ce_received", "acks_sent",
-        "segments_received",
+        "segments_received", "quick_acks_left", "last_data_ps",
     )
 
     def __init__(self, eventlist: EventList, settings: TcpSettings) -> None:
@@ -518,6 +763,8 @@ class TcpReceiver(PacketSink):
         self.ce_received = 0
         self.acks_sent = 0
         self.segments_received = 0
+        self.quick_acks_left = _QUICK_ACKS  # linux_delayed_ack only
+        self.last_data_ps = 0
 
     def expect_message_end(self, end_seq: int, on_delivered: Callable[[], None]) -> None:
         """Call `on_delivered` once every byte below `end_seq` has arrived in order."""
@@ -567,6 +814,9 @@ class TcpReceiver(PacketSink):
             if immediate or not self.settings.delayed_ack:
                 self._send_ack()
                 return
+            if self.settings.linux_delayed_ack and self._linux_acks_at_once(pkt.payload_bytes):
+                self._send_ack()
+                return
             self.unacked_segments += 1
             if self.unacked_segments >= 2:
                 self._send_ack()
@@ -577,6 +827,19 @@ class TcpReceiver(PacketSink):
             self._send_ack()
         else:
             self._send_ack()  # an old duplicate: re-announce where we are
+
+    def _linux_acks_at_once(self, payload_bytes: int) -> bool:
+        """Linux's reasons to ACK an in-order segment at once: quick-ACK mode (entered at the first
+        segment and after a silence longer than the RTO, which a receiver's handshake sample puts
+        at the minimum RTO), or a segment shorter than the MSS."""
+        now = self.eventlist.now_ps
+        if now - self.last_data_ps > self.settings.min_rto_ps:
+            self.quick_acks_left = _QUICK_ACKS
+        self.last_data_ps = now
+        if self.quick_acks_left:
+            self.quick_acks_left -= 1
+            return True
+        return payload_bytes < self.settings.mss_bytes
 
     def _update_ecn_echo(self, pkt: Packet) -> None:
         if pkt.ce:

@@ -20,7 +20,7 @@ are stopped; the same command resumes; `sweep/__main__.py` gives 130 to an inter
 # it scans them, where dataclasses cannot resolve string annotations.
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -44,6 +44,14 @@ class RayNetsweepLauncherConf:
     flush_rows: int = 10_000  # write Parquet parts once this many rows are buffered ...
     flush_interval_s: float = 10.0  # ... or this many seconds after the last write
     report: bool = False  # at the end, build each dataset's report and print its summary
+    # Two-fidelity sweeps (sweep/fidelity.py): every point on screen_backend first, then at most
+    # refine_budget of them at the grid's backend: a calibration sample, the top points, the at-risk ones.
+    screen_backend: Optional[str] = None  # analytical or alpha_beta; null = one fidelity
+    refine_budget: Optional[int] = None  # refined runs at most (required with screen_backend)
+    refine_top: int = 10  # the fastest points by screened iteration time ...
+    refine_top_per: List[str] = field(default_factory=list)  # ... per value of each of these axes
+    refine_sample: int = 0  # points drawn at random to measure the screen's error
+    refine_seed: int = 0  # seed of that draw
 
 
 @dataclass
@@ -77,8 +85,9 @@ class RayNetsweepLauncher(Launcher):
 
     def __init__(self, max_in_flight: Optional[int] = None, max_retries: int = 2,
                  max_wall_time_s: Optional[float] = None, run_memory_mb: Optional[float] = None,
-                 flush_rows: int = 10_000,
-                 flush_interval_s: float = 10.0, report: bool = False) -> None:
+                 flush_rows: int = 10_000, flush_interval_s: float = 10.0, report: bool = False,
+                 screen_backend: Optional[str] = None, refine_budget: Optional[int] = None, refine_top: int = 10,
+                 refine_top_per: Sequence[str] = (), refine_sample: int = 0, refine_seed: int = 0) -> None:
         self.max_in_flight = max_in_flight
         self.max_retries = max_retries
         self.max_wall_time_s = max_wall_time_s
@@ -86,6 +95,12 @@ class RayNetsweepLauncher(Launcher):
         self.report = report
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
+        self.screen_backend = screen_backend
+        self.refine_budget = refine_budget
+        self.refine_top = refine_top
+        self.refine_top_per = tuple(refine_top_per)
+        self.refine_sample = refine_sample
+        self.refine_seed = refine_seed
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
 
@@ -122,16 +137,29 @@ class RayNetsweepLauncher(Launcher):
         from sweep.plan import GridComposer, GridError, plan
         from sweep.progress import format_summary
 
+        from sweep.fidelity import RefinePolicy, format_selection, plan_screens, run_two_fidelity
+
         start = time.perf_counter()
         composer = GridComposer(self.hydra_context.config_loader, self.config)
+        policy = None
         try:
             self._check()
+            if self.screen_backend is not None:
+                policy = RefinePolicy(self.screen_backend, self.refine_budget, self.refine_top,  # type: ignore[arg-type]
+                                      self.refine_top_per, self.refine_sample, self.refine_seed)
+                policy.check()
             runs = plan(job_overrides, composer.compose)
+            screens = []
+            if policy is not None and runs:
+                policy.check_grid(runs)
+                screens = plan_screens(runs, policy.screen_backend)
         except (GridError, engine.ConfigError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
         print(f"planned {len(runs)} runs ({composer.compositions} Hydra compositions, "
-              f"{time.perf_counter() - start:.1f} s)")
+              f"{time.perf_counter() - start:.1f} s)"
+              + (f"; two fidelities: every point on {policy.screen_backend}, then at most "
+                 f"{policy.budget_runs} at the grid's backend" if policy is not None else ""))
 
         if not runs:
             return []
@@ -140,19 +168,29 @@ class RayNetsweepLauncher(Launcher):
                                max_in_flight=self.max_in_flight, max_retries=self.max_retries,
                                max_wall_time_s=self.max_wall_time_s, run_memory_mb=self.run_memory_mb)
         try:
-            summary = run_sweep(runs, executor, self.flush_rows, self.flush_interval_s)
+            if policy is None:
+                summary = run_sweep(runs, executor, self.flush_rows, self.flush_interval_s)
+                print(format_summary(summary))
+                interrupted, failed = summary.interrupted, summary.failed
+            else:
+                result = run_two_fidelity(runs, screens, policy, executor, self.flush_rows, self.flush_interval_s)
+                print(f"screen ({policy.screen_backend}):")
+                print(format_summary(result.screen))
+                if result.refine is not None:
+                    print(format_selection(result, policy))
+                    print(format_summary(result.refine))
+                interrupted, failed = result.interrupted, result.failed
         except ConnectionError as exc:  # a cluster address nothing answers at: nothing ran
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
-        print(format_summary(summary))
-        if self.report and not summary.interrupted:
+        if self.report and not interrupted:
             from sweep.report import print_report
 
             for dataset in dict.fromkeys(run.dataset for run in runs):
                 print_report(dataset)
-        if summary.interrupted:
+        if interrupted:
             raise SystemExit(EXIT_INTERRUPTED)
-        if summary.failed:
+        if failed:
             raise SystemExit(EXIT_RUN_FAILED)
         return [JobReturn(overrides=list(run.overrides), status=JobStatus.COMPLETED, _return_value=run.run_id)
                 for run in runs]

@@ -1,0 +1,185 @@
+"""Validation of the packet engine against ns-3 (engine.backend=ns3), the system layer held fixed.
+
+Every case runs one collective (or one iteration of ASTRA-sim's DLRM_HybridParallel workload) on
+four backends: `packet` (netsweep's TCP/IP engine), `ns3` (ns-3.44's TCP/IP behind the same system
+layer), `analytical` (fluid max-min fair sharing) and `alpha_beta` (closed form, no contention).
+The matrix: op x bytes per NPU x NPUs x topology x switch buffer (deep: no loss; shallow: losses)
+x congestion control. Writes benchmarks/validate_ns3.csv and benchmarks/validate_ns3.md, prints
+the table and the error summary against the targets (packet vs ns3: deep buffers median |error|
+<= 2 % and worst <= 5 %; shallow buffers completion within 25 %, drops and timeouts within 30 %).
+
+    python benchmarks/validate_ns3.py            # the reduced matrix (about 15 minutes on 2 busy cores)
+    python benchmarks/validate_ns3.py --full     # bytes up to 64 MB, 32 NPUs, CUBIC too (hours)
+
+Needs the `ns3` extra (`pip install 'netsweep[ns3]'`) and g++. Settings both simulators share:
+100 Gb/s links with 1 us latency, MTU 1500, ACK per segment, SACK, 200 ms minimum RTO; the initial
+RTO equals the minimum RTO, because ns-3's connections are opened with a handshake whose RTT
+sample sets their first RTO, while the engine's have none (see the README's ns-3 section).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import engine
+
+HERE = Path(__file__).resolve().parent
+BACKENDS = ("packet", "ns3", "analytical", "alpha_beta")
+BUFFERS_KB = {"deep": 16384.0, "shallow": 32.0}  # per switch egress port, KiB
+DCTCP_ECN_THRESHOLD_KB = 20.0  # about 14 full packets: the marking threshold for DCTCP runs
+COLUMNS = ("case", "workload", "op", "bytes", "npus", "topology", "buffer", "cc", "backend", "status",
+           "time_s", "retransmits", "timeouts", "drops", "ecn_marks", "wall_s")
+
+
+def matrix(full: bool) -> list[dict]:
+    """The cases, each a dict of the varied values."""
+    ops = ("all_reduce", "all_to_all", "all_gather") if full else ("all_reduce", "all_to_all")
+    sizes = (4096, 262_144, 4_194_304, 67_108_864) if full else (4096, 262_144, 4_194_304)
+    npus_values = (4, 8, 16, 32) if full else (4, 16)
+    ccs = ("newreno", "cubic", "dctcp") if full else ("newreno", "dctcp")
+    cases = [dict(workload="collective", op=op, bytes=size, npus=npus, topology=topology, buffer=buffer, cc=cc)
+             for op, size, npus, topology, buffer, cc in itertools.product(
+                 ops, sizes, npus_values, ("switch", "leaf_spine"), BUFFERS_KB, ccs)]
+    cases += [dict(workload="astra_dlrm", op="dlrm", bytes=0, npus=16, topology="switch", buffer=buffer, cc="newreno")
+              for buffer in BUFFERS_KB]
+    return cases
+
+
+def config_of(case: dict, backend: str) -> dict:
+    """The engine config of one case on one backend."""
+    npus = case["npus"]
+    network: dict = {"topology": case["topology"], "npus": npus, "link_gbps": 100.0, "link_latency_us": 1.0,
+                     "buffer_kb": BUFFERS_KB[case["buffer"]]}
+    if case["topology"] == "leaf_spine":  # two leaves, two spines at the host rate: ECMP, no oversubscription
+        network.update(hosts_per_leaf=npus // 2, spines=2, uplink_gbps=100.0)
+    if case["cc"] == "dctcp":
+        network["ecn_threshold_kb"] = DCTCP_ECN_THRESHOLD_KB
+    if case["workload"] == "astra_dlrm":
+        workload = {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 1}
+    else:
+        workload = {"type": "collective", "op": case["op"], "bytes": case["bytes"], "iterations": 1}
+    return {"engine": {"backend": backend, "max_sim_time_s": 30.0}, "network": network,
+            "tcp": {"cc": case["cc"], "min_rto_ms": 200.0, "initial_rto_ms": 200.0}, "workload": workload}
+
+
+def run_case(case: dict, backend: str) -> dict:
+    """One case on one backend: a row of the table."""
+    wall_start = time.perf_counter()
+    run_row = engine.run(config_of(case, backend))["runs"][0]
+    return {**case, "backend": backend, "status": run_row["status"], "time_s": run_row["iteration_time_s"],
+            **{key: run_row.get(key) for key in ("retransmits", "timeouts", "drops", "ecn_marks")},
+            "wall_s": round(time.perf_counter() - wall_start, 3)}
+
+
+def relative_error(value: float | None, reference: float | None) -> float | None:
+    """(value - reference) / reference, or None if either is missing or the reference is 0."""
+    if value is None or reference is None or reference == 0:
+        return None
+    return (value - reference) / reference
+
+
+def count_error(value: int | None, reference: int | None) -> float | None:
+    """Relative difference of two counts; 0 when both are 0."""
+    if value is None or reference is None:
+        return None
+    if value == reference:
+        return 0.0
+    return (value - reference) / max(reference, 1)
+
+
+def summarise(rows: list[dict]) -> tuple[list[dict], dict]:
+    """One line per case (times per backend, packet vs ns3 errors) and the summary per buffer."""
+    by_case: dict[int, dict[str, dict]] = {}
+    for row in rows:
+        by_case.setdefault(row["case"], {})[row["backend"]] = row
+    lines = []
+    for case_id, by_backend in sorted(by_case.items()):
+        packet, ns3 = by_backend["packet"], by_backend["ns3"]
+        line = {key: packet[key] for key in ("case", "workload", "op", "bytes", "npus", "topology", "buffer", "cc")}
+        for backend in BACKENDS:
+            line[f"{backend}_s"] = by_backend[backend]["time_s"]
+        line["error"] = relative_error(packet["time_s"], ns3["time_s"])
+        line["analytical_vs_ns3"] = relative_error(by_backend["analytical"]["time_s"], ns3["time_s"])
+        for counter in ("drops", "timeouts", "retransmits"):
+            line[f"packet_{counter}"], line[f"ns3_{counter}"] = packet[counter], ns3[counter]
+        lines.append(line)
+    summary = {}
+    for buffer in BUFFERS_KB:
+        errors = [abs(line["error"]) for line in lines if line["buffer"] == buffer and line["error"] is not None]
+        drop_errors = [abs(e) for line in lines if line["buffer"] == buffer
+                       for e in (count_error(line["packet_drops"], line["ns3_drops"]),) if e is not None]
+        timeout_errors = [abs(e) for line in lines if line["buffer"] == buffer
+                          for e in (count_error(line["packet_timeouts"], line["ns3_timeouts"]),) if e is not None]
+        summary[buffer] = {
+            "cases": len(errors),
+            "median_abs_error": statistics.median(errors) if errors else None,
+            "worst_abs_error": max(errors) if errors else None,
+            "within_25pct": sum(error <= 0.25 for error in errors),
+            "drops_within_30pct": sum(error <= 0.30 for error in drop_errors),
+            "timeouts_within_30pct": sum(error <= 0.30 for error in timeout_errors),
+        }
+    return lines, summary
+
+
+def markdown(lines: list[dict], summary: dict) -> str:
+    """The table and the summary as Markdown."""
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:.4g}"
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:+.2f} %"
+
+    out = ["| op | bytes/NPU | NPUs | topology | buffer | cc | packet ms | ns3 ms | packet vs ns3 | analytical ms "
+           "| alpha_beta ms | drops p/n | timeouts p/n | retransmits p/n |",
+           "| --- | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for line in lines:
+        size = "DLRM iteration" if line["workload"] == "astra_dlrm" else f"{line['bytes']:,}"
+        out.append(f"| {line['op']} | {size} | {line['npus']} | {line['topology']} | {line['buffer']} | {line['cc']} "
+                   f"| {ms(line['packet_s'])} | {ms(line['ns3_s'])} | {pct(line['error'])} "
+                   f"| {ms(line['analytical_s'])} | {ms(line['alpha_beta_s'])} "
+                   f"| {line['packet_drops']}/{line['ns3_drops']} | {line['packet_timeouts']}/{line['ns3_timeouts']} "
+                   f"| {line['packet_retransmits']}/{line['ns3_retransmits']} |")
+    out.append("")
+    for buffer, numbers in summary.items():
+        out.append(f"- {buffer} buffers ({BUFFERS_KB[buffer]:g} KiB): {numbers['cases']} cases, packet vs ns3 "
+                   f"median |error| {pct(numbers['median_abs_error'])}, worst {pct(numbers['worst_abs_error'])}; "
+                   f"{numbers['within_25pct']} within 25 %, drops within 30 % in {numbers['drops_within_30pct']}, "
+                   f"timeouts within 30 % in {numbers['timeouts_within_30pct']}")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    """Run the matrix, write the CSV and the Markdown table, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="the full matrix (hours)")
+    parser.add_argument("--limit", type=int, default=None, help="run only the first N cases (a smoke test)")
+    parser.add_argument("--out", type=Path, default=HERE, help="directory for validate_ns3.csv and .md")
+    args = parser.parse_args()
+    cases = matrix(args.full)[:args.limit]
+    rows = []
+    for case_id, case in enumerate(cases):
+        for backend in BACKENDS:
+            row = run_case(case, backend)
+            rows.append({"case": case_id, **row})
+        print(f"[{case_id + 1}/{len(cases)}] {case}: " + ", ".join(
+            f"{row['backend']} {row['time_s']}" for row in rows[-len(BACKENDS):]), file=sys.stderr, flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "validate_ns3.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({key: row.get(key) for key in COLUMNS} for row in rows)
+    lines, summary = summarise(rows)
+    table = markdown(lines, summary)
+    (args.out / "validate_ns3.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Two-fidelity sweeps: every grid point on a fast screening backend, then a chosen few again at the
+grid's own backend (packet level).
+
+`hydra.launcher.screen_backend=analytical` (or `alpha_beta`) turns a sweep into two phases:
+
+1. **Screen.** Every grid point runs with `engine.backend` set to the screening backend.
+2. **Refine.** At most `refine_budget` points run again as planned (the grid's backend), chosen
+   from the screen's results by `select_refinements`, in this order of priority:
+   - a calibration sample: `refine_sample` points drawn uniformly (seeded by `refine_seed`) from
+     those the screen finished, whatever their rank, so that their error measures the screen's;
+   - the `refine_top` fastest points by iteration time, among all points or, with
+     `refine_top_per`, within each value of each named axis (`workload`, `network.npus`);
+   - the points the screen marks at risk (`at_risk`), fastest first, while the budget lasts.
+
+Both runs of a point share its `point_id` (`sweep.runner.point_id`: its config without
+`engine.backend`); a refined run's row says why it was chosen (`refine_reason`). Both phases
+resume: finished runs of either phase are skipped by run_id, and the selection depends only on the
+screen's results, the settings and the seed, so an interrupted sweep picks the same points again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+import engine
+
+from .driver import Executor, run_sweep
+from .plan import GridError, PlannedRun, validate
+from .progress import SweepSummary
+from .runner import flatten, point_id, run_id
+from .schema import PRESET_COLUMNS
+from .store import load_runs
+
+SCREEN_BACKENDS = ("analytical", "alpha_beta")
+# At-risk thresholds. A link whose mean load over the run is this close to its capacity queues at
+# packet level (an M/M/1 queue holds rho / (1 - rho) packets: 9 at 0.9), where the fluid model
+# has no queue at all.
+UTILISATION_AT_RISK = 0.9
+# The share of messages whose slow start from the initial window would outlast their transmission
+# (`AnalyticalTransport._slow_start_dominates`) above which the screen's missing slow start is
+# likely to change the iteration time.
+SLOW_START_AT_RISK = 0.5
+TCP_IP_HEADER_BYTES = 40
+# Reasons a point is refined, as written in `refine_reason` (comma-separated when several hold).
+SAMPLE, TOP = "sample", "top"
+RISKS = {  # at-risk reason -> what it means (the report's legend)
+    "link_load": f"a link loaded to {UTILISATION_AT_RISK:.0%} of its capacity or more over the run",
+    "port_fan_in": "more messages at once into a switch port than its buffer holds initial windows of",
+    "slow_start": f"{SLOW_START_AT_RISK:.0%} or more of the messages shorter than TCP's slow start to them",
+    "screen_failed": "the screening run did not finish (error or timeout)",
+}
+
+
+@dataclass(frozen=True)
+class RefinePolicy:
+    """How a two-fidelity sweep chooses the points it refines (see the module docstring)."""
+
+    screen_backend: str
+    budget_runs: int
+    top: int = 10
+    top_per: tuple[str, ...] = ()
+    sample: int = 0
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise `engine.ConfigError` naming the `hydra.launcher` key that is out of range."""
+        for key, value, valid, allowed in (
+            ("screen_backend", self.screen_backend, self.screen_backend in SCREEN_BACKENDS,
+             f"one of {', '.join(SCREEN_BACKENDS)}, or null for a single-fidelity sweep"),
+            ("refine_budget", self.budget_runs, isinstance(self.budget_runs, int) and self.budget_runs >= 1,
+             "a number of refined runs >= 1 (required with screen_backend)"),
+            ("refine_top", self.top, self.top >= 0, "an integer >= 0"),
+            ("refine_sample", self.sample, self.sample >= 0, "an integer >= 0"),
+        ):
+            if not valid:
+                raise engine.ConfigError(f"hydra.launcher.{key}", value, allowed)
+
+    def check_grid(self, runs: Sequence[PlannedRun]) -> None:
+        """Raise `engine.ConfigError` if this policy cannot refine the grid `runs`: a grid that
+        sweeps or already uses the screening backend, an axis of `top_per` that is no column, or a
+        budget smaller than the sample and the top points it must hold."""
+        backends = sorted({run.config["engine"]["backend"] for run in runs})
+        if len(backends) > 1 or self.screen_backend in backends:
+            raise engine.ConfigError("hydra.launcher.screen_backend", self.screen_backend,
+                                     f"a backend other than the grid's, and a grid that does not sweep "
+                                     f"engine.backend (it has {', '.join(backends)})")
+        values: dict[str, set[str]] = {axis: set() for axis in self.top_per}
+        for run in runs:
+            columns = {**flatten(run.config), **{group: run.presets.get(group) for group in PRESET_COLUMNS}}
+            for axis in self.top_per:
+                if axis not in columns:
+                    raise engine.ConfigError("hydra.launcher.refine_top_per", axis,
+                                             "config keys (network.npus) or config groups (workload)")
+                values[axis].add(repr(columns[axis]))
+        groups = sum(len(found) for found in values.values()) if self.top_per else 1
+        needed = self.sample + self.top * groups
+        if self.budget_runs < needed:
+            raise engine.ConfigError("hydra.launcher.refine_budget", self.budget_runs,
+                                     f"at least refine_sample + refine_top x {groups} "
+                                     f"(the values of {', '.join(self.top_per) or 'the whole grid'}) = {needed}")
+
+
+def screen_run(run: PlannedRun, backend: str) -> PlannedRun:
+    """`run` on the screening `backend`: its config with `engine.backend` replaced (validated, with
+    its own run_id and memory estimate), its overrides, force flag and presets kept."""
+    config = {**run.config, "engine": {**run.config["engine"], "backend": backend}}
+    memory_bytes = engine.estimate_run_bytes(validate(config))
+    return dataclasses.replace(run, config=config, run_id=run_id(config), memory_bytes=memory_bytes)
+
+
+def plan_screens(runs: Sequence[PlannedRun], backend: str) -> list[PlannedRun]:
+    """`screen_run` of every planned run; raise `GridError` naming the first point the screening
+    backend cannot run (a `flows` workload on `analytical`)."""
+    screens = []
+    for index, run in enumerate(runs):
+        try:
+            screens.append(screen_run(run, backend))
+        except engine.ConfigError as exc:
+            raise GridError(index, len(runs), run.overrides, exc) from exc
+    return screens
+
+
+def _mss_bytes(screen: pd.DataFrame) -> pd.Series:
+    mss = screen.get("tcp.mss_bytes", pd.Series(np.nan, index=screen.index)).astype("Float64")
+    return mss.fillna(screen["network.mtu_bytes"].astype("Float64") - TCP_IP_HEADER_BYTES)
+
+
+def at_risk(screen: pd.DataFrame) -> pd.Series:
+    """Per screening run (a `runs` frame), its at-risk reasons (keys of `RISKS`, comma-separated;
+    '' for none), from the signals the analytical backend reports (`max_link_utilisation`,
+    `max_port_flows`, `slow_start_share`; null on `alpha_beta`, which then marks nothing but
+    failures). Port fan-in: the most messages that crossed one switch port at once, each opening
+    with `tcp.init_cwnd_pkts` full segments, bring more bytes than `network.buffer_kb` holds (the
+    incast condition; a null buffer is unlimited)."""
+    def column(name: str) -> pd.Series:
+        values = screen[name] if name in screen else pd.Series(np.nan, index=screen.index)
+        return values.astype("Float64")
+
+    initial_burst_bytes = column("max_port_flows") * column("tcp.init_cwnd_pkts") * (
+        _mss_bytes(screen) + TCP_IP_HEADER_BYTES)
+    flags = {
+        "link_load": column("max_link_utilisation") >= UTILISATION_AT_RISK,
+        "port_fan_in": initial_burst_bytes > column("network.buffer_kb") * 1024,
+        "slow_start": column("slow_start_share") >= SLOW_START_AT_RISK,
+        "screen_failed": pd.Series(screen["status"] != "ok", index=screen.index),
+    }
+    reasons = pd.Series("", index=screen.index, dtype=object)
+    for name, flag in flags.items():
+        hit = flag.fillna(False).astype(bool)
+        reasons[hit] = reasons[hit].map(lambda text: f"{text},{name}" if text else name)
+    return reasons
+
+
+def _fastest(frame: pd.DataFrame, count: int) -> list[str]:
+    """point_ids of the `count` fastest finished screening runs of `frame` (ties by point_id)."""
+    ok = frame[(frame["status"] == "ok") & frame["iteration_time_s"].notna()]
+    return list(ok.sort_values(["iteration_time_s", "point_id"], kind="stable")["point_id"].head(count))
+
+
+def select_refinements(screen: pd.DataFrame, policy: RefinePolicy) -> dict[str, str]:
+    """The points to refine, {point_id: reasons (comma-separated: `sample`, `top`, at-risk keys of
+    `RISKS`)}, from the screening runs `screen` (a `runs` frame, one row per point) within
+    `policy.budget_runs`: the calibration sample, then the top points, then the at-risk points,
+    fastest first. Deterministic: the same rows (in any order), policy and seed give the same
+    choice."""
+    screen = screen.sort_values("point_id", kind="stable").reset_index(drop=True)
+    risks = at_risk(screen).set_axis(screen["point_id"])
+    chosen: dict[str, list[str]] = {}
+
+    def take(point: str, reason: str) -> None:
+        if point in chosen or len(chosen) < policy.budget_runs:
+            chosen.setdefault(point, []).append(reason)
+
+    finished = screen.loc[(screen["status"] == "ok") & screen["iteration_time_s"].notna(), "point_id"]
+    rng = np.random.default_rng(policy.seed)
+    for index in sorted(rng.choice(len(finished), size=min(policy.sample, len(finished)), replace=False)):
+        take(finished.iloc[index], SAMPLE)
+    if policy.top_per:
+        for axis in policy.top_per:
+            for _, part in screen.groupby(screen[axis].map(repr), sort=True):
+                for point in _fastest(part, policy.top):
+                    take(point, TOP)
+    else:
+        for point in _fastest(screen, policy.top):
+            take(point, TOP)
+    by_speed = screen.assign(_time=screen["iteration_time_s"].astype(float).fillna(math.inf))
+    for point in by_speed.sort_values(["_time", "point_id"], kind="stable")["point_id"]:
+        if risks[point]:
+            take(point, risks[point])
+    return {point: ",".join(dict.fromkeys(",".join(reasons).split(","))) for point, reasons in chosen.items()}
+
+
+def refined_runs(runs: Sequence[PlannedRun], selection: Mapping[str, str]) -> list[PlannedRun]:
+    """The planned runs (at the grid's backend) of the selected points, each labelled with its
+    reasons, in grid order."""
+    return [dataclasses.replace(run, refine_reason=selection[point_id(run.config)])
+            for run in runs if point_id(run.config) in selection]
+
+
+def screen_frame(screen_runs: Sequence[PlannedRun], load: Any) -> pd.DataFrame:
+    """The stored runs rows of `screen_runs` (one per run_id, its newest attempt), read with
+    `load(dataset)` (`sweep.load_runs`) from each of their datasets."""
+    frames = []
+    for dataset in dict.fromkeys(run.dataset for run in screen_runs):
+        wanted = {run.run_id for run in screen_runs if run.dataset == dataset}
+        rows = load(dataset)
+        frames.append(rows[rows["run_id"].isin(wanted)])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+@dataclass
+class TwoFidelityResult:
+    """What a two-fidelity sweep did: the tally of each phase (`refine` None when the screen was
+    interrupted: nothing was refined) and the points chosen, {point_id: reasons}."""
+
+    screen: SweepSummary
+    refine: SweepSummary | None
+    selection: dict[str, str]
+    points: int
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C or SIGTERM stopped either phase."""
+        return self.screen.interrupted or self.refine is None or self.refine.interrupted
+
+    @property
+    def failed(self) -> int:
+        """Runs of either phase that ended `error` or `timeout`."""
+        return self.screen.failed + (self.refine.failed if self.refine is not None else 0)
+
+
+def run_two_fidelity(runs: Sequence[PlannedRun], screens: Sequence[PlannedRun], policy: RefinePolicy,
+                     executor: Executor, flush_rows: int = 10_000, flush_interval_s: float = 10.0,
+                     show_progress: bool | None = None) -> TwoFidelityResult:
+    """Screen every point (`screens`, from `plan_screens(runs, ...)`), choose from the stored screen
+    results (`select_refinements`) and run the chosen points of `runs`. Each phase skips what is
+    done already; an interrupted screen refines nothing (the next invocation finishes the screen,
+    then chooses)."""
+    screen_summary = run_sweep(screens, executor, flush_rows, flush_interval_s, show_progress=show_progress)
+    if screen_summary.interrupted:
+        return TwoFidelityResult(screen_summary, None, {}, len(runs))
+    selection = select_refinements(screen_frame(screens, load_runs), policy)
+    refine_summary = run_sweep(refined_runs(runs, selection), executor, flush_rows, flush_interval_s,
+                               show_progress=show_progress)
+    return TwoFidelityResult(screen_summary, refine_summary, selection, len(runs))
+
+
+def format_selection(result: TwoFidelityResult, policy: RefinePolicy) -> str:
+    """One line: how many points were chosen for refinement, of how many, and why."""
+    reasons = [reason for text in result.selection.values() for reason in text.split(",")]
+    risky = sum(1 for text in result.selection.values() if any(r in RISKS for r in text.split(",")))
+    return (f"refine: {len(result.selection)} of {result.points} points at the grid's backend "
+            f"(budget {policy.budget_runs}): calibration sample {reasons.count(SAMPLE)}, "
+            f"top {reasons.count(TOP)}, at risk {risky}")

@@ -1,0 +1,315 @@
+"""Linux's loss recovery and slow-start exit against their RFCs: RACK-TLP (RFC 8985), PRR-SSRB
+(RFC 6937), HyStart++ (RFC 9406), and Linux's delayed-ACK rules. Expected values are computed here
+from the RFCs' formulas and the packets the taps saw, never taken from the engine's own output."""
+
+from __future__ import annotations
+
+import math
+
+from scenario import build_path
+
+from engine.transport.cc import NewReno, HyStartPlusPlus
+from engine.transport.recovery import ProportionalRateReduction
+from engine.units import PS_PER_MS
+
+MSS = 1460
+
+
+def _srtt_ps(samples_ps: list[int]) -> int:
+    """RFC 6298 SRTT in integer picoseconds: SRTT = R, then SRTT = 7/8 SRTT + 1/8 R'."""
+    srtt = samples_ps[0]
+    for sample in samples_ps[1:]:
+        srtt = (7 * srtt + sample) // 8
+    return srtt
+
+
+def _rtt_samples_ps(path) -> list[tuple[int, int]]:
+    """(ACK arrival, RTT sample) for every ACK of new data echoing a segment sent once (Karn)."""
+    samples = []
+    highest_ack = 0
+    for (time_ps, _, ack, _, is_retransmit), echoed_ps in zip(path.ack_tap.seen, path.ack_tap.sent_ps):
+        if ack > highest_ack:
+            highest_ack = ack
+            if not is_retransmit:
+                samples.append((time_ps, time_ps - echoed_ps))
+    return samples
+
+
+def _drop_first_copies(seqs: set[int]):
+    """A dropper that loses the first transmission of each segment starting at one of `seqs`."""
+    def drop(index, pkt):
+        if pkt.seq in seqs and not pkt.is_retransmit:
+            seqs.discard(pkt.seq)
+            return True
+        return False
+    return drop
+
+
+def test_a_tail_loss_is_repaired_by_a_probe_two_srtts_after_the_last_ack_without_an_rto():
+    # 10 segments; the last two are lost. Nothing after them can raise duplicate ACKs, so without
+    # TLP only the 200 ms RTO repairs them. RFC 8985 7.2: after the ACK of segment 7 two segments
+    # are out, so PTO = 2 * SRTT (no delayed-ACK allowance: FlightSize > 1 segment); 7.3: no new
+    # data, so the probe resends the last segment (9). Its SACK lets RACK mark segment 8 lost (sent
+    # before 9's probe and out longer than RACK.rtt), repaired in fast recovery: no RTO at all.
+    path = build_path(latency_us=10, rack_tlp=True, should_drop=_drop_first_copies({8 * MSS, 9 * MSS}))
+    path.send(10 * MSS)
+    path.run_s(1)
+    assert path.delivered_ps and path.delivered_ps[0] < 1 * PS_PER_MS  # far below the 200 ms RTO
+    sender = path.sender
+    assert sender.timeouts == 0
+    assert sender.loss_probes == 1
+    assert sender.rack_lost_segments == 1  # segment 8
+    samples = _rtt_samples_ps(path)
+    # the ACK of segment 7 is the last ACK of new data before the probe
+    acks_before_probe = [(t, r) for t, r in samples if t <= path.ack_tap.seen[7][0]]
+    last_ack_ps = acks_before_probe[-1][0]
+    expected_probe_ps = last_ack_ps + 2 * _srtt_ps([r for _, r in acks_before_probe])
+    retransmissions = [(t, seq) for t, seq, _, _, rtx in path.data_tap.seen if rtx]
+    assert retransmissions[0] == (expected_probe_ps, 9 * MSS)
+    assert retransmissions[1][1] == 8 * MSS and len(retransmissions) == 2
+
+
+def test_a_probe_for_one_segment_in_flight_waits_for_the_delayed_ack_allowance_capped_by_the_rto():
+    # Only the last segment is lost: after the ACK of segment 8 one segment is out, so RFC 8985
+    # adds the worst-case delayed ACK (WCDelAckT: the minimum RTO, 10 ms here, as Linux) to
+    # 2 * SRTT, and caps the PTO at the RTO's expiry: PTO = min(2 SRTT + 10 ms, RTO) with
+    # RTO = max(SRTT + 4 RTTVAR, 10 ms) = 10 ms (RTT ~ 22 us). The probe goes exactly one RTO after
+    # the last ACK, as a probe: no timeout, no window collapse.
+    path = build_path(latency_us=10, rack_tlp=True, min_rto_ps=10 * PS_PER_MS,
+                      should_drop=_drop_first_copies({9 * MSS}))
+    path.send(10 * MSS)
+    path.run_s(1)
+    assert path.delivered_ps
+    assert (path.sender.timeouts, path.sender.loss_probes) == (0, 1)
+    last_ack_ps = max(t for t, _, ack, _, _ in path.ack_tap.seen if ack == 9 * MSS)
+    retransmissions = [(t, seq) for t, seq, _, _, rtx in path.data_tap.seen if rtx]
+    assert retransmissions == [(last_ack_ps + 10 * PS_PER_MS, 9 * MSS)]
+
+
+def test_without_rack_tlp_the_same_tail_loss_waits_for_the_rto():
+    # the control: the options are off by default, and the tail then costs the 200 ms RTO
+    path = build_path(latency_us=10, should_drop=_drop_first_copies({8 * MSS, 9 * MSS}))
+    path.send(10 * MSS)
+    path.run_s(1)
+    assert path.sender.timeouts == 1 and path.sender.loss_probes == 0
+    assert path.delivered_ps[0] > 200 * PS_PER_MS
+
+
+def test_rack_detects_a_lost_retransmission_when_a_later_transmission_is_delivered():
+    # Segment 300 and its first retransmission are lost. RFC 8985 6.2: a retransmission is a new
+    # transmission with its own time; once a segment sent after it is delivered and
+    # xmit_ts(retransmission) + RACK.rtt + reo_wnd <= now (reo_wnd = 0 in recovery without
+    # reordering; RACK.rtt = now - xmit_ts(delivered segment), so this holds at once), the
+    # retransmission is lost and is sent again: at the arrival of the first ACK echoing a segment
+    # sent after the first retransmission. Two detections, two retransmissions, no RTO.
+    lost_seq = 300 * MSS
+    dropped = {"original": False, "retransmission": False}
+
+    def drop(index, pkt):
+        if pkt.seq != lost_seq:
+            return False
+        kind = "retransmission" if pkt.is_retransmit else "original"
+        if dropped[kind]:
+            return False
+        dropped[kind] = True
+        return True
+
+    path = build_path(latency_us=50, rack_tlp=True, should_drop=drop)
+    path.send(2000 * MSS)
+    path.run_s(2)
+    assert path.delivered_ps
+    sender = path.sender
+    assert sender.timeouts == 0
+    assert sender.retransmits == 2
+    assert sender.rack_lost_segments == 2
+    resends = [t for t, seq, *_, rtx in path.data_tap.seen if rtx and seq == lost_seq]
+    first_resend_ps = resends[0]
+    expected_ps = min(t for (t, *_), echoed_ps in zip(path.ack_tap.seen, path.ack_tap.sent_ps)
+                      if echoed_ps > first_resend_ps)
+    assert resends[1] == expected_ps
+
+
+def _prr_sndcnt(delivered_total, out_total, delivered, pipe, ssthresh, recover_fs, mss):
+    """RFC 6937 section 3 with PRR-SSRB, written out again for the test:
+    pipe > ssthresh: sndcnt = CEIL(prr_delivered * ssthresh / RecoverFS) - prr_out
+    else:            sndcnt = MIN(ssthresh - pipe, MAX(prr_delivered - prr_out, DeliveredData) + MSS)"""
+    if pipe > ssthresh:
+        return math.ceil(delivered_total * ssthresh / recover_fs) - out_total
+    return min(ssthresh - pipe, max(delivered_total - out_total, delivered) + mss)
+
+
+def test_prr_sends_one_segment_per_two_delivered_while_pipe_is_above_ssthresh():
+    # RFC 6937's example shape: RecoverFS = 20 MSS, ssthresh = 10 MSS, each ACK delivers one MSS.
+    # sndcnt after ACK k = CEIL(k * 10 / 20) MSS - prr_out: half a segment per ACK, so a full
+    # segment may go on every second ACK (the sender only sends whole segments: cwnd - pipe >= MSS).
+    prr = ProportionalRateReduction()
+    prr.start(20 * MSS)
+    pipe = 19 * MSS  # one segment lost
+    sent_per_ack = []
+    for _ in range(8):
+        pipe -= MSS  # the delivered segment left the network
+        cwnd = prr.cwnd_bytes(MSS, pipe, 10.0 * MSS, MSS)
+        sends = 1 if cwnd - pipe >= MSS else 0
+        prr.out_bytes += sends * MSS
+        pipe += sends * MSS
+        sent_per_ack.append(sends)
+    assert sent_per_ack == [0, 1, 0, 1, 0, 1, 0, 1]
+
+
+def test_prr_ssrb_below_ssthresh_sends_at_most_the_delivered_data_plus_one_mss():
+    # pipe = 5 MSS below ssthresh = 10 MSS, prr_delivered = prr_out (nothing owed), an ACK
+    # delivering 1 MSS: sndcnt = MIN(10 - 5, MAX(0, 1) + 1) = 2 MSS (slow start, no burst of 5).
+    prr = ProportionalRateReduction()
+    prr.start(20 * MSS)
+    prr.delivered_bytes = prr.out_bytes = 12 * MSS
+    assert prr.cwnd_bytes(MSS, 5 * MSS, 10.0 * MSS, MSS) == 5 * MSS + 2 * MSS
+    # and never above ssthresh: pipe = 9 MSS leaves MIN(10 - 9, ...) = 1 MSS
+    assert prr.cwnd_bytes(3 * MSS, 9 * MSS, 10.0 * MSS, MSS) == 10 * MSS
+
+
+class _RecordingPrr(ProportionalRateReduction):
+    """PRR that records each ACK's inputs and the totals before it, to check what the sender sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[int, int, float, int, int, int]] = []
+
+    def cwnd_bytes(self, delivered_bytes, pipe_bytes, ssthresh_bytes, mss_bytes):
+        self.calls.append((delivered_bytes, pipe_bytes, ssthresh_bytes, self.delivered_bytes, self.out_bytes,
+                           self.recover_fs_bytes))
+        return super().cwnd_bytes(delivered_bytes, pipe_bytes, ssthresh_bytes, mss_bytes)
+
+
+def test_prr_recovery_ends_at_ssthresh_and_never_sends_more_than_rfc6937_allows():
+    # Three losses in one window of a transfer with RACK and PRR: on every ACK of the recovery the
+    # bytes sent before the next ACK are at most the RFC 6937 sndcnt computed from that ACK's
+    # DeliveredData and pipe (the first retransmission aside: it goes at once, as in Linux and
+    # RFC 6675); at the end cwnd = ssthresh and what is in flight has come down to about ssthresh.
+    def lossy_path():
+        return build_path(latency_us=50, rack_tlp=True, prr=True,
+                          should_drop=_drop_first_copies({300 * MSS, 303 * MSS, 306 * MSS}))
+
+    path = lossy_path()
+    prr = _RecordingPrr()
+    path.sender.prr = prr
+    path.send(2000 * MSS)
+    path.run_s(2)
+    assert path.delivered_ps
+    sender = path.sender
+    assert sender.timeouts == 0 and sender.fast_retransmits == 1 and sender.retransmits == 3
+    calls = prr.calls
+    assert len(calls) > 10
+    for (delivered, pipe, ssthresh, delivered_before, out_before, recover_fs), following in zip(calls, calls[1:]):
+        out_after = following[4]
+        sndcnt = _prr_sndcnt(delivered_before + delivered, out_before, delivered, pipe, int(ssthresh),
+                             recover_fs, MSS)
+        first_retransmission = MSS if out_before == 0 else 0
+        assert out_after - out_before <= max(sndcnt, 0) + first_retransmission
+    # Recovery ends at the first ACK reaching recover_seq, the highest byte sent before the first
+    # retransmission. The same (deterministic) run again, stopped right after that ACK:
+    # RFC 6937 ends recovery with cwnd = ssthresh, and in flight is then about ssthresh (no burst).
+    first_retransmission_ps = min(t for t, *_, rtx in path.data_tap.seen if rtx)
+    recover_seq = max(seq + length for t, seq, _, length, _ in path.data_tap.seen if t < first_retransmission_ps)
+    exit_ps = min(t for t, _, ack, _, _ in path.ack_tap.seen if ack >= recover_seq)
+    again = lossy_path()
+    again.send(2000 * MSS)
+    again.eventlist.run(exit_ps)
+    cc = again.sender.cc
+    assert not again.sender.in_recovery
+    assert cc.cwnd_bytes == cc.ssthresh_bytes
+    last_pipe = calls[-1][1]
+    assert abs(last_pipe - cc.ssthresh_bytes) <= 2 * MSS
+
+
+# -- HyStart++ (RFC 9406) ------------------------------------------------------------------------
+
+def _hystart_round(hystart, cc, rtt_ps, acks, snd_una, snd_nxt):
+    """One round of `acks` ACKs of one MSS each, every one with RTT sample `rtt_ps`; the first
+    ACK's snd_una reaches the previous round's end, so it starts the round."""
+    for index in range(acks):
+        hystart.on_ack(cc, MSS, rtt_ps, snd_una + index * MSS, snd_nxt)
+    return snd_una + acks * MSS
+
+
+def test_hystart_leaves_slow_start_when_the_rtt_rises_by_the_rfc_threshold():
+    # RFC 9406 4.2: RttThresh = max(MIN_RTT_THRESH = 4 ms, min(lastRoundMinRTT / 8, MAX_RTT_THRESH =
+    # 16 ms)). With lastRoundMinRTT = 10 ms: max(4, min(1.25, 16)) = 4 ms. After N_RTT_SAMPLE = 8
+    # samples of the next round, currentRoundMinRTT = 13.999 ms stays in slow start, 14 ms enters
+    # CSS. In slow start cwnd grows by min(N, L * SMSS) = 1 MSS per ACK of 1 MSS.
+    for rise_ps, enters_css in ((4 * PS_PER_MS - 1, False), (4 * PS_PER_MS, True)):
+        cc = NewReno(MSS, 10)
+        hystart = HyStartPlusPlus()
+        seq = _hystart_round(hystart, cc, 10 * PS_PER_MS, 10, 0, 10 * MSS)
+        _hystart_round(hystart, cc, 10 * PS_PER_MS + rise_ps, 8, seq, 30 * MSS)
+        assert hystart.in_css is enters_css
+        assert cc.cwnd_bytes == (10 + 18) * MSS  # 18 ACKs of slow start, 1 MSS each
+        assert cc.ssthresh_bytes == math.inf
+
+
+def test_hystart_threshold_is_clamped_to_16_ms_and_css_lasts_five_rounds():
+    # lastRoundMinRTT = 200 ms: 200 / 8 = 25 ms, clamped to MAX_RTT_THRESH = 16 ms; a 216 ms round
+    # enters CSS. In CSS cwnd grows by min(N, L SMSS) / CSS_GROWTH_DIVISOR = MSS / 4 per ACK. The
+    # entry's partial round counts as the first of CSS_ROUNDS = 5; at the start of the sixth round
+    # boundary after entry (5 rounds done) ssthresh = cwnd: congestion avoidance.
+    for rise_ps, enters_css in ((16 * PS_PER_MS - 1, False), (16 * PS_PER_MS, True)):
+        cc = NewReno(MSS, 10)
+        hystart = HyStartPlusPlus()
+        seq = _hystart_round(hystart, cc, 200 * PS_PER_MS, 10, 0, 10 * MSS)
+        seq = _hystart_round(hystart, cc, 200 * PS_PER_MS + rise_ps, 8, seq, 18 * MSS)
+        assert hystart.in_css is enters_css
+    cwnd_at_css = cc.cwnd_bytes
+    assert cwnd_at_css == (10 + 18) * MSS
+    # four more rounds of 8 ACKs at the same RTT (not below the baseline: no return to slow start)
+    for round_index in range(4):
+        seq = _hystart_round(hystart, cc, 216 * PS_PER_MS, 8, seq, seq + 8 * MSS)
+        assert cc.ssthresh_bytes == math.inf
+    assert cc.cwnd_bytes == cwnd_at_css + 4 * 8 * MSS / 4
+    hystart.on_ack(cc, MSS, 216 * PS_PER_MS, seq, seq + 8 * MSS)  # the fifth CSS round is complete
+    assert cc.ssthresh_bytes == cc.cwnd_bytes == cwnd_at_css + 8 * MSS
+
+
+def test_hystart_returns_to_slow_start_when_css_was_spurious():
+    # RFC 9406 4.2: in CSS, a round whose minimum RTT (after 8 samples) falls below
+    # cssBaselineMinRtt means the exit was spurious: slow start resumes (1 MSS per ACK again).
+    cc = NewReno(MSS, 10)
+    hystart = HyStartPlusPlus()
+    seq = _hystart_round(hystart, cc, 10 * PS_PER_MS, 8, 0, 8 * MSS)
+    seq = _hystart_round(hystart, cc, 14 * PS_PER_MS, 8, seq, 16 * MSS)
+    assert hystart.in_css
+    seq = _hystart_round(hystart, cc, 13 * PS_PER_MS, 8, seq, 24 * MSS)
+    assert not hystart.in_css
+    before = cc.cwnd_bytes
+    hystart.on_ack(cc, MSS, 13 * PS_PER_MS, seq, seq + MSS)
+    assert cc.cwnd_bytes == before + MSS
+
+
+def test_hystart_is_used_in_the_initial_slow_start_of_a_connection():
+    # With tcp.hystart the sender's slow start follows RFC 9406's growth: an ACK covering two
+    # segments (delayed ACKs) adds min(N, 8 SMSS) = 2 MSS, where RFC 5681's rule adds 1 MSS. From
+    # IW 10 with an ACK per two segments and no loss, the first round (5 ACKs) reaches 20 MSS.
+    path = build_path(latency_us=1000, bottleneck_gbps=100, hystart=True, delayed_ack=True)
+    path.send(20 * MSS)
+    path.run_s(0.003)  # one RTT (2 ms) and a little
+    assert path.sender.cc.cwnd_bytes == 20 * MSS
+
+
+# -- Linux's delayed ACKs ------------------------------------------------------------------------
+
+def test_linux_delayed_ack_quick_acks_then_one_ack_per_two_full_segments_and_the_short_tail_at_once():
+    # 36 full segments and a 100-byte tail. Linux: the first 16 segments are ACKed one by one
+    # (quick-ACK mode, TCP_MAX_QUICKACKS), the next 20 full ones in pairs (10 ACKs), and the short
+    # tail at once (it is the end of a write, read at once): 16 + 10 + 1 = 27 ACKs, none of them
+    # from the 40 ms delayed-ACK timer (the transfer ends within a millisecond).
+    path = build_path(latency_us=10, delayed_ack=True, linux_delayed_ack=True)
+    path.send(36 * MSS + 100)
+    path.run_s(1)
+    assert path.delivered_ps and path.delivered_ps[0] < PS_PER_MS
+    assert path.receiver.acks_sent == 27
+    # without Linux's rules the tail waits for the 40 ms timer (the 37th segment is alone)
+    plain = build_path(latency_us=10, delayed_ack=True)
+    plain.send(36 * MSS + 100)
+    plain.run_s(1)
+    assert plain.receiver.acks_sent == 19
+    assert plain.delivered_ps[0] < PS_PER_MS  # delivery itself does not wait for the ACK
+    assert max(t for t, *_ in plain.ack_tap.seen) > 40 * PS_PER_MS
+    assert max(t for t, *_ in path.ack_tap.seen) < PS_PER_MS
