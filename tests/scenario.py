@@ -62,6 +62,23 @@ class Path:
         self.eventlist.run(round(seconds * PS_PER_S))
 
 
+def drop_segment_and_its_first_retransmission(seq: int) -> Callable[[int, Packet], bool]:
+    """A `should_drop` that loses the segment starting at `seq` once as sent first and once as
+    retransmitted, then lets it through."""
+    dropped = {"original": False, "retransmission": False}
+
+    def drop(index: int, pkt: Packet) -> bool:
+        if pkt.seq != seq:
+            return False
+        kind = "retransmission" if pkt.is_retransmit else "original"
+        if dropped[kind]:
+            return False
+        dropped[kind] = True
+        return True
+
+    return drop
+
+
 def build_path(
     *,
     cc: str = "newreno",

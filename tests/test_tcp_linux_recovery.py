@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from scenario import build_path
+from scenario import build_path, drop_segment_and_its_first_retransmission
 
 from engine.transport.cc import NewReno, HyStartPlusPlus
 from engine.transport.recovery import ProportionalRateReduction
@@ -103,16 +103,7 @@ def test_rack_detects_a_lost_retransmission_when_a_later_transmission_is_deliver
     # retransmission is lost and is sent again: at the arrival of the first ACK echoing a segment
     # sent after the first retransmission. Two detections, two retransmissions, no RTO.
     lost_seq = 300 * MSS
-    dropped = {"original": False, "retransmission": False}
-
-    def drop(index, pkt):
-        if pkt.seq != lost_seq:
-            return False
-        kind = "retransmission" if pkt.is_retransmit else "original"
-        if dropped[kind]:
-            return False
-        dropped[kind] = True
-        return True
+    drop = drop_segment_and_its_first_retransmission(lost_seq)
 
     path = build_path(latency_us=50, rack_tlp=True, should_drop=drop)
     path.send(2000 * MSS)

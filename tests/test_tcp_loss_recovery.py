@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scenario import build_path
+from scenario import build_path, drop_segment_and_its_first_retransmission
 
 from engine.units import PS_PER_MS, PS_PER_US
 
@@ -112,16 +112,7 @@ def test_a_lost_retransmission_is_resent_without_waiting_for_the_rto():
     # is SACKed the retransmission must have been lost (RACK's reasoning, RFC 8985): it is sent
     # again at once. Drop segment 300 and its first retransmission: two retransmissions, no RTO.
     lost_seq = 300 * MSS
-    dropped = {"original": False, "retransmission": False}
-
-    def drop(index, pkt):
-        if pkt.seq != lost_seq:
-            return False
-        kind = "retransmission" if pkt.is_retransmit else "original"
-        if dropped[kind]:
-            return False
-        dropped[kind] = True
-        return True
+    drop = drop_segment_and_its_first_retransmission(lost_seq)
 
     # (no receive-window cap: recovery must be able to send new segments after the retransmission,
     # since only their arrival can tell that it was lost)
