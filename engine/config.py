@@ -13,6 +13,9 @@ from typing import Any, Mapping
 
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
+# What the sender does with its SACK scoreboard at an RTO: keep it and resend only the holes (Linux,
+# ns-3, RFC 6675 with erratum 1610) or discard it and resend everything from snd_una (RFC 2018).
+SACK_AFTER_RTO = ("keep", "discard")
 BACKENDS = ("packet", "analytical", "alpha_beta", "ns3")
 NS3_MAX_NPUS = 128  # the ns3 backend opens a connection per ordered pair of NPUs before time 0
 # Which links get a row in the `links` table: none, the switches' egress ports, or every link.
@@ -80,6 +83,7 @@ class TcpConfig:
     ecn: bool = False
     rcv_wnd_kb: float | None = None
     slow_start_after_idle: bool = True
+    sack_after_rto: str = "keep"
     rack_tlp: bool = False
     prr: bool = False
     hystart: bool = False
@@ -310,6 +314,11 @@ def _validate(config: SimConfig) -> None:
     for key in ("rack_tlp", "prr"):
         _require(tcp.sack or not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
                  "false unless tcp.sack is true (it works on the SACK scoreboard, as in Linux)")
+    # Without tcp.sack there is no scoreboard: both values then behave alike and the key is ignored
+    # (refusing `keep`, the default, would refuse every config that turns SACK off).
+    _one_of("tcp.sack_after_rto", tcp.sack_after_rto, SACK_AFTER_RTO)
+    _require(tcp.sack_after_rto == "keep" or not tcp.rack_tlp, "tcp.sack_after_rto", tcp.sack_after_rto,
+             "keep with tcp.rack_tlp=true (RACK-TLP keeps the scoreboard across an RTO, RFC 8985 6.3)")
     if tcp.rcv_wnd_kb is not None:
         _require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
                  f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")
@@ -370,6 +379,9 @@ def _validate_ns3(config: SimConfig) -> None:
     _require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
     _require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
              "none with engine.backend=ns3 (its helper reports no per-link counters)")
+    _require(tcp.sack_after_rto == "keep" or not tcp.sack, "tcp.sack_after_rto", tcp.sack_after_rto,
+             "keep with engine.backend=ns3 (ns-3 keeps the SACK scoreboard across an RTO; discarding it is not "
+             "settable)")
     for key in ("rack_tlp", "prr", "hystart", "linux_delayed_ack"):  # the tcp=linux options
         _require(not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
                  "false with engine.backend=ns3 (its helper does not map this Linux option to ns-3)")

@@ -25,6 +25,7 @@ def tcp_settings(config: SimConfig) -> TcpSettings:
         delayed_ack_timeout_ps=ms_to_ps(tcp.delayed_ack_timeout_ms),
         linux_delayed_ack=tcp.linux_delayed_ack,
         sack=tcp.sack,
+        keep_sack_after_rto=tcp.sack_after_rto == "keep",
         rcv_wnd_bytes=None if tcp.rcv_wnd_kb is None else int(tcp.rcv_wnd_kb * BYTES_PER_KB),
         slow_start_after_idle=tcp.slow_start_after_idle,
         ecn=tcp.ecn or tcp.cc == "dctcp",

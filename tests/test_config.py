@@ -116,6 +116,10 @@ BAD_CONFIGS = [
      "tcp.rack_tlp", "True", "unless tcp.sack is true"),
     ("prr-without-sack", with_overrides(tcp={"prr": True, "sack": False}),
      "tcp.prr", "True", "unless tcp.sack is true"),
+    ("sack-after-rto-unknown", with_overrides(tcp={"sack_after_rto": "forget"}),
+     "tcp.sack_after_rto", "'forget'", "one of keep, discard"),
+    ("sack-after-rto-discard-with-rack", with_overrides(tcp={"rack_tlp": True, "sack_after_rto": "discard"}),
+     "tcp.sack_after_rto", "'discard'", "keep with tcp.rack_tlp=true"),
     ("linux-delack-without-delack", with_overrides(tcp={"linux_delayed_ack": True}),
      "tcp.linux_delayed_ack", "True", "unless tcp.delayed_ack is true"),
     ("zero-init-cwnd", with_overrides(tcp={"init_cwnd_pkts": 0}),
@@ -178,12 +182,19 @@ def test_defaults_are_valid_and_match_design():
     assert tcp.init_cwnd_pkts == 10
     assert tcp.min_rto_ms == 200
     assert tcp.sack is True
+    assert tcp.sack_after_rto == "keep"  # as Linux and ns-3 (RFC 6675 with erratum 1610)
     assert tcp.rcv_wnd_kb is None
     assert tcp.slow_start_after_idle is True
     # Linux's loss recovery and slow-start exit are options, off unless asked for (tcp=linux)
     assert not (tcp.rack_tlp or tcp.prr or tcp.hystart or tcp.linux_delayed_ack)
     assert tcp.dctcp_g == 1 / 16 and tcp.cubic_c == 0.4 and tcp.cubic_beta == 0.7
     assert config.workload.flows[0].src == 0 and config.workload.flows[0].dst == 1
+
+
+def test_sack_after_rto_has_no_effect_without_sack():
+    # without SACK there is no scoreboard to keep or discard: either value is accepted
+    for value in ("keep", "discard"):
+        assert load_config(with_overrides(tcp={"sack": False, "sack_after_rto": value})).tcp.sack_after_rto == value
 
 
 def test_empty_mapping_is_valid():

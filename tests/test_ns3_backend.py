@@ -46,6 +46,7 @@ def config(backend: str, **overrides: dict) -> dict:
     ("engine", "link_stats", "all"),
     ("tcp", "rack_tlp", True),
     ("tcp", "hystart", True),
+    ("tcp", "sack_after_rto", "discard"),
 ])
 def test_settings_ns3_cannot_express_are_refused_naming_the_key(section, key, value):
     with pytest.raises(ConfigError) as refused:

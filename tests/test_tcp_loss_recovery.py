@@ -126,3 +126,93 @@ def test_a_lost_retransmission_is_resent_without_waiting_for_the_rto():
     # propagation plus the slow-start queue at the sender's NIC), far below the 200 ms minimum RTO
     resends = [t for t, seq, *_, rtx in path.data_tap.seen if rtx and seq == lost_seq]
     assert len(resends) == 2 and resends[1] - resends[0] < PS_PER_MS
+
+
+# -- an RTO with a SACK scoreboard (tcp.sack_after_rto) ------------------------------------------
+# A window of W = 10 segments under a 10-segment receive window; k = 4 of them, 0, 2, 4 and 6, are
+# lost each time they are sent in the first 100 ms. Segments 1, 3, 5, 7, 8 and 9 arrive and are
+# SACKed. The third duplicate ACK (after 1, 3, 5) starts a fast recovery with 6-9 in flight:
+# ssthresh = cwnd = max(4 / 2, 2) = 2 MSS; it resends 0 at once and, once 7-9 are SACKed (pipe =
+# 1), 2. Both are lost, and the receive window (snd_una stays at 0) lets nothing new out whose
+# delivery could show it, so the RTO fires at the initial 200 ms, with the scoreboard {1, 3, 5,
+# 7-9}, the holes {0, 2, 4, 6} and 2 segments (0, 2) in flight: ssthresh = max(2 / 2, 2) = 2 MSS,
+# cwnd = 1 MSS (RFC 5681 (4), FlightSize as ns-3 and Linux count it: what is not SACKed). Slow
+# start to 2 segments, then congestion avoidance, cwnd += MSS * MSS / cwnd per ACK. After the RTO
+# every copy arrives. The RTT is 2 x 50 us plus 1.2 us per segment at 10 Gb/s.
+
+RTO_HOLES = (0, 2, 4, 6)
+RTO_WINDOW = 10
+RTO_PS = 200 * PS_PER_MS
+LOSSY_UNTIL_PS = 100 * PS_PER_MS
+
+
+def _rto_with_a_scoreboard(keep: bool, until_ps: int | None = None):
+    holes = {index * MSS for index in RTO_HOLES}
+    path = build_path(latency_us=50, rcv_wnd_bytes=RTO_WINDOW * MSS, initial_rto_ps=RTO_PS,
+                      min_rto_ps=100 * PS_PER_US, keep_sack_after_rto=keep,
+                      should_drop=lambda index, pkt: pkt.seq in holes and pkt.sent_ps < LOSSY_UNTIL_PS)
+    path.send(30 * MSS)
+    if until_ps is None:
+        path.run_s(1)
+        assert path.delivered_ps
+    else:
+        path.eventlist.run(until_ps)
+    return path
+
+
+def _resent_after_the_rto(path) -> list[int]:
+    """Segment numbers sent again after the RTO, of the window the RTO found (0..9), in order."""
+    return [seq // MSS for t, seq, *_ in path.data_tap.seen if t >= RTO_PS and seq < RTO_WINDOW * MSS]
+
+
+def test_an_rto_that_keeps_the_scoreboard_resends_exactly_the_holes():
+    # RFC 6675 5.1 with erratum 1610, Linux's tcp_timeout_mark_lost, ns-3's ReTxTimeout: what the
+    # scoreboard does not hold is lost, and only that is resent, in order, as the window opens:
+    # cwnd 1: 0; ACK 2 (slow start, cwnd 2, pipe 0): 2 and 4; ACK 4 (cwnd 2.5, pipe 1): 6. Exactly
+    # the k = 4 holes of the W = 10 segments, none of the 6 SACKed ones, each once; then new data.
+    path = _rto_with_a_scoreboard(keep=True)
+    assert path.sender.timeouts == 1
+    assert _resent_after_the_rto(path) == list(RTO_HOLES)
+
+
+def test_an_rto_that_discards_the_scoreboard_resends_sacked_data_too():
+    # The control, RFC 2018's expunge: go-back-N from snd_una within cwnd. cwnd 1: 0; ACK 2 (it
+    # covers 1; cwnd 2): 2, 3; ACK 4 (cwnd 2.5, up to snd_una + 2.5 = 6.5): 4, 5; ACK 6 (cwnd 2.9):
+    # 6, 7; then ACK 10 (the receiver holds 7-9), so 8 and 9 are not resent. Besides the 4 holes it
+    # resends 3 segments the receiver held and had SACKed: 3, 5 and 7.
+    path = _rto_with_a_scoreboard(keep=False)
+    assert path.sender.timeouts == 1
+    assert _resent_after_the_rto(path) == [0, 2, 3, 4, 5, 6, 7]
+
+
+def _first_sample_after_the_rto(path) -> tuple[int, int]:
+    """(time, RTT) of the first ACK after the RTO that acknowledges new data and echoes a segment
+    sent once: the first RTT sample Karn's rule allows."""
+    highest_ack = 0
+    for (time_ps, _, ack, _, is_retransmit), echoed_ps in zip(path.ack_tap.seen, path.ack_tap.sent_ps):
+        if ack > highest_ack:
+            highest_ack = ack
+            if time_ps > RTO_PS and not is_retransmit:
+                return time_ps, time_ps - echoed_ps
+    raise AssertionError("no RTT sample after the RTO")
+
+
+def test_after_an_rto_that_keeps_the_scoreboard_a_fresh_sample_ends_the_backoff():
+    # RFC 6298 5.5: the RTO doubles at the expiry, 200 -> 400 ms, and stays so through the
+    # recovery: the ACKs of the resent holes give no sample (Karn; the engine's ACK echoes the
+    # segment that triggered it, so an ACK triggered by a retransmission is never a sample). Keeping
+    # the scoreboard, the sender reaches new data (segment 10) after the 4 holes, and the ACK of
+    # segment 10 is the connection's first sample R: SRTT = R, RTTVAR = R / 2, RTO = SRTT +
+    # max(G, 4 RTTVAR) = 3 R (about 0.3 ms, above the 100 us floor). Discarding the scoreboard,
+    # the sender first resends the 5 SACKed segments, so its first sample comes later.
+    keep_time_ps, rtt_ps = _first_sample_after_the_rto(_rto_with_a_scoreboard(keep=True))
+    assert 2 * 50 * PS_PER_US < rtt_ps < 2 * 50 * PS_PER_US + 10 * PS_PER_US
+    just_before = _rto_with_a_scoreboard(keep=True, until_ps=keep_time_ps - 1)
+    assert just_before.sender.rtt.samples == 0
+    assert just_before.sender.rtt.rto_ps == 2 * RTO_PS
+    just_after = _rto_with_a_scoreboard(keep=True, until_ps=keep_time_ps)
+    rttvar_ps = rtt_ps // 2
+    assert just_after.sender.rtt.samples == 1
+    assert just_after.sender.rtt.rto_ps == rtt_ps + max(PS_PER_US, 4 * rttvar_ps)
+    discard_time_ps, _ = _first_sample_after_the_rto(_rto_with_a_scoreboard(keep=False))
+    assert discard_time_ps > keep_time_ps

@@ -51,6 +51,10 @@ class TcpSettings:
     delayed_ack_timeout_ps: int = 40_000_000_000  # 40 ms (Linux TCP_DELACK_MIN)
     linux_delayed_ack: bool = False  # quick ACKs, sub-MSS segments ACKed at once (TcpReceiver)
     sack: bool = True
+    # At an RTO keep the SACK scoreboard and resend only what it does not hold (Linux, ns-3; RFC 6675
+    # with erratum 1610), or discard it and resend everything from snd_una (RFC 2018). With RACK-TLP
+    # the scoreboard is always kept (RFC 8985).
+    keep_sack_after_rto: bool = True
     rcv_wnd_bytes: int | None = None
     slow_start_after_idle: bool = True
     ecn: bool = False  # ECN-capable transport; DCTCP forces it on
@@ -110,13 +114,16 @@ class TcpSender(PacketSink):
     Sequence space: [snd_una, snd_max) is sent and unacknowledged, snd_nxt the next byte to send
     (below snd_max after a timeout: go-back-N), stream_end the end of what the application wrote.
     `sacked` is the SACK scoreboard, a sorted list of disjoint [start, end) blocks above snd_una
-    (None when empty, as are the recovery's lists).
+    (None when empty, as are the recovery's lists). `rto_recovery` marks the loss recovery that
+    follows an RTO which kept the scoreboard (`keep_sack_after_rto`, without RACK): everything sent
+    before the RTO (below recover_seq) and not SACKed is lost and resent in order, high_rxt being
+    how far that has gone.
     """
 
     __slots__ = (
         "eventlist", "settings", "cc", "rtt", "data_route", "mss_bytes", "rwnd_bytes",
         "snd_una", "snd_nxt", "snd_max", "stream_end",
-        "in_recovery", "recover_seq", "dupacks", "sacked", "high_rxt", "recovery_retransmits",
+        "in_recovery", "rto_recovery", "recover_seq", "dupacks", "sacked", "high_rxt", "recovery_retransmits",
         "lost_retransmits",
         "ecn_recover_seq", "cwr_pending",
         "rto_deadline_ps", "timer_event_ps", "last_send_ps",
@@ -139,6 +146,7 @@ class TcpSender(PacketSink):
         self.snd_max = 0
         self.stream_end = 0
         self.in_recovery = False
+        self.rto_recovery = False
         self.recover_seq = 0
         self.dupacks = 0
         self.sacked: list[list[int]] | None = None
@@ -236,6 +244,15 @@ class TcpSender(PacketSink):
                 if segment is not None:
                     self._retransmit(segment.start, segment.end - segment.start)
                     continue
+            elif self.rto_recovery:
+                hole_start, hole_end = self._next_hole_after_rto()
+                if hole_start < hole_end:
+                    length = min(mss, hole_end - hole_start)
+                    # sent as after any RTO, without watching for its loss (`_retransmit`): as in
+                    # ns-3 and RFC 6675, a retransmission lost again waits for the next RTO
+                    self._transmit(hole_start, length)
+                    self.high_rxt = hole_start + length
+                    continue
             else:
                 lost = self.lost_retransmits
                 if lost:
@@ -307,6 +324,35 @@ class TcpSender(PacketSink):
                     start = block_end
         return start, start
 
+    def _next_hole_after_rto(self) -> tuple[int, int]:
+        """In `rto_recovery`: the first un-SACKed range at or above max(snd_una, high_rxt) and below
+        recover_seq (all that the RTO found unSACKed is lost, above the highest SACK too)."""
+        start = self.high_rxt if self.high_rxt > self.snd_una else self.snd_una
+        end = self.recover_seq
+        if self.sacked is not None:
+            for block_start, block_end in self.sacked:
+                if start >= end:
+                    break
+                if start < block_start:
+                    return start, (block_start if block_start < end else end)
+                if start < block_end:
+                    start = block_end
+        return (start, end) if start < end else (start, start)
+
+    def _unsacked_bytes(self, start: int, end: int) -> int:
+        """Bytes of [start, end) that the SACK scoreboard does not hold (0 if end <= start)."""
+        if end <= start:
+            return 0
+        total = end - start
+        if self.sacked is not None:
+            for block_start, block_end in self.sacked:
+                if block_start >= end:
+                    break
+                if block_end > start:
+                    overlap_end = block_end if block_end < end else end
+                    total -= overlap_end - (block_start if block_start > start else start)
+        return total
+
     def _pipe_bytes(self) -> int:
         """Bytes estimated in the network (RFC 6675 'pipe'): everything sent above the highest SACK,
         plus the holes below it that have been retransmitted (those below high_rxt). Without SACK
@@ -315,6 +361,9 @@ class TcpSender(PacketSink):
         flight, and counting it would set ssthresh far above what the path holds after a timeout."""
         if self.rack is not None:  # RACK: what is neither SACKed nor marked lost (RFC 8985, Linux)
             return self.snd_max - self.snd_una - self._sacked_bytes() - self.rack.lost_bytes
+        if self.rto_recovery:  # what was resent since the RTO, and new data, neither SACKed
+            return (self._unsacked_bytes(self.snd_una, self.high_rxt)
+                    + self._unsacked_bytes(self.recover_seq, self.snd_max))
         sacked = self.sacked
         if not sacked:
             return self.snd_max - self.snd_una
@@ -370,7 +419,13 @@ class TcpSender(PacketSink):
                 self._rack_on_ack(pkt, now, acked, rtt_sample_ps)
                 return
             if self.in_recovery:
-                if ack >= self.recover_seq:
+                if self.rto_recovery:
+                    # after an RTO the window slow-starts through the recovery (as Linux's and
+                    # ns-3's loss state), which ends at recover_seq without a fast recovery's deflation
+                    if ack >= self.recover_seq:
+                        self._end_recovery()
+                    self._grow_cwnd(acked, now, rtt_sample_ps)
+                elif ack >= self.recover_seq:
                     self._end_recovery()
                     cc.on_recovery_exit()
                 elif not self.settings.sack:
@@ -430,7 +485,7 @@ class TcpSender(PacketSink):
         if self.in_recovery:
             if self.recovery_retransmits:
                 self._detect_lost_retransmissions(pkt.sent_ps)
-            if self.prr is not None:
+            if self.prr is not None and not self.rto_recovery:  # PRR is for fast recovery only
                 self._prr_update(self._sacked_bytes() - sacked_before)
             if not self.settings.sack:
                 self.cc.cwnd_bytes += self.mss_bytes  # RFC 6582: inflate by one MSS per dupACK
@@ -483,6 +538,7 @@ class TcpSender(PacketSink):
 
     def _end_recovery(self) -> None:
         self.in_recovery = False
+        self.rto_recovery = False
         self.dupacks = 0
         self.recovery_retransmits = None
         self.lost_retransmits = None
@@ -713,11 +769,24 @@ class TcpSender(PacketSink):
             self.send_more()
             return
         self._end_recovery()
-        self.recover_seq = self.snd_max  # RFC 6582 (4.1): no fast retransmit for this window
-        self.sacked = None  # RFC 2018: SACK information is discarded after a timeout
+        self.recover_seq = self.snd_max  # RFC 6582 (4.1), RFC 6675 5.1: no fast retransmit for this window
         self.high_rxt = self.snd_una
-        self.snd_nxt = self.snd_una
         self.rto_deadline_ps = 0
+        if self.sacked is not None and self.settings.keep_sack_after_rto:
+            # Keep the scoreboard, as Linux (tcp_timeout_mark_lost) and ns-3 (ReTxTimeout) do and
+            # RFC 6675 5.1 with erratum 1610 allows: what it does not hold is lost and is resent in
+            # sequence order as slow start opens the window, SACKed blocks are not sent again.
+            # RFC 2018's reason to discard it, a receiver that reneges (drops out-of-order data it
+            # SACKed), cannot arise: the engine's receiver never discards what it holds.
+            self.in_recovery = True
+            self.rto_recovery = True
+            self.snd_nxt = self.snd_max  # (below it only after an earlier go-back-N) new data goes there
+            self.send_more()
+            return
+        # RFC 2018: SACK information is discarded after a timeout, and everything from snd_una is
+        # sent again (go-back-N). With an empty scoreboard this is also what keeping it does.
+        self.sacked = None
+        self.snd_nxt = self.snd_una
         self.send_more()
 
 
