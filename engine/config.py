@@ -80,10 +80,10 @@ class TcpConfig:
     delayed_ack_timeout_ms: float = 40.0
     linux_delayed_ack: bool = False
     sack: bool = True
+    sack_after_rto: str = "keep"  # one of SACK_AFTER_RTO
     ecn: bool = False
     rcv_wnd_kb: float | None = None
     slow_start_after_idle: bool = True
-    sack_after_rto: str = "keep"
     rack_tlp: bool = False
     prr: bool = False
     hystart: bool = False
