@@ -61,9 +61,12 @@ class Packet:
     packet behind it on that link's wire.
     """
 
+    # Compiled, attributes lie in the object in this order: what every hop reads (route, hop, the
+    # wire's links, the size) comes first, within the cache line of the object's header, since a
+    # packet queued behind many others is cold when its link hands it on.
     __slots__ = (
-        "route", "hop", "size_bytes", "payload_bytes", "seq", "ack", "sack_blocks",
-        "sent_ps", "is_retransmit", "ecn_capable", "ce", "ece", "cwr", "arrival_ps", "next_on_wire",
+        "route", "hop", "next_on_wire", "arrival_ps", "size_bytes", "payload_bytes", "seq", "ack",
+        "sent_ps", "sack_blocks", "is_retransmit", "ecn_capable", "ce", "ece", "cwr",
     )
 
     def __init__(
@@ -79,19 +82,19 @@ class Packet:
     ) -> None:
         self.route = route
         self.hop = 0
+        self.next_on_wire: Packet | None = None
+        self.arrival_ps = 0
         self.size_bytes = size_bytes
         self.payload_bytes = payload_bytes
         self.seq = seq
         self.ack = ack
-        self.sack_blocks: tuple = ()
         self.sent_ps = sent_ps
+        self.sack_blocks: tuple = ()
         self.is_retransmit = is_retransmit
         self.ecn_capable = ecn_capable
         self.ce = False
         self.ece = False
         self.cwr = False
-        self.arrival_ps = 0
-        self.next_on_wire: Packet | None = None
 
     def send_on(self) -> None:
         """Hand the packet to the first sink of its route."""

@@ -110,7 +110,7 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     sim = Simulation(cfg)
     transport: PacketTransport | AnalyticalTransport | Ns3Transport | None = None
     if cfg.engine.backend == "packet":
-        transport = PacketTransport(sim.eventlist, sim.open_connection)
+        transport = PacketTransport(sim.eventlist, sim.open_connection, cfg.network.npus)
     elif cfg.engine.backend == "analytical":
         transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.mss_bytes, cfg.tcp.init_cwnd_pkts)
     elif cfg.engine.backend == "ns3":

@@ -53,10 +53,8 @@ class Simulation:
         flow_id = len(self.connections)
         cc = make_congestion_control(tcp.cc, self.settings.mss_bytes, tcp.init_cwnd_pkts,
                                      dctcp_g=tcp.dctcp_g, cubic_c=tcp.cubic_c, cubic_beta=tcp.cubic_beta)
-        connection = TcpConnection(
-            self.eventlist, self.settings, cc, flow_id, src, dst,
-            self.topology.path(src, dst, flow_id), self.topology.path(dst, src, flow_id),
-        )
+        data_links, ack_links = self.topology.routes(src, dst, flow_id)
+        connection = TcpConnection(self.eventlist, self.settings, cc, flow_id, src, dst, data_links, ack_links)
         self.connections.append(connection)
         return connection
 

@@ -104,6 +104,10 @@ class Topology:
         """The links a packet of flow `flow_id` crosses from host `src` to host `dst`."""
         raise NotImplementedError
 
+    def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[Link, ...], tuple[Link, ...]]:
+        """`path` both ways for the connection `flow_id`: src to dst (data), dst to src (ACKs)."""
+        return self.path(src, dst, flow_id), self.path(dst, src, flow_id)
+
     def dimensions(self) -> list[tuple[tuple[int, ...], ...]]:
         """The network's dimensions for collectives, each a tuple of disjoint NPU groups; a flat
         network has one dimension holding every NPU."""
@@ -252,6 +256,16 @@ class LeafSpineTopology(Topology):
         # ECMP: both directions of a connection hash the same (unordered) pair, so ACKs share the spine
         spine = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id) % len(self.spine_down)
         return (self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst])
+
+    def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[Link, ...], tuple[Link, ...]]:
+        """As `path` both ways, hashing once: both directions cross the same spine (`path` hashes the
+        unordered pair), and the 64-bit hash is most of what setting up a connection costs."""
+        src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
+        if src_leaf == dst_leaf:
+            return (self.up[src], self.down[dst]), (self.up[dst], self.down[src])
+        spine = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id) % len(self.spine_down)
+        return ((self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst]),
+                (self.up[dst], self.leaf_up[dst_leaf][spine], self.spine_down[spine][src_leaf], self.down[src]))
 
 
 class FatTreeTopology(Topology):

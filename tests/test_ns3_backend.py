@@ -175,3 +175,27 @@ def test_every_topology_runs_on_ns3_and_agrees_with_the_packet_engine(network):
     packet, ns3 = both(config("packet", network=network, workload={"op": "all_to_all", "bytes": 262_144}))
     assert packet["status"] == ns3["status"] == "ok"
     assert packet["iteration_time_s"] == pytest.approx(ns3["iteration_time_s"], rel=0.02)
+
+
+@pytest.mark.ns3
+@needs_ns3
+def test_loss_free_dctcp_never_waits_for_a_retransmission_timeout():
+    # ns-3's TcpDctcp cuts cwnd to (1 - alpha / 2) cwnd with no floor: with every window marked
+    # (alpha near 1) it halves each round trip to below one segment, and once all it sent is
+    # acknowledged its silly-window check sends nothing until the 200 ms RTO. The helper floors the
+    # window at one segment (RFC 3168 section 6.1.2; the engine's DCTCP). Without that floor this
+    # case took 200.2 ms in ns-3, with 2 timeouts and no drop or retransmission.
+    dumbbell = {"topology": "dumbbell", "npus": 8, "bottleneck_gbps": 100.0, "bottleneck_latency_us": 1.0,
+                "ecn_threshold_kb": 20.0}
+    ns3 = engine.run(config("ns3", network=dumbbell, tcp={"cc": "dctcp"},
+                            workload={"op": "all_to_all", "bytes": 1_048_576}))["runs"][0]
+    assert ns3["status"] == "ok"
+    assert ns3["ecn_marks"] > 0  # the bottleneck queue passes the marking threshold
+    # no loss, so every segment is acknowledged within microseconds: no RTO may fire (RFC 6298)
+    assert ns3["timeouts"] == ns3["retransmits"] == ns3["drops"] == 0
+    # the bottleneck carries 4 x 4 messages of n/p = 128 KiB from left to right: 2 MiB at the payload
+    # rate = 172.4 us at least; DCTCP (alpha starting at 1) halves its first marked windows like Reno
+    # and 16 flows of about 25 round trips ramp up and finish unevenly, so allow half as much again
+    bottleneck_bound_s = 4 * 4 * (1_048_576 // 8) * 8 / PAYLOAD_RATE_BPS
+    assert bottleneck_bound_s == pytest.approx(172.4e-6, rel=1e-3)
+    assert bottleneck_bound_s < ns3["iteration_time_s"] < 1.5 * bottleneck_bound_s

@@ -242,6 +242,21 @@ def test_leaf_spine_ecmp_spreads_and_is_symmetric():
         assert abs(count - total / 4) <= 0.2 * total / 4, counts
 
 
+@pytest.mark.parametrize("topology", [LEAF_SPINE, dict(topology="switch", npus=4),
+                                      dict(topology="fat_tree", npus=16, fat_tree_k=4)])
+def test_routes_are_the_path_both_ways(topology):
+    # a connection's data route is path(src, dst) and its ACK route path(dst, src), for the same
+    # flow id; leaf_spine computes both from one ECMP hash, which must pick what path would
+    _, topo = build(**topology)
+    npus = topology["npus"]
+    for src in range(npus):
+        for dst in range(npus):
+            if src != dst:
+                for flow_id in range(3):
+                    assert topo.routes(src, dst, flow_id) == (topo.path(src, dst, flow_id),
+                                                              topo.path(dst, src, flow_id))
+
+
 def test_leaf_spine_idle_latency_across():
     # 2 x (1500 B at 100 Gb/s = 120 ns + 1 us) + 2 x (1500 B at 400 Gb/s = 30 ns + 1 us)
     # = 2.24 + 2.06 = 4.30 us

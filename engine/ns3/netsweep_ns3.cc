@@ -35,6 +35,7 @@
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -380,6 +381,27 @@ class IdleRestart : public Base
     }
 };
 
+// DCTCP with its window floored at one segment, as the engine's (and RFC 3168 section 6.1.2:
+// "bounded below by a value of one MSS"; Linux's dctcp_ssthresh floors at two segments).
+// ns-3's TcpDctcp::GetSsThresh returns (1 - alpha / 2) cwnd with no floor, so a flow whose
+// windows keep being marked (alpha near 1) halves its window each round trip below one segment;
+// once everything it sent is acknowledged, TcpSocketBase::SendPendingData's silly-window check
+// (less than a segment of window, more than that waiting) sends nothing, and only the
+// retransmission timer (200 ms, a timeout without a retransmission) gets it going again.
+class FlooredDctcp : public IdleRestart<TcpDctcp>
+{
+  public:
+    uint32_t GetSsThresh(Ptr<const TcpSocketState> tcb, uint32_t bytesInFlight) override
+    {
+        return std::max(IdleRestart<TcpDctcp>::GetSsThresh(tcb, bytesInFlight), tcb->m_segmentSize);
+    }
+
+    Ptr<TcpCongestionOps> Fork() override
+    {
+        return CopyObject<FlooredDctcp>(this);
+    }
+};
+
 std::string g_cc = "newreno";
 
 Ptr<TcpCongestionOps>
@@ -397,7 +419,7 @@ MakeCongestionControl(Connection* connection)
         cc->m_connection = connection;
         return cc;
     }
-    Ptr<IdleRestart<TcpDctcp>> cc = CreateObject<IdleRestart<TcpDctcp>>();
+    Ptr<FlooredDctcp> cc = CreateObject<FlooredDctcp>();
     cc->m_connection = connection;
     return cc;
 }

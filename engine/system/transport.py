@@ -22,17 +22,21 @@ STALE_ENTRIES_KEPT: Final = 1024  # completion-heap entries left stale before th
 
 
 class PacketTransport:
-    """Messages over persistent TCP connections, one per ordered NPU pair, opened on first use.
+    """Messages over persistent TCP connections, one per ordered NPU pair of the `npus`, opened on
+    first use.
 
     `open_connection(src, dst)` is the simulation's factory; congestion state (cwnd, RTT estimate)
     carries over from one message to the next on the same pair.
     """
 
-    def __init__(self, eventlist: EventList, open_connection: Callable[[int, int], TcpConnection]) -> None:
+    def __init__(self, eventlist: EventList, open_connection: Callable[[int, int], TcpConnection],
+                 npus: int) -> None:
         self.eventlist = eventlist
         self._open_connection = open_connection
-        # src -> dst -> connection: int keys the NPU groups already hold, no (src, dst) tuple a pair
-        self._connections: dict[int, dict[int, TcpConnection]] = {}
+        self._npus = npus
+        # the pair's connection at src * npus + dst, None until its first message: one list index a
+        # message (8 bytes a pair), where a dict of dicts took two hash probes into scattered tables
+        self._connections: list[TcpConnection | None] = [None] * (npus * npus)
         self.records = MessageLog()
 
     def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None],
@@ -42,12 +46,10 @@ class PacketTransport:
         if new_connection:
             connection = self._open_connection(src, dst)
         else:
-            by_dst = self._connections.get(src)
-            if by_dst is None:
-                by_dst = self._connections[src] = {}
-            pair_connection = by_dst.get(dst)
+            pair = src * self._npus + dst
+            pair_connection = self._connections[pair]
             if pair_connection is None:
-                pair_connection = by_dst[dst] = self._open_connection(src, dst)
+                pair_connection = self._connections[pair] = self._open_connection(src, dst)
             connection = pair_connection
         flow_id = self.records.add(src, dst, nbytes, self.eventlist.now_ps)
         connection.send_message(nbytes, _MessageDelivered(self, flow_id, connection, on_delivered))
