@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from .network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
+
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 # What the sender does with its SACK scoreboard at an RTO: keep it and resend only the holes (Linux,
@@ -81,6 +83,7 @@ class TcpConfig:
     linux_delayed_ack: bool = False
     sack: bool = True
     sack_after_rto: str = "keep"  # one of SACK_AFTER_RTO
+    timestamps: bool = False  # RFC 7323 timestamp option on every segment (Linux's default)
     ecn: bool = False
     rcv_wnd_kb: float | None = None
     slow_start_after_idle: bool = True
@@ -170,8 +173,20 @@ class SimConfig:
 
     @property
     def mss_bytes(self) -> int:
-        """The TCP payload per segment: `tcp.mss_bytes`, or MTU minus 40 bytes of IPv4 + TCP headers."""
+        """The MSS: `tcp.mss_bytes`, or MTU minus 40 bytes of IPv4 + TCP headers. Without options it
+        is also the payload of a full segment (`segment_bytes`)."""
         return self.tcp.mss_bytes if self.tcp.mss_bytes is not None else self.network.mtu_bytes - 40
+
+    @property
+    def header_bytes(self) -> int:
+        """IPv4 + TCP headers of every segment and pure ACK: 40, or 52 with the timestamp option."""
+        return TCP_IP_HEADER_BYTES + (TCP_TIMESTAMP_OPTION_BYTES if self.tcp.timestamps else 0)
+
+    @property
+    def segment_bytes(self) -> int:
+        """The payload of a full segment, what the transport calls its MSS (RFC 5681's SMSS): the
+        MSS less the options every segment carries (as Linux: MSS 1460 with timestamps sends 1448)."""
+        return self.mss_bytes - (self.header_bytes - TCP_IP_HEADER_BYTES)
 
 
 # Keys outside the engine's sections that a composed config may carry (the sweep's own settings).
@@ -302,6 +317,9 @@ def _validate(config: SimConfig) -> None:
     if tcp.mss_bytes is not None:
         _require(0 < tcp.mss_bytes <= net.mtu_bytes - 40, "tcp.mss_bytes", tcp.mss_bytes,
                  f"between 1 and network.mtu_bytes - 40 = {net.mtu_bytes - 40} (IPv4 + TCP headers)")
+    _require(not tcp.timestamps or config.mss_bytes > TCP_TIMESTAMP_OPTION_BYTES, "tcp.timestamps",
+             tcp.timestamps, f"false when the MSS ({config.mss_bytes} bytes) leaves no payload beside the "
+             f"{TCP_TIMESTAMP_OPTION_BYTES}-byte timestamp option")
     _require(tcp.init_cwnd_pkts >= 1, "tcp.init_cwnd_pkts", tcp.init_cwnd_pkts, "an integer >= 1")
     _positive("tcp.min_rto_ms", tcp.min_rto_ms)
     _require(tcp.max_rto_s * 1000 >= tcp.min_rto_ms, "tcp.max_rto_s", tcp.max_rto_s,

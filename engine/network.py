@@ -23,19 +23,25 @@ from .units import BITS_PER_BYTE, PS_PER_S, bytes_in_duration, serialisation_ps
 
 # IPv4 (20 bytes) + TCP (20 bytes) headers, no options; the overhead a full segment carries on the wire.
 TCP_IP_HEADER_BYTES: Final = 40
+# The timestamp option (RFC 7323: kind, length, TSval, TSecr = 10 bytes) and the two NOPs that align
+# it, as Linux sends it on every segment: with `tcp.timestamps` a header is 52 bytes, and a full
+# segment carries 12 bytes less payload (MSS 1460 at MTU 1500: 1448 bytes per segment).
+TCP_TIMESTAMP_OPTION_BYTES: Final = 12
 
 
-def wire_bytes(payload_bytes: int, mss_bytes: int) -> int:
-    """What a message of `payload_bytes` puts on the wire: one IPv4+TCP header per MSS segment."""
-    segments = -(-payload_bytes // mss_bytes)
-    return payload_bytes + segments * TCP_IP_HEADER_BYTES
+def wire_bytes(payload_bytes: int, segment_bytes: int, header_bytes: int = TCP_IP_HEADER_BYTES) -> int:
+    """What a message of `payload_bytes` puts on the wire: one header of `header_bytes` (IPv4 + TCP
+    and its options) per segment of at most `segment_bytes` of payload."""
+    segments = -(-payload_bytes // segment_bytes)
+    return payload_bytes + segments * header_bytes
 
 
-def unloaded_latency_ps(route: tuple[Link, ...], payload_bytes: int, mss_bytes: int) -> int:
+def unloaded_latency_ps(route: tuple[Link, ...], payload_bytes: int, segment_bytes: int,
+                        header_bytes: int = TCP_IP_HEADER_BYTES) -> int:
     """A message's latency on an idle route, before its own serialisation: the propagation of every
-    hop and the store-and-forward of one packet (min(MSS, payload) + headers) at each hop after the
-    first. The fluid backends (analytical, alpha_beta) charge it to every message."""
-    packet_bytes = min(mss_bytes, payload_bytes) + TCP_IP_HEADER_BYTES
+    hop and the store-and-forward of one packet (min(segment, payload) + headers) at each hop after
+    the first. The fluid backends (analytical, alpha_beta) charge it to every message."""
+    packet_bytes = min(segment_bytes, payload_bytes) + header_bytes
     return sum(link.latency_ps for link in route) + sum(serialisation_ps(packet_bytes, link.rate_bps)
                                                        for link in route[1:])
 
@@ -55,8 +61,10 @@ class Packet:
     """One IP packet: a TCP data segment or a pure ACK.
 
     `seq` and `ack` are byte sequence numbers; `size_bytes` is the size on the wire (headers
-    included); `payload_bytes` the TCP payload. `sent_ps` and `is_retransmit` are what the receiver
-    echoes for RTT sampling (Karn's rule: no sample from a retransmitted segment). `arrival_ps` and
+    included); `payload_bytes` the TCP payload. On an ACK, `sent_ps` and `is_retransmit` echo the data
+    segment that triggered it (RTT samples under Karn's rule: none from a retransmitted segment; RACK
+    and the detection of lost retransmissions); `ts_echo_ps` is the TSecr of the timestamp option
+    (RFC 7323; only with `tcp.timestamps`, whose TSval is the send time). `arrival_ps` and
     `next_on_wire` are set by the link carrying the packet: when it reaches the next hop, and the
     packet behind it on that link's wire.
     """
@@ -66,7 +74,7 @@ class Packet:
     # packet queued behind many others is cold when its link hands it on.
     __slots__ = (
         "route", "hop", "next_on_wire", "arrival_ps", "size_bytes", "payload_bytes", "seq", "ack",
-        "sent_ps", "sack_blocks", "is_retransmit", "ecn_capable", "ce", "ece", "cwr",
+        "sent_ps", "ts_echo_ps", "sack_blocks", "is_retransmit", "ecn_capable", "ce", "ece", "cwr",
     )
 
     def __init__(
@@ -89,6 +97,7 @@ class Packet:
         self.seq = seq
         self.ack = ack
         self.sent_ps = sent_ps
+        self.ts_echo_ps = 0
         self.sack_blocks: tuple = ()
         self.is_retransmit = is_retransmit
         self.ecn_capable = ecn_capable

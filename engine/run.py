@@ -112,7 +112,8 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     if cfg.engine.backend == "packet":
         transport = PacketTransport(sim.eventlist, sim.open_connection, cfg.network.npus)
     elif cfg.engine.backend == "analytical":
-        transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.mss_bytes, cfg.tcp.init_cwnd_pkts)
+        transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.segment_bytes, cfg.tcp.init_cwnd_pkts,
+                                        cfg.header_bytes)
     elif cfg.engine.backend == "ns3":
         transport = Ns3Transport(sim.eventlist, sim.topology, cfg)
     if cfg.workload.type == "flows":
@@ -184,8 +185,9 @@ def build_system_layer(cfg: SimConfig, sim: Simulation,
     algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
     endpoint_delay_ps = ns_to_ps(system.endpoint_delay_ns)
     if transport is None:
-        return AlphaBetaSystemLayer(sim.eventlist, sim.topology, cfg.mss_bytes, dimensions, flat, algorithms,
-                                    system.splits, system.scheduling, system.hierarchy, endpoint_delay_ps)
+        return AlphaBetaSystemLayer(sim.eventlist, sim.topology, cfg.segment_bytes, dimensions, flat, algorithms,
+                                    system.splits, system.scheduling, system.hierarchy, endpoint_delay_ps,
+                                    cfg.header_bytes)
     return SystemLayer(sim.eventlist, transport, dimensions, flat, algorithms, system.splits,
                        system.scheduling, system.hierarchy, endpoint_delay_ps)
 

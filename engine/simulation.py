@@ -15,7 +15,7 @@ def tcp_settings(config: SimConfig) -> TcpSettings:
     """Translate `tcp.*` (milliseconds, KiB) into the transport's picosecond/byte settings."""
     tcp = config.tcp
     return TcpSettings(
-        mss_bytes=config.mss_bytes,
+        mss_bytes=config.segment_bytes,  # the payload of a full segment: the MSS less the options
         init_cwnd_pkts=tcp.init_cwnd_pkts,
         min_rto_ps=ms_to_ps(tcp.min_rto_ms),
         max_rto_ps=s_to_ps(tcp.max_rto_s),
@@ -25,6 +25,7 @@ def tcp_settings(config: SimConfig) -> TcpSettings:
         delayed_ack_timeout_ps=ms_to_ps(tcp.delayed_ack_timeout_ms),
         linux_delayed_ack=tcp.linux_delayed_ack,
         sack=tcp.sack,
+        timestamps=tcp.timestamps,
         keep_sack_after_rto=tcp.sack_after_rto == "keep",
         rcv_wnd_bytes=None if tcp.rcv_wnd_kb is None else int(tcp.rcv_wnd_kb * BYTES_PER_KB),
         slow_start_after_idle=tcp.slow_start_after_idle,

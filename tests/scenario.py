@@ -13,18 +13,22 @@ from engine.units import PS_PER_S, gbps_to_bps, us_to_ps
 
 
 class Tap(PacketSink):
-    """A route sink that records (time_ps, seq, ack, payload, is_retransmit) of each packet, and in
-    `sent_ps` the packet's send time (for an ACK: that of the segment it echoes), and passes it on
-    unchanged."""
+    """A route sink that records (time_ps, seq, ack, payload, is_retransmit) of each packet, in
+    `sent_ps` the packet's send time (for an ACK: that of the segment it echoes), in `size_bytes` its
+    size on the wire and in `ts_echo_ps` its TSecr (timestamps), and passes it on unchanged."""
 
     def __init__(self, eventlist: EventList) -> None:
         self.eventlist = eventlist
         self.seen: list[tuple[int, int, int, int, bool]] = []
         self.sent_ps: list[int] = []
+        self.size_bytes: list[int] = []
+        self.ts_echo_ps: list[int] = []
 
     def receive_packet(self, pkt: Packet) -> None:
         self.seen.append((self.eventlist.now_ps, pkt.seq, pkt.ack, pkt.payload_bytes, pkt.is_retransmit))
         self.sent_ps.append(pkt.sent_ps)
+        self.size_bytes.append(pkt.size_bytes)
+        self.ts_echo_ps.append(pkt.ts_echo_ps)
         pkt.hop += 1
         pkt.route[pkt.hop].receive_packet(pkt)
 

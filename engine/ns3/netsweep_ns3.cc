@@ -118,6 +118,7 @@ struct Net
     // tcp settings the helper itself applies
     bool idleRestart{true};
     uint32_t initCwndBytes{14600};
+    uint32_t headerBytes{40}; // IPv4 + TCP + options per segment: 52 with timestamps
 };
 
 Net g_net;
@@ -441,6 +442,14 @@ ApplyTcpSetting(const std::string& key, const std::string& value)
     {
         Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(std::stoul(value)));
     }
+    else if (key == "timestamps")
+    {
+        Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(value == "1"));
+    }
+    else if (key == "header_bytes")
+    {
+        g_net.headerBytes = std::stoul(value);
+    }
     else if (key == "init_cwnd_pkts")
     {
         Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(std::stoul(value)));
@@ -556,7 +565,7 @@ DataTx(Connection* c, Ptr<const Packet> p, const TcpHeader&, Ptr<const TcpSocket
     if (p->GetSize() > 0)
     {
         ++g_net.packetsSent;
-        g_net.bytesSent += p->GetSize() + 40; // + IPv4 and TCP headers, as the engine counts
+        g_net.bytesSent += p->GetSize() + g_net.headerBytes; // + IPv4, TCP and options, as the engine counts
         c->lastDataTx = Simulator::Now();
     }
 }
@@ -658,8 +667,9 @@ main()
 {
     Time::SetResolution(Time::PS); // the engine's unit: serialisation times are exact
     std::ios::sync_with_stdio(false);
-    // the engine's TCP: no timestamps (40-byte headers), RFC 6675 recovery, limited transmit,
-    // never give up on a segment; window scaling so that windows can pass 64 KiB
+    // the engine's TCP: no timestamps (40-byte headers) unless `tcp timestamps 1` says so, RFC 6675
+    // recovery, limited transmit, never give up on a segment; window scaling so that windows can
+    // pass 64 KiB
     Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(false));
     Config::SetDefault("ns3::TcpSocketBase::WindowScaling", BooleanValue(true));
     Config::SetDefault("ns3::TcpSocketBase::LimitedTransmit", BooleanValue(true));

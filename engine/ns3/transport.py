@@ -88,10 +88,12 @@ def network_graph(topology: Topology) -> tuple[int, list[DuplexLink]]:
 def tcp_setting_lines(config: SimConfig) -> list[str]:
     """The `tcp.*` settings as the helper's `tcp <key> <value>` lines (ms and us in ps; KiB in bytes)."""
     tcp = config.tcp
-    mss = config.mss_bytes
+    mss = config.segment_bytes  # ns-3's SegmentSize is the payload; it adds the options on top
     settings: list[tuple[str, object]] = [
         ("cc", tcp.cc),
         ("mss_bytes", mss),
+        ("timestamps", int(tcp.timestamps)),
+        ("header_bytes", config.header_bytes),
         ("init_cwnd_pkts", tcp.init_cwnd_pkts),
         ("init_cwnd_bytes", tcp.init_cwnd_pkts * mss),
         ("min_rto_ps", ms_to_ps(tcp.min_rto_ms)),

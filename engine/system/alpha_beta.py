@@ -37,7 +37,7 @@ from collections import Counter
 from typing import Callable
 
 from ..eventlist import EventList
-from ..network import Link, unloaded_latency_ps, wire_bytes
+from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..units import serialisation_ps
 from .algorithms import RING, XOR, Program, SymmetricStep, plan, symmetric_steps
@@ -55,9 +55,10 @@ class RouteCosts:
     link object.
     """
 
-    def __init__(self, topology: Topology, mss_bytes: int) -> None:
+    def __init__(self, topology: Topology, mss_bytes: int, header_bytes: int = TCP_IP_HEADER_BYTES) -> None:
         self.topology = topology
-        self.mss_bytes = mss_bytes
+        self.mss_bytes = mss_bytes  # payload of a full segment
+        self.header_bytes = header_bytes  # IPv4 + TCP headers and options of each segment
         self._host_of_class: dict[int, int] = {}
         for dst in range(topology.npus - 1, 0, -1):  # downwards: the nearest host of each class wins
             self._host_of_class[topology.route_class(0, dst)] = dst
@@ -88,11 +89,11 @@ class RouteCosts:
 
     def wire_bytes(self, payload_bytes: int) -> int:
         """Payload plus one IPv4+TCP header per MSS-sized segment."""
-        return wire_bytes(payload_bytes, self.mss_bytes)
+        return wire_bytes(payload_bytes, self.mss_bytes, self.header_bytes)
 
     def latency_ps(self, route_class: int, size_bytes: int) -> int:
         """Propagation of every hop + one packet's store-and-forward at each hop after the first."""
-        return unloaded_latency_ps(self.route(route_class), size_bytes, self.mss_bytes)
+        return unloaded_latency_ps(self.route(route_class), size_bytes, self.mss_bytes, self.header_bytes)
 
     def serialisation_ps(self, route_class: int, size_bytes: int) -> int:
         """A message's wire bytes at the bottleneck rate of its route."""
@@ -131,11 +132,11 @@ class AlphaBetaSystemLayer(SystemLayer):
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
-                 hierarchy: str, endpoint_delay_ps: int) -> None:
+                 hierarchy: str, endpoint_delay_ps: int, header_bytes: int = TCP_IP_HEADER_BYTES) -> None:
         super().__init__(eventlist, None, dimensions, flat_dimension, algorithms, splits, scheduling, hierarchy,
                          endpoint_delay_ps)
         self.topology = topology
-        self.costs = RouteCosts(topology, mss_bytes)
+        self.costs = RouteCosts(topology, mss_bytes, header_bytes)
         self._phase_ps: dict[tuple[int, str, int], int] = {}  # (dimension, op, chunk bytes) -> duration
         self._ring_classes: dict[tuple[int, ...], list[int]] = {}  # group -> class of each ring link
         self._peer_counts: dict[tuple[int, ...], set[ClassCounts]] = {}  # group -> its ranks' direct steps

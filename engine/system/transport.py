@@ -11,7 +11,7 @@ from heapq import heapify, heappop, heappush
 from typing import Callable, Final, cast
 
 from ..eventlist import EventList, EventSource
-from ..network import Link, unloaded_latency_ps, wire_bytes
+from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..transport import TcpConnection
 from ..units import BITS_PER_BYTE, PS_PER_S, utilisation
@@ -124,7 +124,8 @@ class _Delivery(EventSource):
 class AnalyticalTransport(EventSource):
     """Alpha-beta messages with max-min fair sharing of links (a fluid, flow-level model).
 
-    A message of n payload bytes puts n + 40 bytes of IPv4/TCP headers per MSS segment on the wire;
+    A message of n payload bytes puts n + `header_bytes` (IPv4/TCP headers and options: 40, or 52 with
+    timestamps) per segment of `mss_bytes` payload on the wire;
     messages between one pair of NPUs are sent one after another (as on a TCP stream); each is
     transmitted at its max-min fair share of every link it crosses (recomputed whenever a
     message starts or finishes), then arrives after the path's propagation delay plus the
@@ -141,10 +142,12 @@ class AnalyticalTransport(EventSource):
     enough that TCP's slow start from that window would take longer than their transmission.
     """
 
-    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, init_cwnd_pkts: int = 10) -> None:
+    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, init_cwnd_pkts: int = 10,
+                 header_bytes: int = TCP_IP_HEADER_BYTES) -> None:
         self.eventlist = eventlist
         self.topology = topology
-        self.mss_bytes = mss_bytes
+        self.mss_bytes = mss_bytes  # payload of a full segment
+        self.header_bytes = header_bytes
         self.init_window_bytes = init_cwnd_pkts * mss_bytes
         self.slow_start_messages = 0  # messages whose slow start would outlast their transmission
         self.records = MessageLog()
@@ -162,9 +165,9 @@ class AnalyticalTransport(EventSource):
         links = self.topology.path(src, dst, len(self.records))
         now = self.eventlist.now_ps
         record = MessageRecord(self.records.add(src, dst, nbytes, now), src, dst, nbytes, now)
-        latency_ps = unloaded_latency_ps(links, nbytes, self.mss_bytes)
+        latency_ps = unloaded_latency_ps(links, nbytes, self.mss_bytes, self.header_bytes)
         shared_links = tuple(self._shared_link(link) for link in links)
-        message_wire_bytes = wire_bytes(nbytes, self.mss_bytes)
+        message_wire_bytes = wire_bytes(nbytes, self.mss_bytes, self.header_bytes)
         bottleneck_bps = shared_links[0].capacity_bps
         for shared in shared_links:
             bottleneck_bps = min(bottleneck_bps, shared.capacity_bps)

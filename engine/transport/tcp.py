@@ -1,7 +1,8 @@
 """TCP over the packet network: byte sequence numbers, cumulative ACKs with SACK, NewReno fast
 retransmit and recovery (RFC 6582; RFC 6675-style with SACK), RFC 6298 retransmission timer with
-Karn's rule and exponential backoff, delayed ACKs, a receive window, restart after idle, and ECN
-(RFC 3168 ECE/CWR, or DCTCP's per-segment echo).
+Karn's rule and exponential backoff (or, with the timestamp option, RFC 7323 RTT measurement from
+every ACK of new data, retransmissions included), delayed ACKs, a receive window, restart after
+idle, and ECN (RFC 3168 ECE/CWR, or DCTCP's per-segment echo).
 
 A `TcpConnection` is one sender and one receiver joined by two routes. The application writes
 messages into the byte stream (`send_message`); the receiver calls back when the last byte of a
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Final
 
 from ..eventlist import EventList
-from ..network import TCP_IP_HEADER_BYTES, Packet, PacketSink
+from ..network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES, Packet, PacketSink
 from ..units import PS_PER_S
 from .cc import UNSET_SSTHRESH, CongestionControl, HyStartPlusPlus
 from .recovery import ProportionalRateReduction, RackState
@@ -39,7 +40,9 @@ _QUICK_ACKS: Final = 16  # Linux TCP_MAX_QUICKACKS: segments ACKed at once in qu
 
 @dataclass(frozen=True, slots=True)
 class TcpSettings:
-    """Per-connection TCP parameters, all times in picoseconds, sizes in bytes."""
+    """Per-connection TCP parameters, all times in picoseconds, sizes in bytes. `mss_bytes` is the
+    payload of a full segment (RFC 5681's SMSS): with `timestamps`, 12 bytes below the MSS a host
+    announces, since every segment carries the option."""
 
     mss_bytes: int = 1460
     init_cwnd_pkts: int = 10
@@ -51,6 +54,9 @@ class TcpSettings:
     delayed_ack_timeout_ps: int = 40_000_000_000  # 40 ms (Linux TCP_DELACK_MIN)
     linux_delayed_ack: bool = False  # quick ACKs, sub-MSS segments ACKed at once (TcpReceiver)
     sack: bool = True
+    # RFC 7323 timestamps: 12 more header bytes per segment and ACK; an RTT sample (RFC 7323 section
+    # 4) from every ACK of new data, from the timestamp it echoes, retransmissions included
+    timestamps: bool = False
     # At an RTO keep the SACK scoreboard and resend only what it does not hold (Linux, ns-3; RFC 6675
     # with erratum 1610), or discard it and resend everything from snd_una (RFC 2018). With RACK-TLP
     # the scoreboard is always kept (RFC 8985).
@@ -86,7 +92,10 @@ class RttEstimator:
         self.samples = 0
 
     def sample(self, rtt_ps: int) -> None:
-        """Feed one RTT measurement (never from a retransmitted segment: Karn's rule)."""
+        """Feed one RTT measurement: never from a retransmitted segment (Karn's rule), unless it was
+        measured with timestamps (RFC 7323 section 4). Either way the RTO is recomputed from it, which
+        ends any backoff (RFC 6298 5.7; Linux applies RFC 6298 to each sample, without RFC 7323
+        Appendix G's scaling of alpha and beta by the samples per window)."""
         if self.samples:
             srtt = self.srtt_ps
             self.rttvar_ps = (3 * self.rttvar_ps + abs(srtt - rtt_ps)) // 4
@@ -121,7 +130,7 @@ class TcpSender(PacketSink):
     """
 
     __slots__ = (
-        "eventlist", "settings", "cc", "rtt", "data_route", "mss_bytes", "rwnd_bytes",
+        "eventlist", "settings", "cc", "rtt", "data_route", "mss_bytes", "header_bytes", "rwnd_bytes",
         "snd_una", "snd_nxt", "snd_max", "stream_end",
         "in_recovery", "rto_recovery", "recover_seq", "dupacks", "sacked", "high_rxt", "recovery_retransmits",
         "lost_retransmits",
@@ -140,6 +149,7 @@ class TcpSender(PacketSink):
                                 settings.clock_granularity_ps)
         self.data_route: tuple[PacketSink, ...] = ()
         self.mss_bytes = settings.mss_bytes
+        self.header_bytes = TCP_IP_HEADER_BYTES + (TCP_TIMESTAMP_OPTION_BYTES if settings.timestamps else 0)
         self.rwnd_bytes = settings.rcv_wnd_bytes if settings.rcv_wnd_bytes else _NO_RWND_LIMIT
         self.snd_una = 0
         self.snd_nxt = 0
@@ -213,13 +223,14 @@ class TcpSender(PacketSink):
     def _transmit(self, seq: int, length: int) -> None:
         now = self.eventlist.now_ps
         is_retransmit = seq < self.snd_max
-        pkt = Packet(self.data_route, length + TCP_IP_HEADER_BYTES, length, seq, 0, now,
-                     is_retransmit, self.settings.ecn)
+        header_bytes = self.header_bytes
+        pkt = Packet(self.data_route, length + header_bytes, length, seq, 0, now, is_retransmit,
+                     self.settings.ecn)
         if self.cwr_pending:
             pkt.cwr = True
             self.cwr_pending = False
         self.packets_sent += 1
-        self.bytes_sent += length + TCP_IP_HEADER_BYTES
+        self.bytes_sent += length + header_bytes
         if is_retransmit:
             self.retransmits += 1
         else:
@@ -398,7 +409,10 @@ class TcpSender(PacketSink):
         if ack > snd_una:
             now = self.eventlist.now_ps
             rtt_sample_ps = -1
-            if not pkt.is_retransmit:  # Karn's rule: only segments sent once give samples
+            if self.settings.timestamps:  # RFC 7323 4.1: every ACK of new data, from its TSecr
+                rtt_sample_ps = now - pkt.ts_echo_ps
+                self.rtt.sample(rtt_sample_ps)
+            elif not pkt.is_retransmit:  # Karn's rule: only segments sent once give samples
                 rtt_sample_ps = now - pkt.sent_ps
                 self.rtt.sample(rtt_sample_ps)
             acked = ack - snd_una
@@ -802,6 +816,11 @@ class TcpReceiver(PacketSink):
     `out_of_order` is None when empty. The oldest message awaiting delivery is held in
     `next_message_end_seq` / `on_next_message` (None: no message), any later ones in
     `later_messages` (None when empty): a message costs no container while it is alone.
+    With `timestamps`, the TSecr of each ACK follows RFC 7323 section 4.3: `ts_recent_ps` takes the
+    TSval (the send time) of a segment at or below `last_ack_sent` (the ACK field of the last ACK
+    sent), so a delayed ACK echoes the earliest segment it covers, an ACK sent while a hole is open
+    echoes the segment that last advanced the window, and the one after a retransmission fills the
+    hole echoes that retransmission.
     """
 
     __slots__ = (
@@ -809,7 +828,7 @@ class TcpReceiver(PacketSink):
         "delack_deadline_ps", "timer_event_ps", "ce_state", "ece_latched", "echo_sent_ps",
         "echo_retransmit", "last_block", "next_message_end_seq", "on_next_message", "later_messages",
         "ce_received", "acks_sent",
-        "segments_received", "quick_acks_left", "last_data_ps",
+        "segments_received", "quick_acks_left", "last_data_ps", "ts_recent_ps", "last_ack_sent",
     )
 
     def __init__(self, eventlist: EventList, settings: TcpSettings) -> None:
@@ -834,6 +853,8 @@ class TcpReceiver(PacketSink):
         self.segments_received = 0
         self.quick_acks_left = _QUICK_ACKS  # linux_delayed_ack only
         self.last_data_ps = 0
+        self.ts_recent_ps = 0  # timestamps only: RFC 7323 TS.Recent
+        self.last_ack_sent = 0  # timestamps only: RFC 7323 Last.ACK.sent
 
     def expect_message_end(self, end_seq: int, on_delivered: Callable[[], None]) -> None:
         """Call `on_delivered` once every byte below `end_seq` has arrived in order."""
@@ -853,6 +874,9 @@ class TcpReceiver(PacketSink):
         self.echo_sent_ps = pkt.sent_ps
         self.echo_retransmit = pkt.is_retransmit
         seq = pkt.seq
+        # RFC 7323 4.3 (2), after any ACK the ECN state change sent for the earlier segments
+        if self.settings.timestamps and seq <= self.last_ack_sent and pkt.sent_ps >= self.ts_recent_ps:
+            self.ts_recent_ps = pkt.sent_ps
         end = seq + pkt.payload_bytes
         rcv_nxt = self.rcv_nxt
         if seq <= rcv_nxt < end:
@@ -961,6 +985,10 @@ class TcpReceiver(PacketSink):
                      self.echo_sent_ps, self.echo_retransmit, False)
         pkt.sack_blocks = sack_blocks
         pkt.ece = self.ce_state if self.settings.dctcp_echo else self.ece_latched
+        if self.settings.timestamps:
+            pkt.size_bytes += TCP_TIMESTAMP_OPTION_BYTES
+            pkt.ts_echo_ps = self.ts_recent_ps
+            self.last_ack_sent = self.rcv_nxt
         self.unacked_segments = 0
         self.acks_sent += 1
         pkt.route[0].receive_packet(pkt)
