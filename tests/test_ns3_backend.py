@@ -123,6 +123,24 @@ def test_ring_all_reduce_agrees_with_ns3_and_with_the_bandwidth_term():
 
 @pytest.mark.ns3
 @needs_ns3
+def test_with_timestamps_both_carry_1448_bytes_a_segment_and_agree():
+    """tcp.timestamps: ns-3's SegmentSize becomes MSS - 12 = 1448 and both add the 12-byte option
+    to 40 bytes of headers. Ring all-reduce, 4 NPUs, 4 MiB each: every NPU sends 2 (p - 1) = 6
+    chunks of n/p = 1,048,576 B, ceil(1,048,576 / 1448) = 725 segments each (724 full + 224 B), so
+    4 x 6 x 725 = 17,400 segments and 4 x 6 x (1,048,576 + 725 x 52) = 26,070,624 B on the wire;
+    the bandwidth term at the payload rate 100 Gb/s x 1448/1500 is 2 (3/4) n / B = 521.4 us."""
+    packet, ns3 = both(config("packet", tcp={"timestamps": True}))
+    assert packet["status"] == ns3["status"] == "ok"
+    assert ns3["packets_sent"] == packet["packets_sent"] == 4 * 6 * 725 == 17_400
+    assert ns3["bytes_sent"] == packet["bytes_sent"] == 4 * 6 * (1_048_576 + 725 * 52) == 26_070_624
+    bandwidth_term_s = 2 * (3 / 4) * 4_194_304 * 8 / (100e9 * 1448 / 1500)
+    assert bandwidth_term_s == pytest.approx(521.4e-6, rel=1e-3)
+    assert bandwidth_term_s < ns3["iteration_time_s"] < 1.10 * bandwidth_term_s
+    assert packet["iteration_time_s"] == pytest.approx(ns3["iteration_time_s"], rel=0.02)
+
+
+@pytest.mark.ns3
+@needs_ns3
 def test_ecmp_paths_and_all_to_all_on_a_leaf_spine_agree_with_ns3():
     leaf_spine = {"topology": "leaf_spine", "npus": 8, "hosts_per_leaf": 4, "spines": 2, "uplink_gbps": 100.0,
                   "buffer_kb": 16384.0}
