@@ -11,8 +11,11 @@ the table and the error summary against the targets (packet vs ns3: deep buffers
     python benchmarks/validate_ns3.py            # the reduced matrix (about 25 minutes on 2 busy cores)
     python benchmarks/validate_ns3.py --full     # bytes up to 64 MB, 32 NPUs, CUBIC too (hours)
     python benchmarks/validate_ns3.py --corners  # 8 cases at the full matrix's extremes (minutes)
+    python benchmarks/validate_ns3.py --timeout-bound [--timestamps]  # the 5 timeout-bound cases
 
-The reduced and full matrices write validate_ns3.{csv,md}, the corners validate_ns3_corners.{csv,md}.
+The reduced and full matrices write validate_ns3.{csv,md}, the corners validate_ns3_corners.{csv,md},
+the timeout-bound cases validate_ns3_timeout_bound.{csv,md}. `--timestamps` runs the chosen cases
+with tcp.timestamps=true on every backend and adds `_timestamps` to the file names.
 
 Needs the `ns3` extra (`pip install 'netsweep[ns3]'`) and g++. Settings both simulators share:
 100 Gb/s links with 1 us latency, MTU 1500, ACK per segment, SACK, 200 ms minimum RTO; the initial
@@ -72,8 +75,16 @@ def corners() -> list[dict]:
             case("all_to_all", 16, "leaf_spine", "shallow", "cubic")]
 
 
-def config_of(case: dict, backend: str) -> dict:
-    """The engine config of one case on one backend."""
+def timeout_bound() -> list[dict]:
+    """The shallow-buffer cases whose completion is set by retransmission timeouts: the all-to-alls
+    of 256 KiB and 4 MiB on 16 NPUs on the leaf-spine (NewReno, DCTCP) and the CUBIC corner."""
+    cases = [dict(workload="collective", op="all_to_all", bytes=size, npus=16, topology="leaf_spine", buffer="shallow",
+                  cc=cc) for size in (262_144, 4_194_304) for cc in ("newreno", "dctcp")]
+    return cases + [dict(cases[-1], cc="cubic")]
+
+
+def config_of(case: dict, backend: str, timestamps: bool = False) -> dict:
+    """The engine config of one case on one backend (with the RFC 7323 timestamp option or not)."""
     npus = case["npus"]
     network: dict = {"topology": case["topology"], "npus": npus, "link_gbps": 100.0, "link_latency_us": 1.0,
                      "buffer_kb": BUFFERS_KB[case["buffer"]]}
@@ -86,13 +97,14 @@ def config_of(case: dict, backend: str) -> dict:
     else:
         workload = {"type": "collective", "op": case["op"], "bytes": case["bytes"], "iterations": 1}
     return {"engine": {"backend": backend, "max_sim_time_s": 30.0}, "network": network,
-            "tcp": {"cc": case["cc"], "min_rto_ms": 200.0, "initial_rto_ms": 200.0}, "workload": workload}
+            "tcp": {"cc": case["cc"], "min_rto_ms": 200.0, "initial_rto_ms": 200.0, "timestamps": timestamps},
+            "workload": workload}
 
 
-def run_case(case: dict, backend: str) -> dict:
+def run_case(case: dict, backend: str, timestamps: bool = False) -> dict:
     """One case on one backend: a row of the table."""
     wall_start = time.perf_counter()
-    run_row = engine.run(config_of(case, backend))["runs"][0]
+    run_row = engine.run(config_of(case, backend, timestamps))["runs"][0]
     return {**case, "backend": backend, "status": run_row["status"], "time_s": run_row["iteration_time_s"],
             **{key: run_row.get(key) for key in ("retransmits", "timeouts", "drops", "ecn_marks")},
             "wall_s": round(time.perf_counter() - wall_start, 3)}
@@ -182,15 +194,26 @@ def main() -> int:
     choice.add_argument("--full", action="store_true", help="the full matrix (hours)")
     choice.add_argument("--corners", action="store_true",
                         help="8 cases at the full matrix's extremes, into validate_ns3_corners.{csv,md}")
+    choice.add_argument("--timeout-bound", action="store_true",
+                        help="the 5 timeout-bound shallow-buffer cases, into validate_ns3_timeout_bound.{csv,md}")
+    parser.add_argument("--timestamps", action="store_true",
+                        help="tcp.timestamps=true on every backend; file names get a _timestamps suffix")
     parser.add_argument("--limit", type=int, default=None, help="run only the first N cases (a smoke test)")
     parser.add_argument("--out", type=Path, default=HERE, help="directory for the .csv and .md files")
     args = parser.parse_args()
-    cases = (corners() if args.corners else matrix(args.full))[:args.limit]
-    stem = "validate_ns3_corners" if args.corners else "validate_ns3"
+    if args.corners:
+        cases, stem = corners(), "validate_ns3_corners"
+    elif args.timeout_bound:
+        cases, stem = timeout_bound(), "validate_ns3_timeout_bound"
+    else:
+        cases, stem = matrix(args.full), "validate_ns3"
+    cases = cases[:args.limit]
+    if args.timestamps:
+        stem += "_timestamps"
     rows = []
     for case_id, case in enumerate(cases):
         for backend in BACKENDS:
-            row = run_case(case, backend)
+            row = run_case(case, backend, args.timestamps)
             rows.append({"case": case_id, **row})
         print(f"[{case_id + 1}/{len(cases)}] {case}: " + ", ".join(
             f"{row['backend']} {row['time_s']}" for row in rows[-len(BACKENDS):]), file=sys.stderr, flush=True)
