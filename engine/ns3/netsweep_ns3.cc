@@ -406,7 +406,7 @@ class FlooredDctcp : public IdleRestart<TcpDctcp>
 };
 
 // --- a debug trace of one connection (NETSWEEP_NS3_TRACE=src,dst), on stderr ------------------
-// ack <t_ps> <ack> <ece>; cwnd <t_ps> <bytes>; alpha <t_ps> <acked> <marked> <alpha>
+// ack <t_ps> <ack> <ece>; cwnd <t_ps> <bytes>; alpha <t_ps> <marked bytes> <acked bytes> <alpha>
 
 bool
 IsTraced(const Connection* c)
@@ -435,10 +435,10 @@ TraceCwnd(uint32_t, uint32_t now)
 }
 
 void
-TraceAlpha(uint32_t acked, uint32_t marked, double alpha)
+TraceAlpha(uint32_t marked, uint32_t acked, double alpha)
 {
-    std::fprintf(stderr, "alpha %lld %u %u %.6f\n", (long long)Simulator::Now().GetPicoSeconds(), acked,
-                 marked, alpha);
+    std::fprintf(stderr, "alpha %lld %u %u %.6f\n", (long long)Simulator::Now().GetPicoSeconds(), marked,
+                 acked, alpha);
 }
 
 std::string g_cc = "newreno";
