@@ -393,6 +393,19 @@ def test_dctcp_reaction_scales_with_alpha():
     assert cc.cwnd_bytes == pytest.approx(96.875 * DMSS)
 
 
+def test_dctcp_reaction_never_leaves_less_than_two_segments():
+    # Linux's dctcp_ssthresh: max(cwnd - cwnd alpha / 2, 2) segments. alpha = 1 on 3 segments gives
+    # 1.5, floored to 2; on 5 segments 2.5 (above the floor, kept).
+    cc = Dctcp(DMSS, 10)
+    cc.cwnd_bytes = 3 * DMSS
+    cc.on_ecn_echo(3 * DMSS, 0)
+    assert cc.cwnd_bytes == 2 * DMSS
+    assert cc.ssthresh_bytes == 2 * DMSS
+    cc.cwnd_bytes = 5 * DMSS
+    cc.on_ecn_echo(5 * DMSS, 0)
+    assert cc.cwnd_bytes == pytest.approx(2.5 * DMSS)
+
+
 def test_dctcp_loss_behaves_like_reno():
     # RFC 8257 3.5: on loss DCTCP behaves like standard TCP: ssthresh = max(flight / 2, 2 MSS)
     cc = Dctcp(DMSS, 10)

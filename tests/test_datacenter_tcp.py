@@ -6,7 +6,12 @@ from __future__ import annotations
 import math
 import statistics
 
+import pytest
+
 import engine
+from engine.eventlist import EventList
+from engine.network import Packet, PacketSink
+from engine.transport import Dctcp, TcpSender, TcpSettings
 from engine.units import PS_PER_S, PS_PER_US
 
 WIRE = 1500
@@ -92,3 +97,47 @@ def test_incast_collapses_with_200ms_min_rto_but_not_with_1ms():
     # with RTO_min ~ RTT the same losses cost about a millisecond: no collapse
     assert fast_goodput > 0.3 * 10e9
     assert fast_goodput > 50 * slow_goodput
+
+
+class _Wire(PacketSink):
+    """The sender's first hop: keeps what it is given (a PacketSink, as the compiled sender requires)."""
+
+    def __init__(self) -> None:
+        self.packets: list[Packet] = []
+
+    def receive_packet(self, pkt: Packet) -> None:
+        self.packets.append(pkt)
+
+
+def _ack(ack_bytes: int, ece: bool) -> Packet:
+    pkt = Packet((), 40, 0, 0, ack_bytes, 0, False, False)
+    pkt.ece = ece
+    return pkt
+
+
+def test_dctcp_window_does_not_grow_until_the_reduced_window_is_acknowledged():
+    """RFC 3168 6.1.2 / RFC 8257 3.3: one reduction per window of data; Linux (tcp_enter_cwr, CWR
+    state) and ns-3 (CA_CWR) do not grow cwnd while that window is outstanding, the ACK that
+    started the reduction included.
+
+    10 segments sent (IW 10, MSS 1000). ACK 1 carries ECE: alpha = 1 (its first window ends with
+    it and F = 1), cwnd = 10 (1 - 1/2) = 5 segments = ssthresh, and the reduction covers
+    SND.MAX = 10 segments. ACKs 2..9 (unmarked) each free a segment but leave cwnd at 5 (in slow
+    start before the reduction, each would have added one). ACK 10 (SND.UNA = 10 segments) ends the
+    window: congestion avoidance adds MSS^2 / cwnd = 1000 / 5 = 200 bytes -> 5,200.
+    """
+    mss = 1000
+    wire = _Wire()
+    sender = TcpSender(EventList(), TcpSettings(mss_bytes=mss, ecn=True, dctcp_echo=True), Dctcp(mss, 10))
+    sender.data_route = (wire,)
+    sender.write(30 * mss)
+    assert len(wire.packets) == 10
+    sender.receive_packet(_ack(1 * mss, True))
+    assert sender.cc.cwnd_bytes == 5 * mss
+    for j in range(2, 10):
+        sender.receive_packet(_ack(j * mss, False))
+        assert sender.cc.cwnd_bytes == 5 * mss
+    sender.receive_packet(_ack(10 * mss, False))
+    assert sender.cc.cwnd_bytes == pytest.approx(5200)
+    # the window allows snd_una + cwnd: 10,000 + 5,200 -> segments up to 15,000 sent
+    assert sender.snd_nxt == 15 * mss

@@ -3,12 +3,14 @@ limit that turns a run needing more into an error row instead of a process the m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 import engine
-from engine.memory import BASE_BYTES, estimate_messages, estimate_run_bytes, messages_per_collective
+from engine.memory import (BASE_BYTES, NS3_BYTES_PER_CONNECTION, NS3_HELPER_BYTES, estimate_messages,
+                           estimate_run_bytes, messages_per_collective)
 from sweep.runner import OUT_OF_MEMORY, execute, memory_limit
 from sweep_support import compose_config
 
@@ -51,6 +53,18 @@ def test_the_estimate_grows_with_what_the_run_holds() -> None:
     # beyond the base, ~ p^2 messages
     assert math.isclose((estimate("analytical", 256) - BASE_BYTES) / (estimate("analytical", 128) - BASE_BYTES), 4,
                         rel_tol=0.3)
+
+
+def test_the_ns3_estimate_counts_its_helper_and_every_pairs_connection() -> None:
+    # the ns3 backend's network is a helper process that opens a TCP connection per ordered pair of
+    # NPUs before time 0 (128 NPUs: 128 x 127 = 16,256), on top of what the engine's side holds,
+    # which is the analytical backend's (the same system layer and message log, no connections)
+    # (the config is validated as analytical, then switched: validating ns3 needs the wheel)
+    analytical = engine.load_config({"engine": {"backend": "analytical"}, "network": {"npus": 128},
+                                     "workload": {"type": "astra", "path": DLRM_FILE}})
+    ns3 = dataclasses.replace(analytical, engine=dataclasses.replace(analytical.engine, backend="ns3"))
+    assert estimate_run_bytes(ns3) - estimate_run_bytes(analytical) == \
+        NS3_HELPER_BYTES + 16_256 * NS3_BYTES_PER_CONNECTION
 
 
 def test_a_run_beyond_its_limit_is_an_error_row_and_the_process_carries_on(tmp_path) -> None:

@@ -201,7 +201,7 @@ def test_loss_free_dctcp_never_waits_for_a_retransmission_timeout():
     # ns-3's TcpDctcp cuts cwnd to (1 - alpha / 2) cwnd with no floor: with every window marked
     # (alpha near 1) it halves each round trip to below one segment, and once all it sent is
     # acknowledged its silly-window check sends nothing until the 200 ms RTO. The helper floors the
-    # window at one segment (RFC 3168 section 6.1.2; the engine's DCTCP). Without that floor this
+    # window at two segments (Linux's dctcp_ssthresh; the engine's DCTCP). Without a floor this
     # case took 200.2 ms in ns-3, with 2 timeouts and no drop or retransmission.
     dumbbell = {"topology": "dumbbell", "npus": 8, "bottleneck_gbps": 100.0, "bottleneck_latency_us": 1.0,
                 "ecn_threshold_kb": 20.0}
@@ -217,3 +217,25 @@ def test_loss_free_dctcp_never_waits_for_a_retransmission_timeout():
     bottleneck_bound_s = 4 * 4 * (1_048_576 // 8) * 8 / PAYLOAD_RATE_BPS
     assert bottleneck_bound_s == pytest.approx(172.4e-6, rel=1e-3)
     assert bottleneck_bound_s < ns3["iteration_time_s"] < 1.5 * bottleneck_bound_s
+
+
+@pytest.mark.ns3
+@needs_ns3
+def test_ns3_dctcp_window_stays_at_two_segments_or_more_as_linux(monkeypatch, capfd):
+    # Linux's dctcp_ssthresh keeps max(cwnd (1 - alpha / 2), 2) segments. In this all-to-all the
+    # spine ports stay above the marking threshold (32 senders of a leaf on two uplinks), alpha stays
+    # near 1 and each marked window halves cwnd: the floor is reached. The helper's debug trace
+    # (NETSWEEP_NS3_TRACE=src,dst, on stderr) gives the window of connection 1 -> 31 after each change.
+    monkeypatch.setenv("NETSWEEP_NS3_TRACE", "1,31")
+    leaf_spine = {"topology": "leaf_spine", "npus": 32, "hosts_per_leaf": 16, "spines": 2, "uplink_gbps": 100.0,
+                  "buffer_kb": 16384.0, "ecn_threshold_kb": 20.0}
+    packet, ns3 = both(config("packet", network=leaf_spine, tcp={"cc": "dctcp"},
+                              workload={"op": "all_to_all", "bytes": 1_048_576}))
+    windows = [int(words[2]) for line in capfd.readouterr().err.splitlines()
+               for words in (line.split(),) if words and words[0] == "cwnd"]
+    assert windows and windows[0] == 10 * MSS_BYTES  # the initial window, then the marked windows' cuts
+    assert min(windows) == 2 * MSS_BYTES
+    assert ns3["timeouts"] == ns3["drops"] == 0 and ns3["ecn_marks"] > 0
+    # with the same floor and the same once-per-window reduction (no growth until the reduced window
+    # is acknowledged, Linux's CWR), both simulators give the same completion
+    assert packet["iteration_time_s"] == pytest.approx(ns3["iteration_time_s"], rel=0.02)

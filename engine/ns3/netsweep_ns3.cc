@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <iostream>
 #include <limits>
@@ -382,19 +383,21 @@ class IdleRestart : public Base
     }
 };
 
-// DCTCP with its window floored at one segment, as the engine's (and RFC 3168 section 6.1.2:
-// "bounded below by a value of one MSS"; Linux's dctcp_ssthresh floors at two segments).
+// DCTCP with its window floored at two segments, as Linux's dctcp_ssthresh and the engine's.
 // ns-3's TcpDctcp::GetSsThresh returns (1 - alpha / 2) cwnd with no floor, so a flow whose
 // windows keep being marked (alpha near 1) halves its window each round trip below one segment;
 // once everything it sent is acknowledged, TcpSocketBase::SendPendingData's silly-window check
 // (less than a segment of window, more than that waiting) sends nothing, and only the
-// retransmission timer (200 ms, a timeout without a retransmission) gets it going again.
+// retransmission timer (200 ms, a timeout without a retransmission) gets it going again. A floor
+// of one segment (RFC 3168 section 6.1.2's bound) ends the stall but, with many flows behind one
+// marking port, leaves each at one segment where Linux keeps two (half the throughput per flow
+// when the port's queue never drops below the threshold).
 class FlooredDctcp : public IdleRestart<TcpDctcp>
 {
   public:
     uint32_t GetSsThresh(Ptr<const TcpSocketState> tcb, uint32_t bytesInFlight) override
     {
-        return std::max(IdleRestart<TcpDctcp>::GetSsThresh(tcb, bytesInFlight), tcb->m_segmentSize);
+        return std::max(IdleRestart<TcpDctcp>::GetSsThresh(tcb, bytesInFlight), 2 * tcb->m_segmentSize);
     }
 
     Ptr<TcpCongestionOps> Fork() override
@@ -402,6 +405,42 @@ class FlooredDctcp : public IdleRestart<TcpDctcp>
         return CopyObject<FlooredDctcp>(this);
     }
 };
+
+// --- a debug trace of one connection (NETSWEEP_NS3_TRACE=src,dst), on stderr ------------------
+// ack <t_ps> <ack> <ece>; cwnd <t_ps> <bytes>; alpha <t_ps> <marked bytes> <acked bytes> <alpha>
+
+bool
+IsTraced(const Connection* c)
+{
+    static const char* pair = std::getenv("NETSWEEP_NS3_TRACE");
+    if (!pair)
+    {
+        return false;
+    }
+    unsigned src = 0;
+    unsigned dst = 0;
+    return std::sscanf(pair, "%u,%u", &src, &dst) == 2 && c->src == src && c->dst == dst;
+}
+
+void
+TraceAck(Connection* c, Ptr<const Packet>, const TcpHeader& header, Ptr<const TcpSocketBase>)
+{
+    std::fprintf(stderr, "ack %lld %u %d\n", (long long)Simulator::Now().GetPicoSeconds(),
+                 header.GetAckNumber().GetValue(), (header.GetFlags() & TcpHeader::ECE) ? 1 : 0);
+}
+
+void
+TraceCwnd(uint32_t, uint32_t now)
+{
+    std::fprintf(stderr, "cwnd %lld %u\n", (long long)Simulator::Now().GetPicoSeconds(), now);
+}
+
+void
+TraceAlpha(uint32_t marked, uint32_t acked, double alpha)
+{
+    std::fprintf(stderr, "alpha %lld %u %u %.6f\n", (long long)Simulator::Now().GetPicoSeconds(), marked,
+                 acked, alpha);
+}
 
 std::string g_cc = "newreno";
 
@@ -422,6 +461,10 @@ MakeCongestionControl(Connection* connection)
     }
     Ptr<FlooredDctcp> cc = CreateObject<FlooredDctcp>();
     cc->m_connection = connection;
+    if (IsTraced(connection))
+    {
+        cc->TraceConnectWithoutContext("CongestionEstimate", MakeCallback(&TraceAlpha));
+    }
     return cc;
 }
 
@@ -823,6 +866,11 @@ main()
                     c->client->TraceConnectWithoutContext("Retransmission",
                                                           MakeBoundCallback(&Retransmitted, c));
                     c->client->TraceConnectWithoutContext("RTO", MakeBoundCallback(&RtoChanged, c));
+                    if (IsTraced(c))
+                    {
+                        c->client->TraceConnectWithoutContext("Rx", MakeBoundCallback(&TraceAck, c));
+                        c->client->TraceConnectWithoutContext("CongestionWindow", MakeCallback(&TraceCwnd));
+                    }
                     // from an event: the nodes' traffic-control layers start at their first event
                     Simulator::ScheduleWithContext(src, Time(0), &ConnectClient, c);
                     ++expected;

@@ -172,7 +172,9 @@ class Cubic(CongestionControl):
 
 class Dctcp(CongestionControl):
     """DCTCP (RFC 8257): alpha = (1 - g) alpha + g F once per window of data (F = fraction of acked
-    bytes that carried ECE); on ECE, once per window, cwnd = cwnd (1 - alpha / 2). Losses as Reno."""
+    bytes that carried ECE); on ECE, once per window, cwnd = cwnd (1 - alpha / 2), never below two
+    segments (Linux's `dctcp_ssthresh`; a one-segment window halves a flow's share of a link whose
+    queue stays above the marking threshold). Losses as Reno."""
 
     name = "dctcp"
     wants_ecn_feedback = True
@@ -200,7 +202,7 @@ class Dctcp(CongestionControl):
             self.bytes_marked = 0
 
     def on_ecn_echo(self, flight_bytes: int, now_ps: int) -> None:
-        self.cwnd_bytes = max(self.cwnd_bytes * (1.0 - self.alpha / 2.0), float(self.mss_bytes))
+        self.cwnd_bytes = max(self.cwnd_bytes * (1.0 - self.alpha / 2.0), 2.0 * self.mss_bytes)
         self.ssthresh_bytes = self.cwnd_bytes
 
 

@@ -134,7 +134,7 @@ class TcpSender(PacketSink):
         "snd_una", "snd_nxt", "snd_max", "stream_end",
         "in_recovery", "rto_recovery", "recover_seq", "dupacks", "sacked", "high_rxt", "recovery_retransmits",
         "lost_retransmits",
-        "ecn_recover_seq", "cwr_pending",
+        "ecn_recover_seq", "cwr_pending", "cwr_end_seq",
         "rto_deadline_ps", "timer_event_ps", "last_send_ps",
         "rack", "prr", "hystart",
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "fast_retransmits", "ece_received",
@@ -165,6 +165,7 @@ class TcpSender(PacketSink):
         self.lost_retransmits: list[tuple[int, int]] | None = None  # retransmissions known lost, to resend
         self.ecn_recover_seq = 0
         self.cwr_pending = False
+        self.cwr_end_seq = 0  # SND.MAX at the last ECN reduction: no growth until it is acknowledged
         self.rto_deadline_ps = 0  # 0: timer not armed
         self.timer_event_ps = _NO_EVENT
         self.last_send_ps = -1
@@ -471,7 +472,11 @@ class TcpSender(PacketSink):
 
     def _grow_cwnd(self, acked_bytes: int, now_ps: int, rtt_sample_ps: int) -> None:
         """New data acknowledged outside fast recovery: HyStart++ during the initial slow start
-        (while ssthresh is still unset) if it is on, else the congestion control's own rule."""
+        (while ssthresh is still unset) if it is on, else the congestion control's own rule. No
+        growth while the window of an ECN reduction is outstanding, the ACK that started it included
+        (Linux's CWR state, as ns-3's; RFC 3168 6.1.2 reduces once per window of data)."""
+        if self.snd_una < self.cwr_end_seq:
+            return
         cc = self.cc
         hystart = self.hystart
         if hystart is not None and cc.ssthresh_bytes == UNSET_SSTHRESH:
@@ -530,6 +535,7 @@ class TcpSender(PacketSink):
         self.in_recovery = True
         self.recover_seq = self.snd_max
         self.ecn_recover_seq = self.snd_max  # the loss response covers this window's ECN too
+        self.cwr_end_seq = 0  # fast recovery supersedes an ECN reduction (Linux: CWR -> Recovery)
         if self.prr is not None:
             self.prr.start(self.snd_max - snd_una)
             self._prr_update(delivered_bytes)
@@ -683,6 +689,7 @@ class TcpSender(PacketSink):
         if self.snd_una >= self.ecn_recover_seq and not self.in_recovery:
             self.cc.on_ecn_echo(self._pipe_bytes(), now_ps)
             self.ecn_recover_seq = self.snd_max
+            self.cwr_end_seq = self.snd_max
             self.cwr_pending = True
 
     def _merge_sack(self, blocks: tuple) -> None:
@@ -766,6 +773,7 @@ class TcpSender(PacketSink):
         self.timeouts += 1
         self.cc.on_timeout(self._pipe_bytes(), now_ps)
         self.rtt.back_off()
+        self.cwr_end_seq = 0  # the timeout's slow start supersedes an ECN reduction (Linux: -> Loss)
         rack = self.rack
         if rack is not None:
             # RFC 8985 6.3: mark what the timeout shows lost and retransmit it in sequence order,
