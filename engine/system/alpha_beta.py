@@ -88,7 +88,7 @@ class RouteCosts:
         return link
 
     def wire_bytes(self, payload_bytes: int) -> int:
-        """Payload plus one IPv4+TCP header per MSS-sized segment."""
+        """Payload plus one header (IPv4 + TCP and its options) per MSS-sized segment."""
         return wire_bytes(payload_bytes, self.mss_bytes, self.header_bytes)
 
     def latency_ps(self, route_class: int, size_bytes: int) -> int:
