@@ -383,6 +383,27 @@ class IdleRestart : public Base
     }
 };
 
+// CUBIC growing its window on every ACK of new data, as the engine's CUBIC and NewReno and ns-3's
+// NewReno do. ns-3's TcpCubic::IncreaseWindow alone returns without growth unless the last segment
+// sent filled cwnd (TcpSocketBase::SendDataPacket's m_isCwndLimited): the ACKs of a message's last
+// window, sent with nothing more to send, grow nothing, so each step of a collective starts the next
+// message from a smaller window than NewReno's. Linux's tcp_is_cwnd_limited grows in slow start
+// while cwnd < 2 x the most segments in flight in the last window, which those ACKs all meet.
+class GrowingCubic : public IdleRestart<TcpCubic>
+{
+  public:
+    void IncreaseWindow(Ptr<TcpSocketState> tcb, uint32_t segmentsAcked) override
+    {
+        tcb->m_isCwndLimited = true;
+        IdleRestart<TcpCubic>::IncreaseWindow(tcb, segmentsAcked);
+    }
+
+    Ptr<TcpCongestionOps> Fork() override
+    {
+        return CopyObject<GrowingCubic>(this);
+    }
+};
+
 // DCTCP with its window floored at two segments, as Linux's dctcp_ssthresh and the engine's.
 // ns-3's TcpDctcp::GetSsThresh returns (1 - alpha / 2) cwnd with no floor, so a flow whose
 // windows keep being marked (alpha near 1) halves its window each round trip below one segment;
@@ -455,7 +476,7 @@ MakeCongestionControl(Connection* connection)
     }
     if (g_cc == "cubic")
     {
-        Ptr<IdleRestart<TcpCubic>> cc = CreateObject<IdleRestart<TcpCubic>>();
+        Ptr<GrowingCubic> cc = CreateObject<GrowingCubic>();
         cc->m_connection = connection;
         return cc;
     }
