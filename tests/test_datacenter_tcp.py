@@ -115,18 +115,9 @@ def _ack(ack_bytes: int, ece: bool) -> Packet:
     return pkt
 
 
-def test_dctcp_window_does_not_grow_until_the_reduced_window_is_acknowledged():
-    """RFC 3168 6.1.2 / RFC 8257 3.3: one reduction per window of data; Linux (tcp_enter_cwr, CWR
-    state) and ns-3 (CA_CWR) do not grow cwnd while that window is outstanding, the ACK that
-    started the reduction included.
-
-    10 segments sent (IW 10, MSS 1000). ACK 1 carries ECE: alpha = 1 (its first window ends with
-    it and F = 1), cwnd = 10 (1 - 1/2) = 5 segments = ssthresh, and the reduction covers
-    SND.MAX = 10 segments. ACKs 2..9 (unmarked) each free a segment but leave cwnd at 5 (in slow
-    start before the reduction, each would have added one). ACK 10 (SND.UNA = 10 segments) ends the
-    window: congestion avoidance adds MSS^2 / cwnd = 1000 / 5 = 200 bytes -> 5,200.
-    """
-    mss = 1000
+def _dctcp_sender_after_a_marked_first_ack(mss: int) -> TcpSender:
+    """IW 10 segments sent, then ACK 1 with ECE: alpha = 1 (its first window ends with it, F = 1),
+    cwnd = ssthresh = 10 (1 - 1/2) = 5 segments, the reduction covering SND.MAX = 10 segments."""
     wire = _Wire()
     sender = TcpSender(EventList(), TcpSettings(mss_bytes=mss, ecn=True, dctcp_echo=True), Dctcp(mss, 10))
     sender.data_route = (wire,)
@@ -134,10 +125,49 @@ def test_dctcp_window_does_not_grow_until_the_reduced_window_is_acknowledged():
     assert len(wire.packets) == 10
     sender.receive_packet(_ack(1 * mss, True))
     assert sender.cc.cwnd_bytes == 5 * mss
-    for j in range(2, 10):
+    return sender
+
+
+def test_dctcp_window_does_not_grow_until_the_reduced_window_is_acknowledged():
+    """RFC 3168 6.1.2 / RFC 8257 3.3: one reduction per window of data; Linux (tcp_enter_cwr, CWR
+    state) and ns-3 (CA_CWR) do not grow cwnd while that window is outstanding, the ACK that
+    started the reduction included, and both end CWR only when something above its SND.MAX is
+    acknowledged (Linux's tcp_fastretrans_alert: SND.UNA != high_seq; ns-3: ackNumber > m_recover).
+
+    After the marked ACK 1 (cwnd 5 segments, reduction over SND.MAX = 10 segments), ACKs 2..10
+    (unmarked) each free a segment but leave cwnd at 5 (in slow start before the reduction, each
+    would have added one), ACK 10 (SND.UNA = SND.MAX of the reduction) included. ACK 11 ends CWR:
+    congestion avoidance adds MSS^2 / cwnd = 1000 / 5 = 200 bytes -> 5,200.
+    """
+    mss = 1000
+    sender = _dctcp_sender_after_a_marked_first_ack(mss)
+    for j in range(2, 11):
         sender.receive_packet(_ack(j * mss, False))
         assert sender.cc.cwnd_bytes == 5 * mss
-    sender.receive_packet(_ack(10 * mss, False))
-    assert sender.cc.cwnd_bytes == pytest.approx(5200)
-    # the window allows snd_una + cwnd: 10,000 + 5,200 -> segments up to 15,000 sent
+    # the window allows snd_una + cwnd: 10,000 + 5,000 -> segments up to 15,000 sent
     assert sender.snd_nxt == 15 * mss
+    sender.receive_packet(_ack(11 * mss, False))
+    assert sender.cc.cwnd_bytes == pytest.approx(5200)
+    assert sender.snd_nxt == 16 * mss  # 11,000 + 5,200: one more full segment
+
+
+def test_dctcp_next_reduction_waits_for_an_ack_above_the_reduced_window():
+    """Linux's CWR state (and ns-3's CA_CWR) ends only when SND.UNA passes SND.MAX of the
+    reduction, and only then may ECE cut the window again (RFC 3168 6.1.2: once per window).
+
+    After the marked ACK 1 (cwnd 5,000, reduction over SND.MAX = 10,000; alpha's next window ends
+    at SND.NXT = 10,000): ACKs 2..9 unmarked; ACK 10 (SND.UNA = 10,000) carries ECE but is still
+    in CWR: no cut, cwnd 5,000. ACK 11 carries ECE, CWR is over: alpha's window ends first
+    (SND.UNA = 11,000 > 10,000): 10,000 bytes acknowledged since ACK 1, 2,000 of them marked (ACKs
+    10, 11), F = 0.2, alpha = (1 - 1/16) 1 + 0.2 / 16 = 0.95; then cwnd = 5,000 (1 - 0.95 / 2) =
+    2,625.
+    """
+    mss = 1000
+    sender = _dctcp_sender_after_a_marked_first_ack(mss)
+    for j in range(2, 10):
+        sender.receive_packet(_ack(j * mss, False))
+    sender.receive_packet(_ack(10 * mss, True))
+    assert sender.cc.cwnd_bytes == 5 * mss
+    sender.receive_packet(_ack(11 * mss, True))
+    assert sender.cc.alpha == pytest.approx(0.95)
+    assert sender.cc.cwnd_bytes == pytest.approx(2625)

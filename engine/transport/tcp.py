@@ -165,7 +165,7 @@ class TcpSender(PacketSink):
         self.lost_retransmits: list[tuple[int, int]] | None = None  # retransmissions known lost, to resend
         self.ecn_recover_seq = 0
         self.cwr_pending = False
-        self.cwr_end_seq = 0  # SND.MAX at the last ECN reduction: no growth until it is acknowledged
+        self.cwr_end_seq = 0  # SND.MAX at the last ECN reduction: no growth until an ACK passes it
         self.rto_deadline_ps = 0  # 0: timer not armed
         self.timer_event_ps = _NO_EVENT
         self.last_send_ps = -1
@@ -474,8 +474,9 @@ class TcpSender(PacketSink):
         """New data acknowledged outside fast recovery: HyStart++ during the initial slow start
         (while ssthresh is still unset) if it is on, else the congestion control's own rule. No
         growth while the window of an ECN reduction is outstanding, the ACK that started it included
-        (Linux's CWR state, as ns-3's; RFC 3168 6.1.2 reduces once per window of data)."""
-        if self.snd_una < self.cwr_end_seq:
+        (Linux's CWR state, as ns-3's; RFC 3168 6.1.2 reduces once per window of data), the ACK of
+        exactly that window too: CWR ends above it."""
+        if self.snd_una <= self.cwr_end_seq:
             return
         cc = self.cc
         hystart = self.hystart
@@ -685,8 +686,12 @@ class TcpSender(PacketSink):
             self.send_more()
 
     def _react_to_ece(self, now_ps: int) -> None:
-        """ECE: reduce once per window of data (RFC 3168), and tell the receiver with CWR."""
-        if self.snd_una >= self.ecn_recover_seq and not self.in_recovery:
+        """ECE: reduce once per window of data (RFC 3168), and tell the receiver with CWR. After an
+        ECN reduction the next one waits until something above its SND.MAX is acknowledged, as
+        Linux's CWR state ends (tcp_fastretrans_alert: held until the CWR flag has surely reached
+        the receiver) and ns-3's (ackNumber > m_recover)."""
+        snd_una = self.snd_una
+        if snd_una >= self.ecn_recover_seq and snd_una != self.cwr_end_seq and not self.in_recovery:
             self.cc.on_ecn_echo(self._pipe_bytes(), now_ps)
             self.ecn_recover_seq = self.snd_max
             self.cwr_end_seq = self.snd_max
