@@ -9,13 +9,15 @@ validation targets of issue 13 (deep buffers: packet within 2 % of ns-3).
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 import engine
 from engine.config import ConfigError, load_config
 from engine.eventlist import EventList
 from engine.ns3 import build
-from engine.ns3.transport import network_graph
+from engine.ns3.transport import Ns3Error, Ns3Transport, network_graph
 from engine.topology import build_topology
 
 NS3_MISSING = build.unavailable_reason()
@@ -239,3 +241,17 @@ def test_ns3_dctcp_window_stays_at_two_segments_or_more_as_linux(monkeypatch, ca
     # with the same floor and the same once-per-window reduction (no growth until the reduced window
     # is acknowledged, Linux's CWR), both simulators give the same completion
     assert packet["iteration_time_s"] == pytest.approx(ns3["iteration_time_s"], rel=0.02)
+
+
+@pytest.mark.ns3
+@needs_ns3
+def test_a_helper_that_dies_is_an_error_naming_its_exit_status():
+    # ns-3 aborts on its own assertions (NS_ASSERT, NS_FATAL): the run must stop with an error that
+    # says the helper ended, not hang or report a silent pipe. SIGKILL stands in for the abort.
+    cfg = load_config(config("ns3"))
+    eventlist = EventList()
+    transport = Ns3Transport(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
+    transport._process.send_signal(signal.SIGKILL)
+    transport.send(0, 1, 1_000_000, lambda: None)
+    with pytest.raises(Ns3Error, match=f"exit status {-signal.SIGKILL}"):
+        transport.run(10**12)

@@ -183,6 +183,10 @@ class Ns3Transport:
             pass  # the helper has ended: its last line (or its silence) says why
         self._commands = []
         words = stdout.readline().split()
+        if not words and self._process.wait() != 0:
+            # it died (an NS_ASSERT or NS_FATAL of ns-3 aborts it): its own message is on stderr
+            raise Ns3Error(f"the ns-3 helper ended with exit status {self._process.returncode} before answering "
+                           f"{command!r} (ns-3's message, if any, is on stderr above)")
         if not words or words[0] not in expected:
             self.close()
             raise Ns3Error(f"the ns-3 helper answered {' '.join(words) or 'nothing'!r} to {command!r}")
