@@ -1,11 +1,11 @@
-"""Chakra execution traces: read with mlc-chakra's schema, replayed rank by rank; the round trip from
-ASTRA-sim 1.0 text through Chakra's own converter; errors naming the file and the node.
-
-Needs the optional extra (pip install 'netsweep[chakra]'); skipped without it.
+"""Chakra execution traces: read with netsweep's own description of Chakra's schema, replayed rank by
+rank; the round trip from ASTRA-sim 1.0 text through Chakra's own converter (its output is kept in
+tests/chakra_traces/, written by the script there); errors naming the file and the node.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -13,16 +13,14 @@ from pathlib import Path
 
 import pytest
 
-et_def = pytest.importorskip("chakra.schema.protobuf.et_def_pb2",
-                             reason="Chakra traces are read with mlc-chakra: pip install 'netsweep[chakra]'")
-from chakra.src.converter.text_converter import TextConverter  # noqa: E402  (Chakra's own converter)
-from chakra.src.third_party.utils.protolib import encodeMessage  # noqa: E402
-
-import engine  # noqa: E402
-from engine.workload.chakra import _messages  # noqa: E402  (the file's length-delimited messages)
-from engine.workload.layers import workload_file  # noqa: E402
+import engine
+from engine.workload.chakra import _messages, trace_files  # _messages: the file's length-delimited messages
+from engine.workload.chakra_schema import COLLECTIVE_COMM_TYPES, NODE_TYPES, AttributeProto, GlobalMetadata, Node
 
 ASTRA = "bundled:astra-sim-1.0/"
+CONVERTED = Path(__file__).parent / "chakra_traces"  # Chakra's converter's output (tests/chakra_traces/convert.py)
+NODE_TYPE = {name: number for number, name in NODE_TYPES.items()}
+COMM_TYPE = {name: number for number, name in COLLECTIVE_COMM_TYPES.items()}
 NETWORK = {"topology": "switch", "link_gbps": 100, "link_latency_us": 1}
 
 
@@ -32,32 +30,47 @@ def run(workload: dict, npus: int = 4, backend: str = "analytical", **network) -
 
 
 def node(node_id: int, kind: str, name: str = "", deps: tuple[int, ...] = (), duration: int = 0,
-         **attributes) -> et_def.Node:
-    built = et_def.Node(id=node_id, name=name or f"n{node_id}", type=et_def.NodeType.Value(kind),
-                        duration_micros=duration, data_deps=list(deps))
+         **attributes) -> Node:
+    built = Node(id=node_id, name=name or f"n{node_id}", type=NODE_TYPE[kind], duration_micros=duration,
+                 data_deps=list(deps))
     for key, value in attributes.items():
         if isinstance(value, bool) or (isinstance(value, list) and value and isinstance(value[0], bool)):
-            built.attr.append(et_def.AttributeProto(name=key, bool_list=et_def.BoolList(values=value)))
+            built.attr.append(AttributeProto(name=key, bool_list={"values": value}))
         elif isinstance(value, str):
-            built.attr.append(et_def.AttributeProto(name=key, string_val=value))
+            built.attr.append(AttributeProto(name=key, string_val=value))
         else:
-            built.attr.append(et_def.AttributeProto(name=key, int64_val=value))
+            built.attr.append(AttributeProto(name=key, int64_val=value))
     return built
 
 
-def write_trace(folder: Path, per_rank: list[list[et_def.Node]], prefix: str = "trace") -> str:
+def varint(value: int) -> bytes:
+    """Base-128 varint: 7 bits a byte, least significant first, the high bit set on all but the last."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode(file, message) -> None:
+    """Append one length-delimited message, as Chakra's tools write them: its length, then its bytes."""
+    data = message.SerializeToString()
+    file.write(varint(len(data)) + data)
+
+
+def write_trace(folder: Path, per_rank: list[list[Node]], prefix: str = "trace") -> str:
     folder.mkdir(parents=True, exist_ok=True)
     for rank, nodes in enumerate(per_rank):
         with open(folder / f"{prefix}.{rank}.et", "wb") as file:
-            encodeMessage(file, et_def.GlobalMetadata(version="0.0.4"))
+            encode(file, GlobalMetadata(version="0.0.4"))
             for item in nodes:
-                encodeMessage(file, item)
+                encode(file, item)
     return str(folder / prefix)
 
 
-def coll(node_id: int, op: str, size: int, deps: tuple[int, ...] = (), **attributes) -> et_def.Node:
-    return node(node_id, "COMM_COLL_NODE", deps=deps, comm_type=et_def.CollectiveCommType.Value(op),
-                comm_size=size, **attributes)
+def coll(node_id: int, op: str, size: int, deps: tuple[int, ...] = (), **attributes) -> Node:
+    return node(node_id, "COMM_COLL_NODE", deps=deps, comm_type=COMM_TYPE[op], comm_size=size, **attributes)
 
 
 # -- reading and replaying ---------------------------------------------------------------------
@@ -162,21 +175,10 @@ def test_iterations_replay_the_trace(tmp_path):
 
 # -- round trip: ASTRA-sim 1.0 text -> chakra_converter Text -> trace ----------------------------------
 
-TINY = {  # a tiny file of each type the converter takes; compute in cycles
-    "DATA": "DATA\n2\nl0 -1 500 NONE 0 400 NONE 0 300 ALLREDUCE 262144 0\n"
-            "l1 -1 700 NONE 0 600 NONE 0 200 ALLREDUCE 131072 0\n",
-    "MODEL": "MODEL\n2\nl0 -1 500 ALLREDUCE 65536 400 ALLREDUCE 32768 300 NONE 0 0\n"
-             "l1 -1 700 ALLGATHER 131072 600 REDUCESCATTER 65536 200 NONE 0 0\n",
-    "HYBRID_DATA_MODEL": "HYBRID_DATA_MODEL\n2\nl0 -1 500 ALLREDUCE 65536 400 ALLREDUCE 32768 300 ALLREDUCE 16384 0\n"
-                         "l1 -1 700 ALLGATHER 131072 600 ALLREDUCE 65536 200 ALLREDUCE 262144 0\n",
-    "HYBRID_MODEL_DATA": "HYBRID_MODEL_DATA\n2\nl0 -1 500 ALLREDUCE 65536 400 ALLREDUCE 32768 300 ALLREDUCE 16384 0\n"
-                         "l1 -1 700 ALLGATHER 131072 600 ALLREDUCE 65536 200 ALLREDUCE 262144 0\n",
-    # the bottom MLP hides both all-to-alls (see test_round_trip_of_the_bundled_dlrm for when not)
-    "HYBRID_DLRM_ENHANCED": "HYBRID_DLRM_ENHANCED 2\n4\nemb -1 300 ALLTOALL 98304 300 ALLTOALL 98304 300 NONE 0 0\n"
-                            "bottom0 -1 20000 NONE 0 20000 NONE 0 20000 ALLREDUCE 65536 0\n"
-                            "bottom1 -1 100 NONE 0 100 NONE 0 100 ALLREDUCE 4096 0\n"
-                            "top -1 20000 NONE 0 20000 NONE 0 20000 ALLREDUCE 131072 0\n",
-}
+# A tiny file of each type the converter takes (tests/chakra_traces/<type>.txt; compute in cycles). In
+# HYBRID_DLRM_ENHANCED the bottom MLP hides both all-to-alls (see test_round_trip_of_the_bundled_dlrm
+# for when not).
+TINY = ("DATA", "MODEL", "HYBRID_DATA_MODEL", "HYBRID_MODEL_DATA", "HYBRID_DLRM_ENHANCED")
 # What the two must agree on: ASTRA-sim 1.0's text names the dimensions of each pass, Chakra's text
 # converter writes no involved_dim, so a trace runs every collective over the whole network. On one
 # switch that is the same for MODEL (every pass over all dimensions); HYBRID_DATA_MODEL keeps its model
@@ -186,32 +188,34 @@ DIMENSIONS_1D = {"HYBRID_DATA_MODEL": {"fwd": [True, False], "ig": [True, False]
                  "HYBRID_MODEL_DATA": {"fwd": [False, True], "ig": [False, True], "wg": [True, False]}}
 
 
-def convert(text_path: Path, out: Path, npus: int, passes: int) -> str:
-    """Chakra's own converter (the library behind `chakra_converter Text`)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    TextConverter(str(text_path), str(out), npus, passes).convert()
-    return str(out)
+def converted(source: str, npus: int, passes: int = 1) -> str:
+    """The prefix of `source` (a text's name without .txt) as Chakra's own converter (the library behind
+    `chakra_converter Text`) wrote it for `npus` NPUs and `passes` passes."""
+    prefix = CONVERTED / source / f"{npus}npus_{passes}pass" / source
+    assert Path(f"{prefix}.{npus - 1}.et").is_file(), f"{prefix}: run tests/chakra_traces/convert.py"
+    return str(prefix)
 
 
-def add_involved_dims(prefix: str, npus: int, dims: dict[str, list[bool]]) -> None:
-    """Give each collective of the converter's output the involved_dim of its pass (which the
-    converter leaves out), the attribute ASTRA-sim 2.0 reads, in Chakra's own schema. A collective's
-    pass is that of the compute node it depends on (COMP_NODE_<layer>_FWD, _BWD_IG or _BWD_WG)."""
+def add_involved_dims(prefix: str, npus: int, dims: dict[str, list[bool]], out: Path) -> str:
+    """A copy in `out` of the converter's output where each collective has the involved_dim of its
+    pass (which the converter leaves out), the attribute ASTRA-sim 2.0 reads. A collective's pass is
+    that of the compute node it depends on (COMP_NODE_<layer>_FWD, _BWD_IG or _BWD_WG)."""
     passes = {"FWD": "fwd", "BWD_IG": "ig", "BWD_WG": "wg"}
+    out.mkdir(parents=True, exist_ok=True)
     for rank in range(npus):
         file = Path(f"{prefix}.{rank}.et")
         messages = _messages(file.read_bytes(), file)
-        nodes = [et_def.Node.FromString(raw) for _, raw in messages[1:]]
+        nodes = [Node.FromString(raw) for _, raw in messages[1:]]
         names = {item.id: item.name for item in nodes}
-        with open(file, "wb") as out:
-            encodeMessage(out, et_def.GlobalMetadata.FromString(messages[0][1]))
+        with open(out / file.name, "wb") as copy:
+            encode(copy, GlobalMetadata.FromString(messages[0][1]))
             for item in nodes:
-                if item.type == et_def.COMM_COLL_NODE:
+                if item.type == NODE_TYPE["COMM_COLL_NODE"]:
                     (parent,) = [names[d] for d in item.data_deps]
                     kind = next(kind for suffix, kind in passes.items() if parent.endswith("_" + suffix))
-                    item.attr.append(et_def.AttributeProto(name="involved_dim",
-                                                           bool_list=et_def.BoolList(values=dims[kind])))
-                encodeMessage(out, item)
+                    item.attr.append(AttributeProto(name="involved_dim", bool_list={"values": dims[kind]}))
+                encode(copy, item)
+    return str(out / Path(prefix).name)
 
 
 def compare(text_rows: dict, trace_rows: dict, tolerance: float = 1e-3) -> None:
@@ -227,22 +231,20 @@ def compare(text_rows: dict, trace_rows: dict, tolerance: float = 1e-3) -> None:
 @pytest.mark.parametrize("parallelism", sorted(TINY))
 @pytest.mark.parametrize("npus", [2, 4])
 def test_round_trip_of_tiny_files(parallelism, npus, tmp_path):
-    text = tmp_path / "tiny.txt"
-    text.write_text(TINY[parallelism])
-    prefix = convert(text, tmp_path / "et" / "tiny", npus, 1)
+    text = CONVERTED / f"{parallelism}.txt"
+    prefix = converted(parallelism, npus)
     if parallelism in DIMENSIONS_1D:
-        add_involved_dims(prefix, npus, DIMENSIONS_1D[parallelism])
+        prefix = add_involved_dims(prefix, npus, DIMENSIONS_1D[parallelism], tmp_path)
     text_rows = run({"type": "astra", "path": str(text), "iterations": 1, "cycle_ns": 1.0}, npus=npus)
     trace_rows = run({"type": "chakra", "path": prefix, "duration_unit": "cycles", "cycle_ns": 1.0}, npus=npus)
     compare(text_rows, trace_rows)
 
 
-def test_without_involved_dim_a_converted_hybrid_runs_every_pass_over_the_whole_network(tmp_path):
+def test_without_involved_dim_a_converted_hybrid_runs_every_pass_over_the_whole_network():
     # what the converter alone gives: HYBRID_DATA_MODEL's weight-gradient all-reduces, which ASTRA-sim
     # 1.0 runs on dimension 1 (none on a switch), become all-reduces over all 4 NPUs
-    text = tmp_path / "tiny.txt"
-    text.write_text(TINY["HYBRID_DATA_MODEL"])
-    prefix = convert(text, tmp_path / "et" / "tiny", 4, 1)
+    text = CONVERTED / "HYBRID_DATA_MODEL.txt"
+    prefix = converted("HYBRID_DATA_MODEL", 4)
     trace_rows = run({"type": "chakra", "path": prefix, "duration_unit": "cycles"})
     text_rows = run({"type": "astra", "path": str(text), "iterations": 1, "cycle_ns": 1.0})
     extra = sorted(c["bytes"] for c in trace_rows["collectives"])
@@ -253,11 +255,11 @@ def test_without_involved_dim_a_converted_hybrid_runs_every_pass_over_the_whole_
 
 @pytest.mark.parametrize("name", ["microAllReduce.txt", "microAllToAll.txt"])
 @pytest.mark.parametrize("npus", [2, 4, 8])
-def test_round_trip_of_the_bundled_micro_workloads(name, npus, tmp_path):
+def test_round_trip_of_the_bundled_micro_workloads(name, npus):
     # Chakra's converter writes only MICRO's collective (as ASTRA-sim 1.0's iterate_micro_benchmark
     # runs no compute); netsweep's text loop also computes the file's forward and weight-gradient
     # cycles (5 + 5) before it. Bytes agree; the trace's iteration is the text's minus its compute.
-    prefix = convert(workload_file(ASTRA + name), tmp_path / "micro", npus, 1)
+    prefix = converted(name.removesuffix(".txt"), npus)
     text = run({"type": "astra", "path": ASTRA + name, "iterations": 1, "cycle_ns": 1.0}, npus=npus)
     trace = run({"type": "chakra", "path": prefix, "duration_unit": "cycles"}, npus=npus)
     assert text["runs"][0]["compute_s"] == pytest.approx(10e-9, rel=1e-12) and trace["runs"][0]["compute_s"] == 0
@@ -268,7 +270,7 @@ def test_round_trip_of_the_bundled_micro_workloads(name, npus, tmp_path):
 
 @pytest.mark.parametrize("npus", [4, 8])
 @pytest.mark.parametrize("passes", [1, 2])
-def test_round_trip_of_the_bundled_dlrm(npus, passes, tmp_path):
+def test_round_trip_of_the_bundled_dlrm(npus, passes):
     """The study's workload. One difference lies in the converter: ASTRA-sim 1.0 waits for the
     forward all-to-all after the last bottom-MLP layer's forward compute (F = 800 cycles), Chakra's
     converter makes that compute wait for it. Where the all-to-all ends at E, after that layer
@@ -276,7 +278,7 @@ def test_round_trip_of_the_bundled_dlrm(npus, passes, tmp_path):
     cycle the bottom MLP hides the all-to-all and the two agree within 0.1 %; at 1 ns the gap is
     computed by hand from the text run's own rows."""
     dlrm = ASTRA + "DLRM_HybridParallel.txt"
-    prefix = convert(workload_file(dlrm), tmp_path / "dlrm", npus, passes)
+    prefix = converted("DLRM_HybridParallel", npus, passes)
     for cycle_ns in (100.0, 1.0):
         text_rows = run({"type": "astra", "path": dlrm, "iterations": passes, "cycle_ns": cycle_ns}, npus=npus)
         trace_rows = run({"type": "chakra", "path": prefix, "duration_unit": "cycles", "cycle_ns": cycle_ns},
@@ -295,6 +297,24 @@ def test_round_trip_of_the_bundled_dlrm(npus, passes, tmp_path):
             assert gap_s > 0  # this case shows the difference
         if cycle_ns == 100.0 or passes == 1:
             assert trace["iteration_time_s"] == pytest.approx(passes * text["iteration_time_s"] + gap_s, rel=1e-3)
+
+
+def test_the_schema_names_every_field_chakra_writes():
+    # Decoded with netsweep's description of the schema, with the fields it does not name dropped, and
+    # written again: every file of Chakra's converter (the bundled trace and tests/chakra_traces/)
+    # comes back byte for byte, so the description holds every field there, with Chakra's numbers
+    # and types (and the test's writer frames messages as Chakra's tools do).
+    files = sorted(CONVERTED.glob("*/*/*.et")) + trace_files("bundled:astra-sim-1.0-chakra/DLRM_HybridParallel")
+    assert len(files) == 82 + 16
+    for file in files:
+        data = file.read_bytes()
+        messages = _messages(data, file)
+        written = io.BytesIO()
+        for index, (_, raw) in enumerate(messages):
+            message = (Node if index else GlobalMetadata).FromString(raw)
+            message.DiscardUnknownFields()
+            encode(written, message)
+        assert written.getvalue() == data, file
 
 
 def test_the_chakra_preset_is_the_converted_study_workload():

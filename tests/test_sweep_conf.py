@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import re
 from pathlib import Path
 
 import pytest
@@ -53,11 +51,6 @@ def test_default_config() -> None:
 @pytest.mark.parametrize(("group", "option"), ALL_PRESETS)
 def test_preset_composes_and_validates(group: str, option: str) -> None:
     config = compose_config([f"{group}={option}"])
-    if config["workload"]["type"] == "chakra" and importlib.util.find_spec("chakra") is None:
-        # without the extra, the trace cannot be read: the error says how to get it
-        with pytest.raises(engine.ConfigError, match=re.escape("pip install 'netsweep[chakra]'")):
-            engine.load_config(config)
-        return
     engine.load_config(config)  # raises ConfigError naming the key if a preset is broken
 
 

@@ -79,8 +79,6 @@ def test_every_grid_point_is_a_valid_run(experiment: str) -> None:
     """Each point composes and passes the engine's validation; the experiment names its dataset."""
     configs = build_points(experiment)
     assert configs, f"{experiment} sweeps nothing"
-    if any(config["workload"]["type"] == "chakra" for config in configs):
-        pytest.importorskip("chakra", reason="Chakra traces are read with mlc-chakra: pip install 'netsweep[chakra]'")
     for config in configs:
         engine.load_config(config)
     names = {config["name"] for config in configs}

@@ -1,6 +1,6 @@
 """Chakra execution traces (MLCommons; the input of ASTRA-sim 2.0): one `<prefix>.<rank>.et` file per
-NPU, read with the protobuf schema of the `mlc-chakra` package (the optional extra `netsweep[chakra]`)
-and replayed node by node on the system layer, every NPU following its own file.
+NPU, read with netsweep's own description of Chakra's protobuf schema (`chakra_schema`) and replayed
+node by node on the system layer, every NPU following its own file.
 
 A file is a sequence of length-delimited protobuf messages (each preceded by its length as a varint):
 a `GlobalMetadata`, then `Node`s. What a node does:
@@ -47,17 +47,6 @@ COLLECTIVES = {"ALL_REDUCE": "all_reduce", "ALL_GATHER": "all_gather", "REDUCE_S
 COMPUTE, COLLECTIVE, SEND, RECV, NOTHING = "compute", "collective", "send", "recv", "nothing"
 WORLD = ""  # the process group of a collective without `pg_name`: every NPU
 _RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
-
-
-def _schema() -> Any:
-    """Chakra's protobuf classes (`et_def_pb2`), or a ConfigError saying how to get them."""
-    try:
-        from chakra.schema.protobuf import et_def_pb2
-    except ImportError as error:
-        raise ConfigError("workload.type", "chakra", "a workload type whose reader is installed: Chakra traces "
-                          "need the chakra extra, pip install 'netsweep[chakra]' (the mlc-chakra package; "
-                          f"import failed: {error})") from None
-    return et_def_pb2
 
 
 @dataclass(frozen=True)
@@ -160,8 +149,11 @@ def _attributes(node: Any) -> dict[str, Any]:
 
 def read_rank(file: Path, rank: int, npus: int) -> RankTrace:
     """Read and check one NPU's file. Raises ConfigError naming the file and the node."""
-    schema = _schema()
+    # imported here, not with the engine: building the schema costs about 12 ms, which runs of
+    # other workloads need not pay
     from google.protobuf.message import DecodeError
+
+    from .chakra_schema import COLLECTIVE_COMM_TYPES, NODE_TYPES, GlobalMetadata, Node
 
     try:
         data = file.read_bytes()
@@ -171,14 +163,14 @@ def read_rank(file: Path, rank: int, npus: int) -> RankTrace:
     if not messages:
         raise ConfigError("workload.path", str(file), "a Chakra trace, but the file is empty")
     try:
-        schema.GlobalMetadata.FromString(messages[0][1])
+        GlobalMetadata.FromString(messages[0][1])
     except DecodeError:
         raise ConfigError("workload.path", str(file), "a Chakra trace starting with its global metadata; the first "
                           "message does not decode (not a Chakra file, or corrupt)") from None
     raw = []
     for offset, message in messages[1:]:
         try:
-            raw.append(schema.Node.FromString(message))
+            raw.append(Node.FromString(message))
         except DecodeError:
             after = f"after node {raw[-1].id} ({raw[-1].name})" if raw else "the first node"
             raise ConfigError("workload.path", str(file), f"Chakra nodes; the message at byte {offset} ({after}) does "
@@ -204,15 +196,16 @@ def read_rank(file: Path, rank: int, npus: int) -> RankTrace:
                 raise refuse(f"its dependency {parent} is not a node of this file")
             parents.append(position[parent])
         attributes = _attributes(node)
-        type_name = schema.NodeType.Name(node.type) if node.type in schema.NodeType.values() else str(node.type)
+        type_name = NODE_TYPES.get(node.type, str(node.type))
         if type_name == "COMP_NODE":
             nodes.append(TraceNode(node.id, node.name, COMPUTE, tuple(parents), duration=node.duration_micros))
         elif type_name == "COMM_COLL_NODE":
             code = attributes.get("comm_type")
-            names = dict(zip(schema.CollectiveCommType.values(), schema.CollectiveCommType.keys()))
-            if names.get(code) not in COLLECTIVES:
-                raise refuse(f"collective comm_type {names.get(code, code)!r} is not one of {', '.join(COLLECTIVES)}")
-            nodes.append(TraceNode(node.id, node.name, COLLECTIVE, tuple(parents), op=COLLECTIVES[names[code]],
+            if COLLECTIVE_COMM_TYPES.get(code) not in COLLECTIVES:
+                raise refuse(f"collective comm_type {COLLECTIVE_COMM_TYPES.get(code, code)!r} is not one of "
+                             f"{', '.join(COLLECTIVES)}")
+            nodes.append(TraceNode(node.id, node.name, COLLECTIVE, tuple(parents),
+                                   op=COLLECTIVES[COLLECTIVE_COMM_TYPES[code]],
                                    size_bytes=_size(attributes, refuse), group=str(attributes.get("pg_name", WORLD)),
                                    dimensions=_dimensions(attributes, refuse)))
         elif type_name in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
