@@ -250,22 +250,26 @@ class LeafSpineTopology(Topology):
         return (host // self.hosts_per_leaf,)
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
-        src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
-        if src_leaf == dst_leaf:
+        if src // self.hosts_per_leaf == dst // self.hosts_per_leaf:
             return (self.up[src], self.down[dst])
-        # ECMP: both directions of a connection hash the same (unordered) pair, so ACKs share the spine
-        spine = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id) % len(self.spine_down)
-        return (self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst])
+        return self._via_spine(src, dst, self._spine(src, dst, flow_id))
 
     def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[Link, ...], tuple[Link, ...]]:
         """As `path` both ways, hashing once: both directions cross the same spine (`path` hashes the
         unordered pair), and the 64-bit hash is most of what setting up a connection costs."""
-        src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
-        if src_leaf == dst_leaf:
+        if src // self.hosts_per_leaf == dst // self.hosts_per_leaf:
             return (self.up[src], self.down[dst]), (self.up[dst], self.down[src])
-        spine = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id) % len(self.spine_down)
-        return ((self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst]),
-                (self.up[dst], self.leaf_up[dst_leaf][spine], self.spine_down[spine][src_leaf], self.down[src]))
+        spine = self._spine(src, dst, flow_id)
+        return self._via_spine(src, dst, spine), self._via_spine(dst, src, spine)
+
+    def _spine(self, src: int, dst: int, flow_id: int) -> int:
+        """ECMP: both directions of a connection hash the same (unordered) pair, so ACKs share the spine."""
+        return flow_hash(self._seed, min(src, dst), max(src, dst), flow_id) % len(self.spine_down)
+
+    def _via_spine(self, src: int, dst: int, spine: int) -> tuple[Link, ...]:
+        """The four links from `src` to `dst` on another leaf, through `spine`."""
+        src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
+        return (self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst])
 
 
 class FatTreeTopology(Topology):
