@@ -5,6 +5,11 @@ Each dimension runs one chunk phase at a time (ASTRA-sim's default of one active
 dimension); ready chunks wait in the dimension's queue and are taken in `fifo` or `lifo` order,
 so concurrent collectives compete for the network in a defined order, and chunks of one
 collective pipeline across dimensions.
+
+`astra_compat` (system.astra_compat) takes two of ASTRA-sim 1.0's system-layer choices where netsweep
+deliberately differs: all-to-all over the whole network runs through the real dimensions' queues,
+behind the other collectives (ASTRA-sim's Sys.cc gives every phase a queue of its dimension), not in
+a queue of its own; and `double_binary_tree` is its single unpipelined tree (`plan`'s `astra_tree`).
 """
 
 from __future__ import annotations
@@ -157,6 +162,7 @@ class _Phase:
     dimension: int
     op: str
     chunk_bytes: int
+    astra_tree: int | None = None  # with astra_compat, the ASTRA-sim tree a double_binary_tree phase takes
 
 
 class _Chunk:
@@ -188,12 +194,14 @@ class SystemLayer:
     in every dimension in turn) or `local_bw_aware` (reduce-scatter up the dimensions, all-reduce on
     the last, all-gather back down). All-to-all over the whole network runs flat over all NPUs
     (`flat_dimension`), with a scheduling queue of its own, so it shares the network with the other collectives instead
-    of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks).
+    of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks);
+    with `astra_compat`, as in ASTRA-sim 1.0, it runs in each real dimension in turn, through that
+    dimension's queue, and `double_binary_tree` is ASTRA-sim 1.0's (module docstring).
     """
 
     def __init__(self, eventlist: EventList, transport: MessageTransport | None, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
-                 hierarchy: str, endpoint_delay_ps: int) -> None:
+                 hierarchy: str, endpoint_delay_ps: int, astra_compat: bool = False) -> None:
         self.eventlist = eventlist
         self.transport = transport
         self.dimensions = dimensions + [flat_dimension]
@@ -203,6 +211,10 @@ class SystemLayer:
         self.lifo = scheduling == "lifo"
         self.hierarchy = hierarchy
         self.endpoint_delay_ps = endpoint_delay_ps
+        self.astra_compat = astra_compat
+        # ASTRA-sim 1.0's DoubleBinaryTreeTopology hands out its RootMax and RootMin trees in turn,
+        # one per chunk phase it builds (get_topology's counter): how many it has handed out
+        self._astra_trees = 0
         self.records: list[CollectiveRecord] = []
         self._ready: list[list[_Chunk]] = [[] for _ in self.dimensions]
         self._busy = [False] * len(self.dimensions)
@@ -216,7 +228,7 @@ class SystemLayer:
         real = self.flat_index  # the network's real dimensions come before the flat one
         if dimensions is None:
             dimensions = tuple(range(real))
-            if op == "all_to_all":  # over the whole network: flat, not dimension by dimension
+            if op == "all_to_all" and not self.astra_compat:  # over the whole network: flat, in its own queue
                 dimensions = (self.flat_index,)
         if len(dimensions) == 1:
             return [_Phase(dimensions[0], op, chunk_bytes)]
@@ -284,9 +296,18 @@ class SystemLayer:
         chunk_bytes = -(-size_bytes // chunks)
         for _ in range(chunks):
             self._issued += 1
-            chunk = _Chunk(collective, self._phases(op, chunk_bytes, dimensions), self._issued)
-            self._enqueue(chunk)
+            phases = self._phases(op, chunk_bytes, dimensions)
+            if self.astra_compat:
+                for phase in phases:
+                    if self.algorithms[phase.op] == "double_binary_tree":
+                        phase.astra_tree = self._astra_trees % 2
+                        self._astra_trees += 1
+            self._enqueue(_Chunk(collective, phases, self._issued))
         return record
+
+    def plan_phase(self, phase: _Phase, dim: Dimension) -> list[Program]:
+        """The step programs of one phase on one group of `dim` (`algorithms.plan`)."""
+        return plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size, phase.astra_tree)
 
     def _enqueue(self, chunk: _Chunk) -> None:
         dimension = chunk.phases[chunk.next_phase].dimension
@@ -305,7 +326,7 @@ class SystemLayer:
         the transport; `_phase_done` when all groups have finished."""
         phase = chunk.phases[chunk.next_phase]
         dim = self.dimensions[dimension]
-        programs = plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size)
+        programs = self.plan_phase(phase, dim)
         runs_left = len(programs) * len(dim.groups)
         if runs_left == 0:
             self._phase_done(chunk, dimension)
