@@ -162,6 +162,38 @@ def test_own_queue_all_to_all_runs_beside_the_all_reduce():
     assert all_to_all_end == LINK_LATENCY_PS + 7 * 1064 * PS_PER_BYTE + 1064 * PS_PER_BYTE + 2 * LINK_LATENCY_PS
 
 
+def _hierarchical_alpha_beta(astra_compat: bool) -> AlphaBetaSystemLayer:
+    """2 nodes x 4 NPUs: dimension 0 the NPUs of a node (400 Gb/s, 0.5 us), dimension 1 across nodes."""
+    eventlist = EventList()
+    topology = build_topology(eventlist, NetworkConfig(topology="hierarchical", npus=8, npus_per_node=4,
+                                                       scaleup_gbps=400, scaleup_latency_us=0.5), seed=0)
+    dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(topology.dimensions())]
+    flat = Dimension("flat", (tuple(range(8)),), 4)
+    return AlphaBetaSystemLayer(eventlist, topology, MSS, dimensions, flat, {"all_reduce": "ring", "all_to_all": "direct"},
+                                1, "lifo", "baseline", 0, astra_compat=astra_compat)
+
+
+def test_one_queue_on_two_dimensions_is_the_first_dimensions():
+    # ASTRA-sim 1.0's one-phase all-to-all over all NPUs (`oneDirect`) takes a queue of the first
+    # dimension: issued while an all-reduce's phase in the node runs, it starts when that phase
+    # ends (and then runs beside the all-reduce's phase across nodes, which has a queue of its own).
+    # The node phase: a ring all-reduce of 8 KiB on 4 NPUs, 6 steps of 2 KiB (2 segments, 2,128 wire
+    # bytes) at 20 ps per byte, through the node's switch: store-and-forward of the first packet
+    # (1,500 bytes) and 2 x 0.5 us each
+    node_phase_ps = 6 * (2128 * 20 + 1500 * 20 + 2 * 500_000)
+
+    def alone_ps(astra_compat: bool) -> int:
+        system = _hierarchical_alpha_beta(astra_compat)
+        record = system.collective("all_to_all", SMALL)
+        system.eventlist.run(10**15)
+        return record.end_ps
+
+    _, all_to_all_end = _all_to_all_during_all_reduce(_hierarchical_alpha_beta(astra_compat=True))
+    assert all_to_all_end == node_phase_ps + alone_ps(True)
+    _, all_to_all_end = _all_to_all_during_all_reduce(_hierarchical_alpha_beta(astra_compat=False))
+    assert all_to_all_end == LINK_LATENCY_PS + alone_ps(False)
+
+
 def test_dlrm_collectives_are_served_one_at_a_time():
     # The bundled DLRM workload on alpha_beta (no contention, so a collective served alone always
     # takes the same time): with one queue the collectives form a single server, taken in order of

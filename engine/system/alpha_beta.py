@@ -155,19 +155,19 @@ class AlphaBetaSystemLayer(SystemLayer):
         # phases of each kind that ended: what `host_link_bytes` expands
         self.phases_done: dict[PhaseKey, int] = {}
 
-    def _run_phase(self, chunk: _Chunk, dimension: int) -> None:
-        """End the chunk's current phase after its computed duration."""
+    def _run_phase(self, chunk: _Chunk, queue: int) -> None:
+        """End the chunk's current phase after its computed duration (then free `queue`)."""
         phase = chunk.phases[chunk.next_phase]
-        dim = self.dimensions[dimension]
+        dim = self.dimensions[phase.dimension]
         if dim.size == 1:
-            self._phase_done(chunk, dimension)
+            self._phase_done(chunk, queue)
             return
-        key = (dimension, phase.op, phase.chunk_bytes, phase.astra_tree)
+        key = (phase.dimension, phase.op, phase.chunk_bytes, phase.astra_tree)
         duration_ps = self._phase_ps.get(key)
         if duration_ps is None:
             duration_ps = max(self.group_ps(group, phase, dim) for group in dim.groups)
             self._phase_ps[key] = duration_ps
-        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, dimension, key))
+        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, queue, key))
 
     def point_to_point(self, src: int, dst: int, size_bytes: int, on_delivered: Callable[[], None]) -> None:
         """A message outside any collective, delivered after its cost alone on its route (one step of
@@ -176,10 +176,10 @@ class AlphaBetaSystemLayer(SystemLayer):
         self.eventlist.call_at(self.eventlist.now_ps + self.costs.step_ps(((route_class, 1),), size_bytes),
                                on_delivered)
 
-    def _phase_ender(self, chunk: _Chunk, dimension: int, key: PhaseKey) -> Callable[[], None]:
+    def _phase_ender(self, chunk: _Chunk, queue: int, key: PhaseKey) -> Callable[[], None]:
         def end() -> None:
             self.phases_done[key] = self.phases_done.get(key, 0) + 1
-            self._phase_done(chunk, dimension)
+            self._phase_done(chunk, queue)
         return end
 
     def host_link_bytes(self) -> dict[Link, int]:
