@@ -50,7 +50,7 @@ from .algorithms import RING, XOR, Program, SymmetricStep, symmetric_steps
 from .collectives import Dimension, SystemLayer, _Chunk, _Phase
 
 ClassCounts = tuple[tuple[int, int], ...]  # sorted (route class, messages) of one rank's step
-PhaseKey = tuple[int, str, int, "int | None"]  # dimension, op, chunk bytes, ASTRA-sim tree (astra_compat)
+PhaseKey = tuple[int, str, int, int | None]  # dimension, op, chunk bytes, ASTRA-sim tree (astra_compat)
 
 
 class RouteCosts:
