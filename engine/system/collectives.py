@@ -305,7 +305,7 @@ class SystemLayer:
             phases = self._phases(op, chunk_bytes, dimensions)
             if self.astra_compat:
                 for phase in phases:
-                    if self.algorithms[phase.op] == "double_binary_tree":
+                    if self.algorithms.get(phase.op) == "double_binary_tree":
                         phase.astra_tree = self._astra_trees % 2
                         self._astra_trees += 1
             self._enqueue(_Chunk(collective, phases, self._issued))
