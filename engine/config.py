@@ -107,6 +107,10 @@ class SystemConfig:
     scheduling: str = "lifo"
     hierarchy: str = "baseline"
     endpoint_delay_ns: float = 10.0
+    # ASTRA-sim 1.0's choices where netsweep deliberately differs (docs/astra-compat.md): one queue for
+    # all collectives, its single unpipelined tree for double_binary_tree, and on alpha_beta every
+    # message costed alone (not sharing its NPU's link)
+    astra_compat: bool = False
 
 
 @dataclass(frozen=True)
@@ -427,6 +431,14 @@ def _validate_system(config: SimConfig) -> None:
                 _require(size & (size - 1) == 0, f"system.{op}", "halving_doubling",
                          f"ring or direct: halving_doubling needs power-of-two groups, and this network has "
                          f"groups of {size} NPUs")
+    if system.astra_compat:
+        _require(config.workload.type != "flows", "system.astra_compat", True,
+                 "false with workload.type=flows (it changes how collectives run, and flows have none)")
+        if system.all_reduce == "double_binary_tree":
+            for size in group_sizes:
+                _require(size & (size - 1) == 0, "system.astra_compat", True,
+                         f"false with system.all_reduce=double_binary_tree on groups of {size} NPUs: ASTRA-sim "
+                         f"1.0 builds its binary tree for power-of-two groups only")
 
 
 def fat_tree_hosts(k: int) -> int:

@@ -187,9 +187,9 @@ def build_system_layer(cfg: SimConfig, sim: Simulation,
     if transport is None:
         return AlphaBetaSystemLayer(sim.eventlist, sim.topology, cfg.segment_bytes, dimensions, flat, algorithms,
                                     system.splits, system.scheduling, system.hierarchy, endpoint_delay_ps,
-                                    cfg.header_bytes)
+                                    cfg.header_bytes, system.astra_compat)
     return SystemLayer(sim.eventlist, transport, dimensions, flat, algorithms, system.splits,
-                       system.scheduling, system.hierarchy, endpoint_delay_ps)
+                       system.scheduling, system.hierarchy, endpoint_delay_ps, system.astra_compat)
 
 
 def summary_row(sim: Simulation, finished: bool, wall_s: float, flows: Mapping[str, Sequence]) -> dict:

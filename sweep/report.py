@@ -85,6 +85,7 @@ KEY_WORDS = {
     "system.all_gather": "all-gather algorithm", "system.reduce_scatter": "reduce-scatter algorithm",
     "system.splits": "chunks per collective", "system.scheduling": "chunk scheduling",
     "system.hierarchy": "multi-dimensional collectives", "system.endpoint_delay_ns": "endpoint delay per step",
+    "system.astra_compat": "ASTRA-sim 1.0 compatibility",
     "workload.type": "workload type", "workload.op": "collective", "workload.bytes": "collective size",
     "workload.senders": "incast senders", "workload.bytes_per_flow": "bytes per flow",
     "workload.batch_per_npu": "batch per NPU", "workload.iterations": "iterations",

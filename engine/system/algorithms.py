@@ -211,12 +211,69 @@ def _binary_tree_steps(p: int, half_bytes: int, mirrored: bool) -> Program:
     return _link(raw)
 
 
-def plan(op: str, algorithm: str, p: int, chunk_bytes: int, node_size: int = 1) -> list[Program]:
+# -- ASTRA-sim 1.0's double binary tree (system.astra_compat), kept apart from NCCL's above --------
+
+def astra_tree_links(p: int, root_max: bool) -> tuple[list[int], list[list[int]]]:
+    """Parent (-1 for the root) and children of every rank in one of ASTRA-sim 1.0's two trees
+    (astra-sim/system/topology/BinaryTree.cc): a complete binary tree of log2(p) levels numbered in
+    order (left subtree, node, right subtree) under a root with one child. The RootMax tree numbers
+    the subtree 0..p-2 and gives the root p-1; the RootMin tree gives the root 0 and the subtree
+    1..p-1. ASTRA-sim builds it for a power-of-two p only (other ranks would have no node)."""
+    if p < 2 or p & (p - 1):
+        raise ValueError(f"ASTRA-sim 1.0's double binary tree needs a power-of-two group, got {p} NPUs")
+    parent = [-1] * p
+    children: list[list[int]] = [[] for _ in range(p)]
+    labels = iter(range(p))
+
+    def subtree(levels: int) -> int:  # number a subtree in order; returns its root's rank
+        left = subtree(levels - 1) if levels > 1 else -1
+        node = next(labels)
+        right = subtree(levels - 1) if levels > 1 else -1
+        for child in (left, right):
+            if child >= 0:
+                parent[child] = node
+                children[node].append(child)
+        return node
+
+    levels = p.bit_length() - 1  # the subtree holds p - 1 ranks
+    root = p - 1 if root_max else next(labels)
+    top = subtree(levels)
+    if root_max:
+        next(labels)  # the root's number, p - 1, comes after its subtree's in order
+    parent[top] = root
+    children[root].append(top)
+    return parent, children
+
+
+def _astra_tree_program(p: int, chunk_bytes: int, root_max: bool) -> Program:
+    """ASTRA-sim 1.0's tree all-reduce (DoubleBinaryTreeAllReduce.cc): the whole chunk goes up one
+    tree and back down, unpipelined. A leaf sends it to its parent and waits for the result; an
+    inner node waits for both children, sends the sum up, waits for its parent, sends to both
+    children; the root waits for its child and sends the result back."""
+    parent, children = astra_tree_links(p, root_max)
+    raw: list[list[tuple[list[tuple[int, int]], list[int]]]] = []
+    for r in range(p):
+        up, down = parent[r], children[r]
+        if up < 0:  # the root
+            raw.append([([], down), ([(down[0], chunk_bytes)], [])])
+        elif not down:  # a leaf
+            raw.append([([(up, chunk_bytes)], [up])])
+        else:
+            raw.append([([], down), ([(up, chunk_bytes)], [up]), ([(child, chunk_bytes) for child in down], [])])
+    return _link(raw)
+
+
+def plan(op: str, algorithm: str, p: int, chunk_bytes: int, node_size: int = 1,
+         astra_tree: int | None = None) -> list[Program]:
     """Programs (run concurrently) that perform collective `op` with `algorithm` on p ranks;
-    `node_size` consecutive ranks share a node (it staggers direct sends, see `_direct_order`)."""
+    `node_size` consecutive ranks share a node (it staggers direct sends, see `_direct_order`).
+    `astra_tree` (0 = RootMax, 1 = RootMin) makes `double_binary_tree` ASTRA-sim 1.0's: the whole
+    chunk on that one tree, unpipelined; None = NCCL's two pipelined trees."""
     steps = symmetric_steps(op, algorithm, p, chunk_bytes)
     if steps is not None:
         return [_expand(p, steps, node_size if p % node_size == 0 else 1)] if steps else []
+    if astra_tree is not None:
+        return [_astra_tree_program(p, chunk_bytes, root_max=astra_tree == 0)]
     # double_binary_tree (all_reduce): two trees, each carrying half of the data
     half = _share(chunk_bytes, 2)
     return [_binary_tree_steps(p, half, mirrored=False), _binary_tree_steps(p, half, mirrored=True)]

@@ -29,6 +29,12 @@ of steps and NPUs, not with the p x (p - 1) messages of a direct all-to-all:
   busiest link of an NPU takes to carry what both trees send through it.
 A phase on several groups lasts as long as its slowest group. Durations are cached per dimension,
 op and chunk size, so a training loop pays for each distinct collective once.
+
+With `astra_compat` (system.astra_compat) every message is costed alone, as ASTRA-sim 1.0's analytical
+network does (its AnalyticalNetwork::sim_send asks the topology for one message's latency and nothing
+else): the messages of one step do not share their NPU's link, so a direct all-to-all lasts one
+message; and the bounds that stand for a link carrying several messages in turn (the ring's busiest
+link, the tree's busiest NPU link) are dropped.
 """
 
 from __future__ import annotations
@@ -40,10 +46,11 @@ from ..eventlist import EventList
 from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..units import serialisation_ps
-from .algorithms import RING, XOR, Program, SymmetricStep, plan, symmetric_steps
-from .collectives import Dimension, SystemLayer, _Chunk
+from .algorithms import RING, XOR, Program, SymmetricStep, symmetric_steps
+from .collectives import Dimension, SystemLayer, _Chunk, _Phase
 
 ClassCounts = tuple[tuple[int, int], ...]  # sorted (route class, messages) of one rank's step
+PhaseKey = tuple[int, str, int, int | None]  # dimension, op, chunk bytes, ASTRA-sim tree (astra_compat)
 
 
 class RouteCosts:
@@ -55,8 +62,10 @@ class RouteCosts:
     link object.
     """
 
-    def __init__(self, topology: Topology, mss_bytes: int, header_bytes: int = TCP_IP_HEADER_BYTES) -> None:
+    def __init__(self, topology: Topology, mss_bytes: int, header_bytes: int = TCP_IP_HEADER_BYTES,
+                 share_nic: bool = True) -> None:
         self.topology = topology
+        self.share_nic = share_nic  # False: each message alone, as if its NPU sent nothing else (astra_compat)
         self.mss_bytes = mss_bytes  # payload of a full segment
         self.header_bytes = header_bytes  # IPv4 + TCP headers and options of each segment
         self._host_of_class: dict[int, int] = {}
@@ -101,7 +110,8 @@ class RouteCosts:
 
     def arrivals_ps(self, counts: ClassCounts, size_bytes: int) -> dict[int, int]:
         """Time from a rank issuing a step to its messages of each route class arriving: `counts`
-        messages of `size_bytes` per class; those leaving by one link finish serialising together."""
+        messages of `size_bytes` per class; those leaving by one link finish serialising together
+        (unless `share_nic` is False: then each takes its own serialisation only)."""
         key = (counts, size_bytes)
         cached = self._arrivals_ps.get(key)
         if cached is not None:
@@ -114,8 +124,9 @@ class RouteCosts:
         arrivals: dict[int, int] = {}
         for route_class, _ in counts:
             port = self.route(route_class)[0]
-            serialise_ps = max(self.serialisation_ps(route_class, size_bytes),
-                               serialisation_ps(port_wire[port], port.rate_bps))
+            serialise_ps = self.serialisation_ps(route_class, size_bytes)
+            if self.share_nic:
+                serialise_ps = max(serialise_ps, serialisation_ps(port_wire[port], port.rate_bps))
             arrivals[route_class] = self.latency_ps(route_class, size_bytes) + serialise_ps
         self._arrivals_ps[key] = arrivals
         return arrivals
@@ -132,30 +143,31 @@ class AlphaBetaSystemLayer(SystemLayer):
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
-                 hierarchy: str, endpoint_delay_ps: int, header_bytes: int = TCP_IP_HEADER_BYTES) -> None:
+                 hierarchy: str, endpoint_delay_ps: int, header_bytes: int = TCP_IP_HEADER_BYTES,
+                 astra_compat: bool = False) -> None:
         super().__init__(eventlist, None, dimensions, flat_dimension, algorithms, splits, scheduling, hierarchy,
-                         endpoint_delay_ps)
+                         endpoint_delay_ps, astra_compat)
         self.topology = topology
-        self.costs = RouteCosts(topology, mss_bytes, header_bytes)
-        self._phase_ps: dict[tuple[int, str, int], int] = {}  # (dimension, op, chunk bytes) -> duration
+        self.costs = RouteCosts(topology, mss_bytes, header_bytes, share_nic=not astra_compat)
+        self._phase_ps: dict[PhaseKey, int] = {}  # duration of each distinct phase
         self._ring_classes: dict[tuple[int, ...], list[int]] = {}  # group -> class of each ring link
         self._peer_counts: dict[tuple[int, ...], set[ClassCounts]] = {}  # group -> its ranks' direct steps
-        # (dimension, op, chunk bytes) -> phases of it that ended: what `host_link_bytes` expands
-        self.phases_done: dict[tuple[int, str, int], int] = {}
+        # phases of each kind that ended: what `host_link_bytes` expands
+        self.phases_done: dict[PhaseKey, int] = {}
 
-    def _run_phase(self, chunk: _Chunk, dimension: int) -> None:
-        """End the chunk's current phase after its computed duration."""
+    def _run_phase(self, chunk: _Chunk, queue: int) -> None:
+        """End the chunk's current phase after its computed duration (then free `queue`)."""
         phase = chunk.phases[chunk.next_phase]
-        dim = self.dimensions[dimension]
+        dim = self.dimensions[phase.dimension]
         if dim.size == 1:
-            self._phase_done(chunk, dimension)
+            self._phase_done(chunk, queue)
             return
-        key = (dimension, phase.op, phase.chunk_bytes)
+        key = (phase.dimension, phase.op, phase.chunk_bytes, phase.astra_tree)
         duration_ps = self._phase_ps.get(key)
         if duration_ps is None:
-            duration_ps = max(self.group_ps(group, phase.op, phase.chunk_bytes, dim.node_size) for group in dim.groups)
+            duration_ps = max(self.group_ps(group, phase, dim) for group in dim.groups)
             self._phase_ps[key] = duration_ps
-        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, dimension, key))
+        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, queue, key))
 
     def point_to_point(self, src: int, dst: int, size_bytes: int, on_delivered: Callable[[], None]) -> None:
         """A message outside any collective, delivered after its cost alone on its route (one step of
@@ -164,10 +176,10 @@ class AlphaBetaSystemLayer(SystemLayer):
         self.eventlist.call_at(self.eventlist.now_ps + self.costs.step_ps(((route_class, 1),), size_bytes),
                                on_delivered)
 
-    def _phase_ender(self, chunk: _Chunk, dimension: int, key: tuple[int, str, int]) -> Callable[[], None]:
+    def _phase_ender(self, chunk: _Chunk, queue: int, key: PhaseKey) -> Callable[[], None]:
         def end() -> None:
             self.phases_done[key] = self.phases_done.get(key, 0) + 1
-            self._phase_done(chunk, dimension)
+            self._phase_done(chunk, queue)
         return end
 
     def host_link_bytes(self) -> dict[Link, int]:
@@ -177,11 +189,11 @@ class AlphaBetaSystemLayer(SystemLayer):
         message, so the links between switches are unknown to it). Expands every rank's step
         program once per distinct phase: O(messages of those phases), paid only when asked for."""
         totals: dict[Link, int] = {}
-        for (dimension, op, chunk_bytes), times in self.phases_done.items():
+        for (dimension, op, chunk_bytes, astra_tree), times in self.phases_done.items():
             dim = self.dimensions[dimension]
             for group in dim.groups:
                 p = len(group)
-                for program in plan(op, self.algorithms[op], p, chunk_bytes, dim.node_size):
+                for program in self.plan_phase(_Phase(dimension, op, chunk_bytes, astra_tree), dim):
                     for rank, steps in enumerate(program):
                         for step in steps:
                             for send in step.sends:
@@ -191,14 +203,15 @@ class AlphaBetaSystemLayer(SystemLayer):
                                     totals[link] = totals.get(link, 0) + wire
         return totals
 
-    def group_ps(self, group: tuple[int, ...], op: str, chunk_bytes: int, node_size: int = 1) -> int:
-        """Duration of one phase of `op` (with the configured algorithm) on one group of NPUs."""
-        algorithm = self.algorithms[op]
-        steps = symmetric_steps(op, algorithm, len(group), chunk_bytes)
+    def group_ps(self, group: tuple[int, ...], phase: _Phase, dim: Dimension) -> int:
+        """Duration of one phase (with the configured algorithm) on one group of NPUs of `dim`."""
+        steps = symmetric_steps(phase.op, self.algorithms[phase.op], len(group), phase.chunk_bytes)
         if steps is None:  # ranks in different roles: evaluate every rank's program
-            programs = plan(op, algorithm, len(group), chunk_bytes, node_size)
-            return max([self.program_ps(group, program) for program in programs]
-                       + [self.endpoint_load_ps(group, programs)])
+            programs = self.plan_phase(phase, dim)
+            bounds = [self.program_ps(group, program) for program in programs]
+            if self.costs.share_nic:
+                bounds.append(self.endpoint_load_ps(group, programs))
+            return max(bounds)
         if steps[0].pattern == RING:
             return self.ring_ps(group, steps)
         return self.symmetric_ps(group, steps)
@@ -208,7 +221,8 @@ class AlphaBetaSystemLayer(SystemLayer):
         s-1 message, so a path crosses one ring link per step; its start is the one whose window of
         links is slowest at the steps' mean size (exact when all steps have one size, as all but
         the ring all-to-all), then it is costed at the steps' own sizes. The busiest link: each
-        carries one message per step, one after another (one stream per pair of NPUs)."""
+        carries one message per step, one after another (one stream per pair of NPUs); with messages
+        alone (`astra_compat`), only the chain."""
         classes = self._ring_classes.get(group)
         if classes is None:
             p = len(group)
@@ -226,6 +240,8 @@ class AlphaBetaSystemLayer(SystemLayer):
                 best_window, start = window, r
         chain_ps = count * self.endpoint_delay_ps + sum(
             self.costs.step_ps(((classes[(start + s) % p], 1),), step.size_bytes) for s, step in enumerate(steps))
+        if not self.costs.share_nic:  # messages alone: no link carries one after another
+            return chain_ps
         busiest_link_ps = max(
             self.endpoint_delay_ps + sum(self.costs.serialisation_ps(route_class, step.size_bytes) for step in steps)
             + self.costs.latency_ps(route_class, steps[-1].size_bytes) for route_class in set(classes))

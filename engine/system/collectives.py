@@ -5,6 +5,12 @@ Each dimension runs one chunk phase at a time (ASTRA-sim's default of one active
 dimension); ready chunks wait in the dimension's queue and are taken in `fifo` or `lifo` order,
 so concurrent collectives compete for the network in a defined order, and chunks of one
 collective pipeline across dimensions.
+
+`astra_compat` (system.astra_compat) takes two of ASTRA-sim 1.0's system-layer choices where netsweep
+deliberately differs: all-to-all over the whole network waits in the first dimension's queue, behind
+the other collectives (ASTRA-sim's Sys.cc takes every phase's queue from the dimension's queues; its
+one-phase `oneDirect` all-to-all takes the first dimension's), not in a queue of its own; and
+`double_binary_tree` is its single unpipelined tree (`plan`'s `astra_tree`).
 """
 
 from __future__ import annotations
@@ -157,6 +163,12 @@ class _Phase:
     dimension: int
     op: str
     chunk_bytes: int
+    astra_tree: int | None = None  # with astra_compat, the ASTRA-sim tree a double_binary_tree phase takes
+    queue: int = -1  # the scheduling queue it waits in; -1 = its dimension's
+
+    def __post_init__(self) -> None:
+        if self.queue < 0:
+            self.queue = self.dimension
 
 
 class _Chunk:
@@ -188,12 +200,14 @@ class SystemLayer:
     in every dimension in turn) or `local_bw_aware` (reduce-scatter up the dimensions, all-reduce on
     the last, all-gather back down). All-to-all over the whole network runs flat over all NPUs
     (`flat_dimension`), with a scheduling queue of its own, so it shares the network with the other collectives instead
-    of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks).
+    of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks);
+    with `astra_compat`, as in ASTRA-sim 1.0, it waits in the first dimension's queue, and
+    `double_binary_tree` is ASTRA-sim 1.0's (module docstring). Queues are indexed as dimensions.
     """
 
     def __init__(self, eventlist: EventList, transport: MessageTransport | None, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
-                 hierarchy: str, endpoint_delay_ps: int) -> None:
+                 hierarchy: str, endpoint_delay_ps: int, astra_compat: bool = False) -> None:
         self.eventlist = eventlist
         self.transport = transport
         self.dimensions = dimensions + [flat_dimension]
@@ -203,6 +217,10 @@ class SystemLayer:
         self.lifo = scheduling == "lifo"
         self.hierarchy = hierarchy
         self.endpoint_delay_ps = endpoint_delay_ps
+        self.astra_compat = astra_compat
+        # ASTRA-sim 1.0's DoubleBinaryTreeTopology hands out its RootMax and RootMin trees in turn,
+        # one per chunk phase it builds (get_topology's counter): how many it has handed out
+        self._astra_trees = 0
         self.records: list[CollectiveRecord] = []
         self._ready: list[list[_Chunk]] = [[] for _ in self.dimensions]
         self._busy = [False] * len(self.dimensions)
@@ -216,8 +234,8 @@ class SystemLayer:
         real = self.flat_index  # the network's real dimensions come before the flat one
         if dimensions is None:
             dimensions = tuple(range(real))
-            if op == "all_to_all":  # over the whole network: flat, not dimension by dimension
-                dimensions = (self.flat_index,)
+            if op == "all_to_all":  # over the whole network: flat, in its own queue or (astra_compat) the first's
+                return [_Phase(self.flat_index, op, chunk_bytes, queue=0 if self.astra_compat else self.flat_index)]
         if len(dimensions) == 1:
             return [_Phase(dimensions[0], op, chunk_bytes)]
         dims = list(dimensions)
@@ -284,45 +302,54 @@ class SystemLayer:
         chunk_bytes = -(-size_bytes // chunks)
         for _ in range(chunks):
             self._issued += 1
-            chunk = _Chunk(collective, self._phases(op, chunk_bytes, dimensions), self._issued)
-            self._enqueue(chunk)
+            phases = self._phases(op, chunk_bytes, dimensions)
+            if self.astra_compat:
+                for phase in phases:
+                    if self.algorithms.get(phase.op) == "double_binary_tree":
+                        phase.astra_tree = self._astra_trees % 2
+                        self._astra_trees += 1
+            self._enqueue(_Chunk(collective, phases, self._issued))
         return record
 
+    def plan_phase(self, phase: _Phase, dim: Dimension) -> list[Program]:
+        """The step programs of one phase on one group of `dim` (`algorithms.plan`)."""
+        return plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size, phase.astra_tree)
+
     def _enqueue(self, chunk: _Chunk) -> None:
-        dimension = chunk.phases[chunk.next_phase].dimension
-        self._ready[dimension].append(chunk)
-        self._dispatch(dimension)
+        queue = chunk.phases[chunk.next_phase].queue
+        self._ready[queue].append(chunk)
+        self._dispatch(queue)
 
-    def _dispatch(self, dimension: int) -> None:
-        if self._busy[dimension] or not self._ready[dimension]:
+    def _dispatch(self, queue: int) -> None:
+        if self._busy[queue] or not self._ready[queue]:
             return
-        chunk = self._ready[dimension].pop() if self.lifo else self._ready[dimension].pop(0)
-        self._busy[dimension] = True
-        self._run_phase(chunk, dimension)
+        chunk = self._ready[queue].pop() if self.lifo else self._ready[queue].pop(0)
+        self._busy[queue] = True
+        self._run_phase(chunk, queue)
 
-    def _run_phase(self, chunk: _Chunk, dimension: int) -> None:
-        """Run the chunk's current phase on every group of the dimension, message by message over
-        the transport; `_phase_done` when all groups have finished."""
+    def _run_phase(self, chunk: _Chunk, queue: int) -> None:
+        """Run the chunk's current phase on every group of its dimension, message by message over
+        the transport; `_phase_done` (which frees `queue`) when all groups have finished."""
         phase = chunk.phases[chunk.next_phase]
-        dim = self.dimensions[dimension]
-        programs = plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size)
+        dim = self.dimensions[phase.dimension]
+        programs = self.plan_phase(phase, dim)
         runs_left = len(programs) * len(dim.groups)
         if runs_left == 0:
-            self._phase_done(chunk, dimension)
+            self._phase_done(chunk, queue)
             return
         state = {"left": runs_left}
 
         def run_done() -> None:
             state["left"] -= 1
             if state["left"] == 0:
-                self._phase_done(chunk, dimension)
+                self._phase_done(chunk, queue)
 
         for group in dim.groups:
             for program in programs:
                 _ProgramRun(self, group, program, run_done).start()
 
-    def _phase_done(self, chunk: _Chunk, dimension: int) -> None:
-        self._busy[dimension] = False
+    def _phase_done(self, chunk: _Chunk, queue: int) -> None:
+        self._busy[queue] = False
         chunk.next_phase += 1
         if chunk.next_phase < len(chunk.phases):
             self._enqueue(chunk)
@@ -333,4 +360,4 @@ class SystemLayer:
                 collective.record.end_ps = self.eventlist.now_ps
                 if collective.on_done is not None:
                     collective.on_done()
-        self._dispatch(dimension)
+        self._dispatch(queue)
