@@ -157,7 +157,9 @@ def test_double_binary_tree_approaches_2n_over_b():
     analytical = collective_time_s("all_reduce", "double_binary_tree", LARGE, "analytical")
     assert 1.0 <= analytical / two_n_over_b <= 1.3
     packet = collective_time_s("all_reduce", "double_binary_tree", LARGE)
-    assert 1.0 <= packet / two_n_over_b <= 1.8  # TCP shares the two children's flows less evenly
+    # a node passes block b on once both children's block b are in: the max-min fluid's equal
+    # shares are the best TCP can do, and TCP shares the two children's flows less evenly
+    assert analytical <= packet <= 1.8 * two_n_over_b
 
 
 def test_hierarchical_local_bw_aware_cuts_the_scale_out_term():
