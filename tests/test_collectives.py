@@ -257,13 +257,17 @@ HIERARCHICAL = {"topology": "hierarchical", "npus": 16, "npus_per_node": 8, "lin
 # chunk's whole all-reduce inside the node, then across the 2 nodes (direct: 32 bytes to 7 peers
 # twice, then 128 bytes to 1 peer twice; halving-doubling: 128, 64, 32, 32, 64, 128 bytes, then
 # 128 and 128); the all-gather across nodes first (each NPU's 16 bytes), then inside (its node
-# peer's and its own: 32 bytes to 7 peers).
+# peer's and its own: 32 bytes to 7 peers); the ring all-to-all over all 16 NPUs, step s forwarding
+# 15 - s blocks of 16 bytes: rank r's step s waits only for rank r-1's message of step s, so the
+# longest chain crosses 15 consecutive ring links, one per step, among them both node-crossing
+# links, 8 steps apart: costliest at steps 0 and 8 (240 and 112 bytes), the 13 others in a node.
 TINY_MESSAGES = [
     ("all_reduce", "double_binary_tree", None, None),
     ("all_reduce", "direct", 4 * 2 * _out(32, peers=7), _pipelined(2 * _up(32, peers=7), 2 * _out(128))),
     ("all_reduce", "halving_doubling", 4 * sum(_out(size) for size in (128, 64, 32, 32, 64, 128)),
      _pipelined(sum(_up(size) for size in (128, 64, 32, 32, 64, 128)), 2 * _out(128))),
-    ("all_to_all", "ring", 4 * sum(_out(32 * (7 - s)) for s in range(7)), None),
+    ("all_to_all", "ring", 4 * sum(_out(32 * (7 - s)) for s in range(7)),
+     4 * (sum(_up(16 * (15 - s)) for s in range(15)) + _out(240) - _up(240) + _out(112) - _up(112))),
     ("all_gather", "direct", 4 * _out(32, peers=7), _pipelined(_out(16), _up(32, peers=7))),
 ]
 
