@@ -262,13 +262,25 @@ def test_a_second_signal_raises_at_once_if_asked() -> None:
 
 
 def test_an_ignored_signal_stays_ignored() -> None:
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # As under `nohup` (SIGINT ignored) and a batch system that ignores SIGTERM: neither context
+    # manager installs a handler for a signal whose disposition is SIG_IGN, so the kernel discards
+    # both signals (no handler runs, nothing is recorded), the block runs to its end without a
+    # KeyboardInterrupt, and both are still ignored inside it and after.
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    reached = []
     try:
         with sigterm_as_interrupt(), interrupts_deferred():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGTERM)
+            reached.append("end")
+        assert reached == ["end"]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 ORPHAN_IGNORING_SIGTERM = (

@@ -15,26 +15,6 @@ MSS = 1460
 WIRE = MSS + 40  # a full segment on the wire: IPv4 + TCP headers
 
 
-def fluid_sawtooth_utilisation(buffer_over_bdp: float, beta: float = 0.5) -> float:
-    """THEORY.md: one Reno flow, window cycling between beta (BDP + B) and BDP + B; the link idles
-    while W < BDP. In units of BDP = 1."""
-    bdp = 1.0
-    w_max = bdp + buffer_over_bdp
-    w_min = beta * w_max
-    if w_min >= bdp:
-        return 1.0
-    a1 = (w_min + bdp) * (bdp - w_min) / 2
-    a2 = (bdp + w_max) * (w_max - bdp) / 2
-    return (a1 + a2) / (bdp * (bdp - w_min) + a2)
-
-
-def test_fluid_model_reproduces_the_published_table():
-    # THEORY.md: B/BDP = 0, 0.1, 0.25, 0.5, 0.75, 1 gives U = 0.750, 0.818, 0.893, 0.964, 0.993, 1
-    expected = [0.750, 0.818, 0.893, 0.964, 0.993, 1.0]
-    for fraction, value in zip([0, 0.1, 0.25, 0.5, 0.75, 1.0], expected):
-        assert fluid_sawtooth_utilisation(fraction) == pytest.approx(value, abs=0.001)
-
-
 def _delivered_between(path, start_s: float, end_s: float) -> int:
     path.run_s(start_s)
     before = path.receiver.rcv_nxt
@@ -42,25 +22,33 @@ def _delivered_between(path, start_s: float, end_s: float) -> int:
     return path.receiver.rcv_nxt - before
 
 
-# 2 packets is the smallest buffer that holds the two back-to-back segments an ACK releases when
-# the window grows; it is the packet-level counterpart of the fluid model's B = 0.
-@pytest.mark.parametrize("buffer_bytes", [2 * WIRE, 15_000, 37_500, 75_000, 150_000])
-def test_reno_utilisation_follows_the_sawtooth_model(buffer_bytes):
+# THEORY.md's fluid sawtooth for one Reno flow (beta = 1/2) against a drop-tail buffer B, in units
+# of BDP = 1: the window cycles between Wmin = beta (1 + B) and Wmax = 1 + B, the link idles while
+# W < 1; U = 1 when Wmin >= 1, else U = (A1 + A2) / ((1 - Wmin) + A2) with
+# A1 = (Wmin + 1)(1 - Wmin) / 2 and A2 = (1 + Wmax)(Wmax - 1) / 2. THEORY.md's table gives U for
+# B = 0.1, 0.25, 0.5 and 1 BDP. 2 packets (B = 3,000 / 150,000 = 0.02 BDP) is the smallest buffer
+# that holds the two back-to-back segments an ACK releases when the window grows, the packet-level
+# counterpart of B = 0; by hand: Wmax = 1.02, Wmin = 0.51, A1 = 1.51 x 0.49 / 2 = 0.369975,
+# A2 = 2.02 x 0.02 / 2 = 0.0202, U = 0.390175 / 0.5102 = 0.765.
+@pytest.mark.parametrize("buffer_bytes, expected_utilisation", [
+    (2 * WIRE, 0.765), (15_000, 0.818), (37_500, 0.893), (75_000, 0.964), (150_000, 1.0),
+])
+def test_reno_utilisation_follows_the_sawtooth_model(buffer_bytes, expected_utilisation):
     # 1 Gb/s bottleneck, 1.2 ms RTT: BDP = 1e9 b/s * 1.2e-3 s / 8 = 150,000 bytes = 100 packets.
-    bdp_bytes = 150_000
-    path = build_path(bottleneck_gbps=1, nic_gbps=2, latency_us=600, buffer_bytes=buffer_bytes)
+    path = build_path(bottleneck_gbps=1, nic_gbps=2, latency_us=600, buffer_bytes=buffer_bytes, mss_bytes=MSS,
+                      timestamps=False)
     path.send(10**10)
     delivered = _delivered_between(path, 0.5, 2.5)  # skip slow start, then ~10 sawtooth cycles
     payload_capacity = 2.0 * 1e9 / 8 * MSS / WIRE  # bytes of payload the link can carry in 2 s
     utilisation = delivered / payload_capacity
     # the fluid model ignores the discreteness of packets: allow 0.02
-    assert utilisation == pytest.approx(fluid_sawtooth_utilisation(buffer_bytes / bdp_bytes), abs=0.02)
+    assert utilisation == pytest.approx(expected_utilisation, abs=0.02)
     assert path.sender.timeouts == 0
 
 
 def _periodic_loss_rate_bps(loss_probability: float, delayed_ack: bool) -> float:
     period = round(1 / loss_probability)
-    path = build_path(bottleneck_gbps=10, latency_us=500, delayed_ack=delayed_ack,
+    path = build_path(bottleneck_gbps=10, latency_us=500, delayed_ack=delayed_ack, mss_bytes=MSS, timestamps=False,
                       should_drop=lambda index, pkt: index % period == period - 1)
     path.send(10**11)
     return _delivered_between(path, 0.5, 3.0) * 8 / 2.5
@@ -90,6 +78,7 @@ def test_goodput_ceiling_of_a_long_transfer_on_an_idle_link():
     # 100 MB takes ~82 ms; start-up (a few 4 us RTTs of slow start) costs well under 0.5 %.
     rows = engine.run({
         "network": {"topology": "switch", "npus": 2, "link_gbps": 10, "link_latency_us": 1},
+        "tcp": {"mss_bytes": MSS, "timestamps": False},
         "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 100_000_000}]},
     })
     goodput = rows["flows"][0]["goodput_gbps"]
@@ -103,6 +92,7 @@ def test_identical_flows_share_a_bottleneck_fairly():
     prepared = engine.prepare({
         "network": {"topology": "dumbbell", "npus": 8, "link_gbps": 10, "link_latency_us": 50,
                     "bottleneck_gbps": 1, "bottleneck_latency_us": 50, "buffer_kb": 50},
+        "tcp": {"mss_bytes": MSS, "timestamps": False},
         "workload": {"type": "flows", "flows": [{"src": i, "dst": 4 + i, "bytes": 10**10} for i in range(4)]},
     })
     prepared.start()
