@@ -139,6 +139,44 @@ def test_small_ring_all_reduce_is_2_p_minus_1_alphas():
     assert collective_time_s("all_reduce", "ring", SMALL, "analytical") == pytest.approx(expected_s, rel=0.01)
 
 
+def test_uncontended_ring_all_reduce_on_a_ring_is_lossless_and_at_the_framed_bandwidth_term():
+    # Issue 21 item 3: on a ring topology each NPU sends its ring all-reduce blocks to its neighbour,
+    # one hop, alone on that link. Its own packets wait in its host queue instead of overflowing a
+    # 16 KiB port buffer (they used to: 204 drops, 4 RTOs, 0.2 s instead of 0.5 ms). Hand
+    # computation: p = 4, n = 4 MiB, 2(p-1) = 6 steps of n/p = 1 MiB = 719 segments (718 x 1460 +
+    # 296), 1,048,576 + 719 x 40 = 1,077,336 bytes on the wire = 86.18688 us at 80 ps/byte, + 1 us
+    # of propagation (one hop: no store-and-forward term) = 87.18688 us a step, 523.12128 us in all.
+    # TCP adds its first window's slow start (about one 2.2 us round trip): within 0.5 %.
+    p, n = 4, 4 * 2**20
+    rows = {backend: engine.run({
+        "engine": {"backend": backend},
+        "network": {"topology": "ring", "npus": p, "link_gbps": LINK_GBPS, "link_latency_us": 1, "buffer_kb": 16},
+        "system": {"endpoint_delay_ns": 0},
+        "workload": {"type": "collective", "op": "all_reduce", "bytes": n, "iterations": 1},
+    })["runs"][0] for backend in ("packet", "analytical")}
+    step_ps = (n // p + 719 * 40) * PS_PER_BYTE + LINK_LATENCY_PS
+    expected_s = 2 * (p - 1) * step_ps / 1e12
+    assert expected_s == pytest.approx(523.12128e-6, rel=1e-12)
+    assert rows["packet"]["drops"] == 0 and rows["packet"]["retransmits"] == 0
+    assert rows["analytical"]["iteration_time_s"] == pytest.approx(expected_s, rel=1e-6)
+    assert 1.0 <= rows["packet"]["iteration_time_s"] / expected_s <= 1.005
+
+
+def test_forwarded_traffic_on_a_ring_still_meets_the_buffer():
+    # Incast on a ring of 8: NPUs 1..7 each send 1 MB to NPU 0, so the ports into NPU 0 (n1->n0,
+    # n7->n0) carry their NPU's own flow and up to three forwarded ones. The own packets wait in
+    # the host queue; the forwarded ones overflow the 16 KiB buffer and are lost.
+    result = engine.run({
+        "network": {"topology": "ring", "npus": 8, "link_gbps": LINK_GBPS, "link_latency_us": 1, "buffer_kb": 16},
+        "engine": {"link_stats": "all"},
+        "tcp": {"min_rto_ms": 1, "initial_rto_ms": 1},
+        "workload": {"type": "flows", "pattern": "incast", "senders": 7, "bytes_per_flow": 1_000_000},
+    })
+    assert result["runs"][0]["status"] == "ok" and result["runs"][0]["drops"] > 0
+    drops = {row["link"]: row["drops"] for row in result["links"] if row["drops"]}
+    assert {"n1->n0", "n7->n0"} <= set(drops)
+
+
 def test_small_halving_doubling_all_reduce_is_2_log2_p_alphas():
     # 2 log2(8) = 6 steps: halving with n/2, n/4, n/8, doubling with n/8, n/4, n/2
     sizes = [SMALL // 2, SMALL // 4, SMALL // 8, SMALL // 8, SMALL // 4, SMALL // 2]
