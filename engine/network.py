@@ -9,10 +9,15 @@ departure time is known when it is enqueued (`busy_until_ps`), so the link needs
 departure: it keeps the packets on the wire in arrival order (a list linked through the packets,
 `next_on_wire`: no container to grow, no method call per hop) and holds at most one pending event,
 for the head's arrival at the next hop.
+
+On a ring, where a port carries both an NPU's own packets and those it forwards, a `RingPort` in
+front of the link serves the two round-robin: the buffer limits forwarded packets only, as a host's
+own packets wait without limit at a host NIC elsewhere.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from random import Random
 from typing import Callable, Final
 
@@ -178,15 +183,8 @@ class Link(PacketSink):
         now = eventlist.now_ps
         busy_until = self.busy_until_ps
         if busy_until > now:  # a backlog: the buffer and ECN checks apply
-            backlog_ps = busy_until - now
-            if backlog_ps > self._buffer_ps:
-                self.drops += 1
+            if not self.admit(pkt, busy_until - now):
                 return
-            if backlog_ps > self._ecn_threshold_ps and pkt.ecn_capable:
-                pkt.ce = True
-                self.ecn_marks += 1
-            if backlog_ps > self.max_backlog_ps:
-                self.max_backlog_ps = backlog_ps
         else:
             busy_until = now
         if self._rng is not None and self._rng.random() < self._loss_rate:
@@ -209,6 +207,20 @@ class Link(PacketSink):
         else:
             tail.next_on_wire = pkt
 
+    def admit(self, pkt: Packet, backlog_ps: int) -> bool:
+        """The drop-tail and ECN rules for `pkt` arriving behind `backlog_ps` of queued work: False
+        (a drop, counted) above the buffer; else CE-marks it above the threshold, records the backlog
+        and returns True."""
+        if backlog_ps > self._buffer_ps:
+            self.drops += 1
+            return False
+        if backlog_ps > self._ecn_threshold_ps and pkt.ecn_capable:
+            pkt.ce = True
+            self.ecn_marks += 1
+        if backlog_ps > self.max_backlog_ps:
+            self.max_backlog_ps = backlog_ps
+        return True
+
     def do_next_event(self) -> None:
         """The head packet reaches the next hop; schedule the next head, if any."""
         pkt = self._wire_head
@@ -228,6 +240,69 @@ class Link(PacketSink):
     def max_queue_bytes(self) -> int:
         """Largest backlog an arriving packet saw, in bytes."""
         return bytes_in_duration(self.max_backlog_ps, self.rate_bps)
+
+
+class RingPort(PacketSink):
+    """A ring NPU's egress port to a neighbour. It stands for its `link` in routes and serves two
+    inputs round-robin, packet by packet, as a router's output arbiter serves its input ports: the
+    NPU's own packets (those at the first hop of their route), in an unlimited queue as a host NIC's
+    (a host qdisc backs up into TCP rather than dropping), and the packets it forwards, under the
+    link's drop-tail buffer and ECN threshold (`Link.admit`, with the backlog counted as the
+    forwarded packets waiting plus the unsent part of the packet on the link).
+
+    The link serialises and propagates: the port hands it a packet only when it is idle, so the
+    link's own queue stays empty, and the port's drops, marks and backlog land in the link's
+    counters (the `links` table reads them there). Holds at most one pending event: the link's end
+    of serialisation, while packets wait.
+    """
+
+    __slots__ = ("link", "eventlist", "_own", "_forwarded", "_forwarded_ps", "_own_turn", "_event")
+
+    def __init__(self, eventlist: EventList, link: Link) -> None:
+        self.link = link
+        self.eventlist = eventlist
+        self._own: deque[Packet] = deque()
+        self._forwarded: deque[Packet] = deque()
+        self._forwarded_ps = 0  # serialisation time of the forwarded packets waiting
+        self._own_turn = True  # whose packet goes next when both inputs have one waiting
+        self._event = EventEntry(self)
+
+    def receive_packet(self, pkt: Packet) -> None:
+        """Hand `pkt` to an idle link with nothing waiting; else queue it (a forwarded packet only
+        if the buffer has room)."""
+        link = self.link
+        now = self.eventlist.now_ps
+        idle = link.busy_until_ps <= now
+        waiting = bool(self._own) or bool(self._forwarded)
+        if idle and not waiting:
+            link.receive_packet(pkt)
+            return
+        if pkt.hop == 0:
+            self._own.append(pkt)
+        else:
+            serialising_ps = link.busy_until_ps - now if not idle else 0
+            if not link.admit(pkt, serialising_ps + self._forwarded_ps):
+                return
+            self._forwarded.append(pkt)
+            self._forwarded_ps += serialisation_ps(pkt.size_bytes, link.rate_bps)
+        if not waiting:
+            self.eventlist.schedule_entry(self._event, link.busy_until_ps)
+
+    def do_next_event(self) -> None:
+        """The link is idle: hand it the next packet, alternating between the inputs with one
+        waiting; wake again when it is idle, while packets wait."""
+        link, own, forwarded, now = self.link, self._own, self._forwarded, self.eventlist.now_ps
+        while (own or forwarded) and link.busy_until_ps <= now:  # a random loss leaves the link idle
+            if own and (self._own_turn or not forwarded):
+                pkt = own.popleft()
+                self._own_turn = False
+            else:
+                pkt = forwarded.popleft()
+                self._forwarded_ps -= serialisation_ps(pkt.size_bytes, link.rate_bps)
+                self._own_turn = True
+            link.receive_packet(pkt)
+        if own or forwarded:
+            self.eventlist.schedule_entry(self._event, link.busy_until_ps)
 
 
 class PacketDropper(PacketSink):

@@ -1,10 +1,13 @@
 """Topologies: the links of a network and the route between any two hosts.
 
-Hosts are numbered 0..npus-1. A host's NIC (its first link) has an unlimited buffer, as a host
-qdisc backs up into TCP rather than dropping; every switch egress port has `network.buffer_kb` of
-drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several equal-cost paths
-exist (leaf_spine, fat_tree, the two directions of an even ring), a flow hash picks one per flow
-(ECMP). Sizes in `_kb` are KiB (1024 bytes).
+Hosts are numbered 0..npus-1. A host's own packets are never dropped for lack of buffer at their
+first hop, as a host qdisc backs up into TCP rather than dropping: a host's NIC (its first link) has
+an unlimited buffer; on a ring, where an NPU's links also forward others' packets, each link's
+`RingPort` keeps the NPU's own packets in an unlimited queue and serves them and the forwarded ones
+round-robin. Every switch egress port, and every ring link for the packets it forwards, has
+`network.buffer_kb` of drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several
+equal-cost paths exist (leaf_spine, fat_tree, the two directions of an even ring), a flow hash picks
+one per flow (ECMP). Sizes in `_kb` are KiB (1024 bytes).
 
 Every link is named `src->dst` after the nodes it joins (hosts `h<i>`, `n<i>` on a ring, `npu<i>`
 on hierarchical; switches `sw`, `swL`/`swR`, `leaf<l>`, `spine<s>`, `edge<e>`, `agg<a>`, `core<c>`,
@@ -22,7 +25,7 @@ from typing import NamedTuple, Sequence
 
 from .config import NetworkConfig, smallest_fat_tree_k
 from .eventlist import EventList
-from .network import Link
+from .network import Link, PacketSink, RingPort
 from .units import gbps_to_bps, us_to_ps
 
 BYTES_PER_KB = 1024  # configuration sizes in _kb are KiB
@@ -104,8 +107,9 @@ class Topology:
         """The links a packet of flow `flow_id` crosses from host `src` to host `dst`."""
         raise NotImplementedError
 
-    def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[Link, ...], tuple[Link, ...]]:
-        """`path` both ways for the connection `flow_id`: src to dst (data), dst to src (ACKs)."""
+    def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[PacketSink, ...], tuple[PacketSink, ...]]:
+        """The packet routes of the connection `flow_id`: `path` from src to dst (data) and from dst
+        to src (ACKs)."""
         return self.path(src, dst, flow_id), self.path(dst, src, flow_id)
 
     def dimensions(self) -> list[tuple[tuple[int, ...], ...]]:
@@ -203,6 +207,8 @@ class RingTopology(Topology):
                           for i in range(n)]
         self.counter = [self.add_link(f"n{i}", f"n{(i - 1) % n}", "ring", net.link_gbps, net.link_latency_us, True)
                         for i in range(n)]
+        # routes cross the ports, which share each link between the NPU's own and forwarded packets
+        self.ports = {id(link): RingPort(eventlist, link) for link in self.clockwise + self.counter}
 
     def route_class(self, src: int, dst: int) -> int:
         """The number of ring links the route crosses (either way round, half-way included)."""
@@ -214,6 +220,12 @@ class RingTopology(Topology):
         members = group if len(group) < self.npus else group[:1]
         return {tuple(sorted(Counter(self.route_class(host, other) for other in group if other != host).items()))
                 for host in members}
+
+    def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[PacketSink, ...], tuple[PacketSink, ...]]:
+        """`path` both ways, each link through its `RingPort`."""
+        ports = self.ports
+        return (tuple(ports[id(link)] for link in self.path(src, dst, flow_id)),
+                tuple(ports[id(link)] for link in self.path(dst, src, flow_id)))
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         n = self.npus

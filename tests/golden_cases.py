@@ -47,6 +47,13 @@ CASES = {
         "system": {"hierarchy": "local_bw_aware", "splits": 2},
         "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 2},
     },
+    # a ring's ports: own packets in host queues, forwarded ones under a 16 KiB buffer (drops, RTOs)
+    "ring_all_to_all_shallow": {
+        "seed": 2,
+        "network": {"topology": "ring", "npus": 6, "link_gbps": 100, "link_latency_us": 1, "buffer_kb": 16},
+        "tcp": {"min_rto_ms": 1, "initial_rto_ms": 1},
+        "workload": {"type": "collective", "op": "all_to_all", "bytes": 2**20, "iterations": 2},
+    },
     "dlrm_ring_analytical": {
         "engine": {"backend": "analytical"},
         "network": {"topology": "ring", "npus": 6, "link_gbps": 50, "link_latency_us": 1},

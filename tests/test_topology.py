@@ -192,6 +192,74 @@ def test_ring_idle_latency_scales_with_hops():
     assert sink.arrivals[0][0] == 3 * 1_120_000
 
 
+def test_ring_routes_are_the_paths_through_their_ports():
+    # packets enter each ring link through its port (own and forwarded packets share the link)
+    _, topo = build(topology="ring", npus=8)
+    for src, dst in [(0, 1), (0, 3), (5, 1), (2, 6)]:
+        data, acks = topo.routes(src, dst, 0)
+        assert tuple(port.link for port in data) == topo.path(src, dst, 0)
+        assert tuple(port.link for port in acks) == topo.path(dst, src, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# a host's own packets never drop at their first hop; forwarded ones meet the buffer
+# --------------------------------------------------------------------------------------------
+
+OWN_BURST_NETWORKS = [
+    dict(topology="switch", npus=4),
+    dict(topology="dumbbell", npus=4, bottleneck_gbps=100, bottleneck_latency_us=1),
+    dict(topology="ring", npus=8),
+    dict(topology="leaf_spine", npus=16, hosts_per_leaf=4, spines=4, uplink_gbps=400),
+    dict(topology="fat_tree", npus=16),
+    dict(topology="hierarchical", npus=8, npus_per_node=4, scaleup_gbps=100, scaleup_latency_us=1.0),
+]
+
+
+@pytest.mark.parametrize("overrides", OWN_BURST_NETWORKS, ids=lambda net: net["topology"])
+def test_a_hosts_own_burst_never_drops_at_its_first_hop(overrides):
+    # A host qdisc backs up into TCP rather than dropping: 40 packets written at once by host 0,
+    # with buffers of 1.5 KiB (one packet) everywhere, all arrive, to a neighbour (within a node,
+    # leaf or edge switch) and to the farthest host (on the hierarchical, across nodes). Every link
+    # runs at 100 Gb/s (leaf_spine's uplinks at 400), so after the first hop the packets come 120 ns
+    # apart and never queue: no drop anywhere, and the last arrives 39 x 120 ns after the first.
+    for dst in (1, overrides["npus"] - 1):
+        eventlist, topo = build(buffer_kb=1.5, link_gbps=100, link_latency_us=1.0, **overrides)
+        sink = RecordingSink(eventlist)
+        for _ in range(40):
+            send_packet(eventlist, topo.routes(0, dst, 0)[0], sink)
+        eventlist.run(10**12)
+        assert sum(link.drops for link in topo.links) == 0, dst
+        assert len(sink.arrivals) == 40
+        assert sink.arrivals[-1][0] - sink.arrivals[0][0] == 39 * 120_000
+
+
+def test_ring_port_serves_own_and_forwarded_packets_round_robin():
+    # Port n2->n3 (100 Gb/s: 120 ns a packet, 1 us; buffer 12 KiB = 983,040 ps of backlog): NPU 2
+    # writes 200 packets to NPU 3, NPU 1 writes 100 to NPU 3 through it, all at t = 0. NPU 2's own
+    # run alone until NPU 1's first arrives at 1.12 us (its link's 120 ns + 1 us), during the 10th
+    # own packet; from 1.2 us the port alternates, one forwarded packet every 240 ns, while
+    # forwarded ones arrive every 120 ns: the forwarded queue fills and drops, the own one waits.
+    # Forwarded delivered = those served by the last arrival (at 1.12 + 99 x 0.12 = 13.0 us: slots
+    # 1.2 + 0.24 j us, j = 0..49: 50) + those it finds queued or admits behind the 80 ns left of the
+    # packet on the link: 80,000 + 120,000 q <= 983,040 for q = 0..7: 8. So 58 delivered, 42 dropped.
+    eventlist, topo = build(topology="ring", npus=8, link_gbps=100, link_latency_us=1.0, buffer_kb=12)
+    own, forwarded = RecordingSink(eventlist), RecordingSink(eventlist)
+    for _ in range(200):
+        send_packet(eventlist, topo.routes(2, 3, 0)[0], own)
+    for _ in range(100):
+        send_packet(eventlist, topo.routes(1, 3, 0)[0], forwarded)
+    eventlist.run(10**12)
+    port_link = topo.path(2, 3, 0)[0]
+    assert len(own.arrivals) == 200
+    assert len(forwarded.arrivals) == 58 and port_link.drops == 42
+    assert sum(link.drops for link in topo.links) == 42  # only forwarded packets, only there
+    order = "".join(kind for _, kind in sorted([(t, "o") for t, _ in own.arrivals] +
+                                               [(t, "f") for t, _ in forwarded.arrivals]))
+    assert order == "o" * 10 + "fo" * 58 + "o" * (200 - 10 - 58)
+    # work-conserving: 258 packets back to back, the last arriving 1 us after its serialisation
+    assert own.arrivals[-1][0] == 258 * 120_000 + 1_000_000
+
+
 LEAF_SPINE = dict(topology="leaf_spine", npus=16, hosts_per_leaf=4, spines=4, link_gbps=100,
                   uplink_gbps=400, link_latency_us=1.0)
 
