@@ -136,3 +136,17 @@ def test_bad_dcn_keys_are_refused_by_name(key, value, message):
     with pytest.raises(engine.ConfigError) as error:
         engine.load_config({"workload": {**SMALL, key: value}})
     assert error.value.key == f"workload.{key}" and message in str(error.value)
+
+
+def test_the_dlrm_dcnv2_preset_on_8_npus_by_hand():
+    # MLPerf's model with NVIDIA's 1-node batch (55,296 = 8 x 6,912), fp16 values, int32 indices.
+    from sweep_support import compose_config
+
+    config = engine.load_config(compose_config(["workload=dlrm_dcnv2", "network.npus=8"]))
+    spec = engine.workload.workload_spec(config)
+    assert spec.input_comm.size_bytes == 6912 * 214 * 4 == 5_916_672
+    assert spec.layers[0].fwd_comm.size_bytes == spec.layers[0].ig_comm.size_bytes == 6912 * 26 * 128 * 2
+    assert sum(layer.wg_comm.size_bytes for layer in spec.layers) == 16_044_545 * 2
+    # the busiest NPU holds the 100-lookup table: 8 x 6,912 x 100 x 128 x 2 bytes = 1,415,577,600
+    # bytes at 26,800 Gb/s = 3,350 bytes/ns: 422,560.48 ns
+    assert spec.layers[0].fwd_compute_ps == round(1_415_577_600 / 3350 * 1000)
