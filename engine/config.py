@@ -23,6 +23,9 @@ NS3_MAX_NPUS = 128  # the ns3 backend opens a connection per ordered pair of NPU
 # Which links get a row in the `links` table: none, the switches' egress ports, or every link.
 LINK_STATS = ("none", "switch_ports", "all")
 WORKLOAD_TYPES = ("dlrm", "astra", "chakra", "collective", "flows")
+# dlrm: how the bottom MLP's output meets the embeddings: pairwise dot products (DLRM 2019) or DCNv2's
+# low-rank cross layers (MLPerf Training's DLRM-DCNv2).
+INTERACTIONS = ("dot", "dcn")
 DURATION_UNITS = ("us", "ns", "cycles")  # chakra: the unit of a compute node's duration_micros
 COLLECTIVE_OPS = ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 SYSTEM_ALGORITHMS = {
@@ -146,6 +149,11 @@ class WorkloadConfig:
     dtype_bytes: int = 4
     npu_tflops: float = 100.0
     hbm_gbps: float = 8000.0
+    interaction: str = "dot"  # one of INTERACTIONS
+    dcn_layers: int = 3  # dcn: cross layers
+    dcn_low_rank: int = 512  # dcn: rank r of each cross layer's weight U V^T
+    multi_hot: tuple[int, ...] | None = None  # lookups per sample in each table; None = one each
+    index_bytes: int = 0  # bytes per sparse index sent to its table's NPU; 0 = none sent
     # astra (an ASTRA-sim 1.0 text workload) and chakra (a Chakra execution trace)
     path: str | None = None
     cycle_ns: float = 1.0
@@ -369,6 +377,15 @@ def _validate(config: SimConfig) -> None:
                  "meets the embeddings at the interaction)")
         _positive("workload.npu_tflops", wl.npu_tflops)
         _positive("workload.hbm_gbps", wl.hbm_gbps)
+        _one_of("workload.interaction", wl.interaction, INTERACTIONS)
+        for key in ("dcn_layers", "dcn_low_rank"):
+            _require(getattr(wl, key) >= 1, f"workload.{key}", getattr(wl, key), "an integer >= 1")
+        if wl.multi_hot is not None:
+            _require(len(wl.multi_hot) == wl.num_tables and all(hot >= 1 for hot in wl.multi_hot),
+                     "workload.multi_hot", list(wl.multi_hot), f"a list of workload.num_tables = {wl.num_tables} "
+                     "lookups per sample (integers >= 1), one per table, or null for one lookup in each")
+        _require(wl.index_bytes >= 0, "workload.index_bytes", wl.index_bytes,
+                 "an integer >= 0 (bytes per sparse index in the input all-to-all; 0 = none sent)")
     elif wl.type == "astra":
         _require(wl.path is not None, "workload.path", wl.path, "the path of an ASTRA-sim 1.0 workload file")
         _positive("workload.cycle_ns", wl.cycle_ns)

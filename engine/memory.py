@@ -56,12 +56,12 @@ def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
         per_iteration = sum(1 if op == SEND else messages_per_collective(op, algorithms[op], group) * system.splits
                             for op, _, group in trace_collectives(read_trace(wl.path, npus)))
         return per_iteration * wl.iterations
-    layers = workload_spec(SimConfig(network=NetworkConfig(npus=npus), system=system, workload=wl)).layers
+    spec = workload_spec(SimConfig(network=NetworkConfig(npus=npus), system=system, workload=wl))
     per_iteration = 0
-    for layer in layers:
-        for comm in (layer.fwd_comm, layer.ig_comm, layer.wg_comm):
-            if comm.op is not None:
-                per_iteration += messages_per_collective(comm.op, algorithms[comm.op], npus) * system.splits
+    for comm in [spec.input_comm] + [comm for layer in spec.layers for comm in (layer.fwd_comm, layer.ig_comm,
+                                                                            layer.wg_comm)]:
+        if comm.op is not None:
+            per_iteration += messages_per_collective(comm.op, algorithms[comm.op], npus) * system.splits
     return per_iteration * wl.iterations
 
 

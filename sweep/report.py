@@ -90,6 +90,7 @@ KEY_WORDS = {
     "workload.senders": "incast senders", "workload.bytes_per_flow": "bytes per flow",
     "workload.batch_per_npu": "batch per NPU", "workload.iterations": "iterations",
     "workload.npu_tflops": "NPU compute rate", "workload.rounds": "rounds",
+    "workload.interaction": "DLRM interaction",
 }
 # Settings named in the summary when every run has the same value.
 KEY_SETTINGS = ("engine.backend", "network.topology", "network.npus", "network.link_gbps",

@@ -18,7 +18,8 @@ ALL_PRESETS = [(group, option) for group in GROUPS for option in group_options(g
 WORKLOAD_KEYS = {
     "flows": {"type", "flows", "pattern", "senders", "bytes_per_flow", "rounds"},
     "dlrm": {"type", "iterations", "num_tables", "emb_dim", "dense_features", "bottom_mlp", "top_mlp",
-             "batch_per_npu", "dtype_bytes", "npu_tflops", "hbm_gbps"},
+             "batch_per_npu", "dtype_bytes", "npu_tflops", "hbm_gbps", "interaction", "dcn_layers", "dcn_low_rank",
+             "multi_hot", "index_bytes"},
     "astra": {"type", "path", "iterations", "cycle_ns"},
     "chakra": {"type", "path", "iterations", "cycle_ns", "duration_unit"},
     "collective": {"type", "op", "bytes", "iterations"},
@@ -31,7 +32,7 @@ def test_every_group_has_its_presets() -> None:
     assert group_options("system") == ["default", "halving_doubling", "local_bw_aware"]
     assert group_options("workload") == [
         "all_to_all", "astra_dlrm", "astra_micro_allreduce", "astra_micro_alltoall", "chakra", "collective", "dlrm",
-        "dlrm_large", "dlrm_medium", "dlrm_small", "flows", "incast", "permutation"]
+        "dlrm_dcnv2", "dlrm_large", "dlrm_medium", "dlrm_small", "flows", "incast", "permutation"]
 
 
 def test_default_config() -> None:

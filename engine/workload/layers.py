@@ -87,6 +87,8 @@ class WorkloadSpec:
     parallelism: str
     layers: tuple[Layer, ...]
     last_bottom_index: int | None = None  # HYBRID_DLRM: as line 1 of the file gives it
+    # HYBRID_DLRM: the sparse indices' all-to-all to their tables' NPUs, one batch ahead (see training.py)
+    input_comm: Comm = Comm()
 
     @property
     def last_bottom_layer(self) -> int:
@@ -166,42 +168,75 @@ def _roofline_ps(flops: float, memory_bytes: float, tflops: float, hbm_gbps: flo
     return round(max(compute_s, memory_s) * 1e12)  # s -> ps
 
 
+def table_wise_lookups(multi_hot: list[int], npus: int) -> int:
+    """Lookups per sample on the busiest NPU when whole tables are placed on NPUs (table-wise
+    sharding), greedily: the table with the most lookups per sample first, each onto the least
+    loaded NPU (ties: the lowest index). With one lookup per table this is ceil(tables / npus)."""
+    loads = [0] * npus
+    for hot in sorted(multi_hot, reverse=True):
+        loads[loads.index(min(loads))] += hot
+    return max(loads)
+
+
 def dlrm_layers(num_tables: int, emb_dim: int, dense_features: int, bottom_mlp: list[int],
                 top_mlp: list[int], batch_per_npu: int, dtype_bytes: int, npus: int,
-                npu_tflops: float, hbm_gbps: float) -> WorkloadSpec:
-    """A hybrid-parallel DLRM (Naumov et al. 2019): embedding tables split across NPUs (model
-    parallel, all-to-all of looked-up vectors), bottom and top MLPs replicated (data parallel,
-    weight-gradient all-reduce).
+                npu_tflops: float, hbm_gbps: float, interaction: str = "dot", dcn_layers: int = 3,
+                dcn_low_rank: int = 512, multi_hot: list[int] | None = None, index_bytes: int = 0) -> WorkloadSpec:
+    """A hybrid-parallel DLRM (Naumov et al. 2019; DLRM-DCNv2 of MLPerf Training): embedding tables
+    placed whole on NPUs (model parallel, all-to-all of looked-up vectors), bottom MLP, interaction
+    and top MLP replicated (data parallel, weight-gradient all-reduce).
 
-    Per NPU: the embedding all-to-all moves batch_per_npu x num_tables x emb_dim x dtype bytes; an
-    MLP layer of `fan_in` -> `fan_out` does 2 x batch x fan_in x fan_out FLOPs per pass and
-    all-reduces (fan_in x fan_out + fan_out) x dtype bytes of gradient. The bottom MLP ends at
-    emb_dim; the top MLP's input is the dot interaction: emb_dim + (T+1) T / 2 features.
+    Per NPU: table t is looked up `multi_hot[t]` times per sample (one if None) and the looked-up
+    rows are summed into one vector (pooling); the embedding layer reads, for the whole global
+    batch, the rows of the tables of the busiest NPU (`table_wise_lookups`); the embedding all-to-all
+    moves batch_per_npu x num_tables x emb_dim x dtype bytes (pooled vectors, forward and backward);
+    with `index_bytes` > 0 the sparse indices, batch_per_npu x sum(multi_hot) x index_bytes, first
+    go to their tables' NPUs in an input all-to-all (`WorkloadSpec.input_comm`). An MLP layer of
+    `fan_in` -> `fan_out` does 2 x batch x fan_in x fan_out FLOPs per pass and all-reduces
+    (fan_in x fan_out + fan_out) x dtype bytes of gradient. The bottom MLP ends at emb_dim.
+
+    Interaction `dot`: no layer of its own (its compute is not modelled); the top MLP's input is
+    emb_dim + (T+1) T / 2 features. `dcn` (Wang et al. 2021, DCN-V2, low-rank): the bottom MLP's
+    output and the T pooled vectors are concatenated into x0 of d = (T+1) emb_dim features, then
+    `dcn_layers` cross layers x_{l+1} = x0 * (U_l (V_l^T x_l) + b_l) + x_l with U_l, V_l of d x r
+    (r = `dcn_low_rank`): 2 d r + d weights each, 4 d r + 3 d FLOPs per sample per pass (two
+    matrix-vector products, the bias, the element-wise product and the residual sum), each a layer
+    with its own weight-gradient all-reduce; the top MLP's input is d.
     """
     layers = []
     batch = batch_per_npu
-    tables_here = math.ceil(num_tables / npus)
-    lookup_bytes = npus * batch * tables_here * emb_dim * dtype_bytes  # the global batch's rows for local tables
+    hot = list(multi_hot) if multi_hot is not None else [1] * num_tables
+    # the global batch's rows of the busiest NPU's tables
+    lookup_bytes = npus * batch * table_wise_lookups(hot, npus) * emb_dim * dtype_bytes
     emb_ps = _roofline_ps(0, lookup_bytes, npu_tflops, hbm_gbps)
     a2a_bytes = batch * num_tables * emb_dim * dtype_bytes
     layers.append(Layer("embedding", emb_ps, Comm("all_to_all", a2a_bytes), emb_ps,
                         Comm("all_to_all", a2a_bytes), emb_ps, Comm()))
+    input_comm = Comm("all_to_all", batch * sum(hot) * index_bytes) if index_bytes else Comm()
 
-    def mlp(name: str, fan_in: int, fan_out: int) -> Layer:
-        flops = 2.0 * batch * fan_in * fan_out
-        weights = (fan_in * fan_out + fan_out) * dtype_bytes
-        activations = batch * (fan_in + fan_out) * dtype_bytes
-        ps = _roofline_ps(flops, weights + activations, npu_tflops, hbm_gbps)
-        return Layer(name, ps, Comm(), ps, Comm(), ps, Comm("all_reduce", weights))
+    def layer(name: str, flops_per_sample: float, weights: int, width_per_sample: int) -> Layer:
+        """A data-parallel layer: the same roofline time for each pass; `weights` values, read per
+        pass and all-reduced; `width_per_sample` activation values read or written per sample."""
+        weight_bytes = weights * dtype_bytes
+        memory_bytes = weight_bytes + batch * width_per_sample * dtype_bytes
+        ps = _roofline_ps(batch * flops_per_sample, memory_bytes, npu_tflops, hbm_gbps)
+        return Layer(name, ps, Comm(), ps, Comm(), ps, Comm("all_reduce", weight_bytes))
 
-    widths = [dense_features] + list(bottom_mlp)
-    for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
-        layers.append(mlp(f"mlp_bottom_{i}", fan_in, fan_out))
-    interaction = emb_dim + (num_tables + 1) * num_tables // 2
-    widths = [interaction] + list(top_mlp)
-    for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
-        layers.append(mlp(f"mlp_top_{i}", fan_in, fan_out))
-    return WorkloadSpec("HYBRID_DLRM", tuple(layers))
+    def mlp(name: str, widths: list[int]) -> None:
+        for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
+            layers.append(layer(f"{name}_{i}", 2.0 * fan_in * fan_out, fan_in * fan_out + fan_out, fan_in + fan_out))
+
+    mlp("mlp_bottom", [dense_features] + list(bottom_mlp))
+    if interaction == "dcn":
+        d, r = (num_tables + 1) * emb_dim, dcn_low_rank
+        for i in range(dcn_layers):
+            # activations: x0 and x_l read, V^T x_l (r values) written and read, x_{l+1} written
+            layers.append(layer(f"dcn_cross_{i}", 4.0 * d * r + 3 * d, 2 * d * r + d, 3 * d + r))
+        top_input = d
+    else:
+        top_input = emb_dim + (num_tables + 1) * num_tables // 2
+    mlp("mlp_top", [top_input] + list(top_mlp))
+    return WorkloadSpec("HYBRID_DLRM", tuple(layers), input_comm=input_comm)
 
 
 def workload_spec(config: SimConfig) -> WorkloadSpec:
@@ -209,7 +244,9 @@ def workload_spec(config: SimConfig) -> WorkloadSpec:
     wl = config.workload
     if wl.type == "dlrm":
         return dlrm_layers(wl.num_tables, wl.emb_dim, wl.dense_features, list(wl.bottom_mlp), list(wl.top_mlp),
-                           wl.batch_per_npu, wl.dtype_bytes, config.network.npus, wl.npu_tflops, wl.hbm_gbps)
+                           wl.batch_per_npu, wl.dtype_bytes, config.network.npus, wl.npu_tflops, wl.hbm_gbps,
+                           wl.interaction, wl.dcn_layers, wl.dcn_low_rank,
+                           None if wl.multi_hot is None else list(wl.multi_hot), wl.index_bytes)
     if wl.type == "astra":
         assert wl.path is not None
         return parse_astra(wl.path, ns_to_ps(wl.cycle_ns))

@@ -6,6 +6,10 @@
   and waited for at the interaction (after the last bottom-MLP layer); the backward all-to-all is
   issued at the first top-MLP layer's backward pass and waited for at the embedding layer. The
   first layer computes no input gradient (nothing precedes it).
+  With an input all-to-all (`WorkloadSpec.input_comm`: the sparse indices sent to their tables'
+  NPUs), the next batch's is issued as the embedding's forward pass starts and waited for there
+  in the next iteration (TorchRec's TrainPipelineSparseDist); the first iteration first waits for
+  its own. A wait counts as the embedding's exposed forward communication.
 - HYBRID_DLRM_ENHANCED: as HYBRID_DLRM, but the backward pass does not wait for the embedding's
   backward all-to-all (ASTRA-sim 1.0 waits for it only at the end of the run).
 - MODEL, HYBRID_DATA_MODEL, HYBRID_MODEL_DATA (ASTRA-sim 1.0's model-parallel loops): each layer's
@@ -83,6 +87,7 @@ class TrainingLoop:
         self._weight_grads: dict[int, _Pending] = {}  # layer -> its last weight-gradient collective
         self._embedding_fwd: _Pending | None = None
         self._embedding_bwd: _Pending | None = None
+        self._next_input: _Pending | None = None  # the next iteration's input all-to-all
         self._unwaited: list[_Pending] = []  # HYBRID_DLRM_ENHANCED: backward all-to-alls, waited for at the end
         self._dimensions = MODEL_PARALLEL_DIMENSIONS.get(spec.parallelism)
 
@@ -244,7 +249,26 @@ class TrainingLoop:
             stats.fwd_compute_ps += layer.fwd_compute_ps
             self._compute(layer.fwd_compute_ps, after_compute)
 
-        self._wait(self._weight_grads.pop(index, None), charge_wg, compute)
+        if hybrid and index == 0 and self.spec.input_comm.op is not None:
+            self._input_then(compute)
+        else:
+            self._wait(self._weight_grads.pop(index, None), charge_wg, compute)
+
+    def _input_then(self, then: Callable[[], None]) -> None:
+        """Wait for this iteration's input all-to-all (issued one iteration ahead; the first
+        iteration issues its own), issue the next iteration's, then continue with `then`."""
+        stats = self._layer_stats(0)
+
+        def charge(ps: int) -> None:
+            stats.fwd_exposed_ps += ps
+
+        def issue_next() -> None:
+            more = len(self.stats) < self.iterations
+            self._next_input = self._issue(self.spec.input_comm, 0) if more else None
+            then()
+
+        current = self._next_input or self._issue(self.spec.input_comm, 0)
+        self._wait(current, charge, issue_next)
 
     def _backward(self, index: int) -> None:
         if index < 0:
