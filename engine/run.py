@@ -124,10 +124,10 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     wl = cfg.workload
     if wl.type == "chakra":
         assert wl.path is not None
-        replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus),
+        replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus, system.dimension_sizes),
                              duration_ps_per_unit(wl.duration_unit, wl.cycle_ns), wl.iterations)
         return PreparedRun(cfg, sim, transport, system=system, training=replay)
-    training = TrainingLoop(sim.eventlist, system, workload_spec(cfg), wl.iterations)
+    training = TrainingLoop(sim.eventlist, system, workload_spec(cfg, system.dimension_sizes), wl.iterations)
     return PreparedRun(cfg, sim, transport, system=system, training=training)
 
 
