@@ -272,11 +272,6 @@ class SystemLayer:
         """How many dimensions the network has (1, or 2 for `hierarchical`)."""
         return self.flat_index
 
-    @property
-    def dimension_sizes(self) -> tuple[int, ...]:
-        """NPUs per group of each of the network's dimensions (the flat one and process groups left out)."""
-        return tuple(dimension.size for dimension in self.dimensions[:self.flat_index])
-
     def group_dimension(self, ranks: tuple[int, ...]) -> int:
         """The index of a dimension holding just `ranks` (a process group), added on first use with a
         scheduling queue of its own: collectives of disjoint groups run side by side."""

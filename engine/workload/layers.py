@@ -231,7 +231,7 @@ def dlrm_layers(num_tables: int, emb_dim: int, dense_features: int, bottom_mlp: 
 
 def workload_spec(config: SimConfig, dimension_sizes: tuple[int, ...]) -> WorkloadSpec:
     """The layers of the configured `dlrm`, `astra` or `collective` workload on a network whose
-    collective dimensions have groups of `dimension_sizes` NPUs (`SystemLayer.dimension_sizes`)."""
+    collective dimensions have groups of `dimension_sizes` NPUs (`Topology.dimensions`)."""
     wl = config.workload
     if wl.type == "dlrm":
         return dlrm_layers(wl.num_tables, wl.emb_dim, wl.dense_features, list(wl.bottom_mlp), list(wl.top_mlp),
