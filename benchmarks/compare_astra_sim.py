@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import engine
+from engine.workload.layers import workload_file
 
 HERE = Path(__file__).resolve().parent
 LINK_GBPS = 100.0
@@ -143,25 +144,26 @@ def run_netsweep(case: dict, workload: str, backend: str) -> float:
     return row["iteration_time_s"] * 1e6  # s -> us
 
 
-def measure(case: dict, binary: Path | None, backends: tuple[str, ...]) -> dict:
-    """One row of the table: ASTRA-sim's time (None without its binary) and each backend's."""
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch)
-        text = workload_text(case)
-        workload = folder / "workload.txt"
-        if text is None:
-            from engine.workload.layers import workload_file
-            workload.write_text(workload_file(DLRM).read_text())
-        else:
-            workload.write_text(text)
-        astra_us = run_astra(binary, case, workload, folder) if binary is not None else None
-        row = {"case": case["case"], "workload": case["op"], "topology": case["topology"], "npus": case["npus"],
-               "mib": case["mib"], "algorithm": case["algorithms"][OPS.get(case["op"], "all_reduce")],
-               "splits": case["splits"], "astra_sim_us": astra_us}
-        for backend in backends:
-            ours = run_netsweep(case, str(workload), backend)
-            row[f"{backend}_us"] = ours
-            row[f"{backend}_vs_astra_pct"] = (ours / astra_us - 1) * 100 if astra_us else None
+def case_name(case: dict) -> str:
+    """A folder name for the case's files: `micro-ALLGATHER-switch-16-4mib`, `dlrm-DLRM-switch-64-0mib`, ..."""
+    return f"{case['case']}-{case['op']}-{case['topology']}-{case['npus']}-{case['mib']}mib"
+
+
+def measure(case: dict, binary: Path | None, backends: tuple[str, ...], folder: Path) -> dict:
+    """One row of the table: ASTRA-sim's time (None without its binary) and each backend's; the case's
+    workload, network and system files and ASTRA-sim's outputs go to `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = workload_text(case)
+    workload = folder / "workload.txt"
+    workload.write_text(workload_file(DLRM).read_text() if text is None else text)
+    astra_us = run_astra(binary, case, workload, folder) if binary is not None else None
+    row = {"case": case["case"], "workload": case["op"], "topology": case["topology"], "npus": case["npus"],
+           "mib": case["mib"], "algorithm": case["algorithms"][OPS.get(case["op"], "all_reduce")],
+           "splits": case["splits"], "astra_sim_us": astra_us}
+    for backend in backends:
+        ours = run_netsweep(case, str(workload), backend)
+        row[f"{backend}_us"] = ours
+        row[f"{backend}_vs_astra_pct"] = (ours / astra_us - 1) * 100 if astra_us else None
     return row
 
 
@@ -188,6 +190,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1 and 16 MiB only, DLRM on 16 NPUs only")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="netsweep backends, comma-separated")
     parser.add_argument("--out", type=Path, default=HERE / "compare_astra_sim", help="prefix of the .csv and .md")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep each case's input files and ASTRA-sim's outputs (EndToEnd.csv, ...) in DIR/<case>")
     args = parser.parse_args()
     binary = args.astra_sim
     if binary is None or not binary.is_file():
@@ -198,9 +202,10 @@ def main() -> int:
     backends = tuple(b for b in args.backends.split(",") if b)
     rows = []
     started = time.perf_counter()
-    for case in cases(args.quick):
-        rows.append(measure(case, binary, backends))
-        print(markdown(rows[-1:], backends).splitlines()[-1], flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        for case in cases(args.quick):
+            rows.append(measure(case, binary, backends, (args.keep or Path(scratch)) / case_name(case)))
+            print(markdown(rows[-1:], backends).splitlines()[-1], flush=True)
     with open(args.out.with_suffix(".csv"), "w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=COLUMNS, restval="")
         writer.writeheader()
