@@ -195,9 +195,10 @@ def main() -> int:
     args = parser.parse_args()
     binary = args.astra_sim
     if binary is None or not binary.is_file():
-        print(f"ASTRA-sim binary {'not given' if binary is None else f'{binary} not found'}: measuring netsweep's side "
-              "only (the ASTRA-sim column stays empty). Pass --astra-sim PATH of the AnalyticalAstra binary of ASTRA-sim "
-              "1.0 (branch ASTRA-sim-1.0 of astra-sim/astra-sim, with its analytical network backend).", file=sys.stderr)
+        print(f"ASTRA-sim binary {'not given' if binary is None else f'{binary} not found'}: measuring netsweep's "
+              "side only (the ASTRA-sim column stays empty). Pass --astra-sim PATH of the AnalyticalAstra binary of "
+              "ASTRA-sim 1.0 (branch ASTRA-sim-1.0 of astra-sim/astra-sim, with its analytical network backend).",
+              file=sys.stderr)
         binary = None
     backends = tuple(b for b in args.backends.split(",") if b)
     rows = []

@@ -12,10 +12,10 @@ a `GlobalMetadata`, then `Node`s. What a node does:
   `comm_size` bytes per NPU as ASTRA-sim 2 reads them: ALL_GATHER's is each NPU's input, converted
   to the system layer's gathered result by `layers.system_bytes`) over its process group
   (`pg_name`: the NPUs whose traces issue collectives on that name; none = every NPU) and, for the
-  whole network, the dimensions `involved_dim` names (none named: no collective, as ASTRA-sim). The k-th collective of a group in
-  each member's file is one collective: it starts once every member has reached it (a rendezvous)
-  and ends for all of them together. A collective of 0 bytes does nothing (ASTRA-sim 1.0's text
-  converter writes one for every pass without communication).
+  whole network, the dimensions `involved_dim` names (none named: no collective, as ASTRA-sim). The
+  k-th collective of a group in each member's file is one collective: it starts once every member
+  has reached it (a rendezvous) and ends for all of them together. A collective of 0 bytes does
+  nothing (ASTRA-sim 1.0's text converter writes one for every pass without communication).
 - COMM_SEND_NODE / COMM_RECV_NODE: one message to `comm_dst` / from `comm_src`, matched by `comm_tag`
   in order; a send ends when its message has arrived, a receive when it has arrived and the receive
   was reached.
@@ -278,8 +278,8 @@ def involved_dimensions(flags: tuple[bool, ...], real: int) -> tuple[int, ...]:
 
 
 def _group_npus(node: TraceNode, members: tuple[int, ...], dimension_sizes: tuple[int, ...]) -> int:
-    """NPUs in one group of a collective node: its process group's, or for one of every NPU the
-    product of the sizes of the dimensions it involves (all if it names none)."""
+    """NPUs in one group of a collective node: its process group's members, or for a collective of
+    every NPU the product of the sizes of the dimensions its `involved_dim` names (all if it has none)."""
     if len(members) < math.prod(dimension_sizes) or node.dimensions is None:
         return len(members)
     return math.prod(dimension_sizes[d] for d in involved_dimensions(node.dimensions, len(dimension_sizes)))
