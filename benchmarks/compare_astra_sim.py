@@ -5,7 +5,7 @@ Every case is an ASTRA-sim 1.0 text workload that both simulators read: a MICRO 
 one switch or a ring) and the DLRM_HybridParallel workload (16 and 64 NPUs, one switch), plus the three
 cases where netsweep deliberately differs (direct all-to-all, double binary tree, one queue; see
 docs/validation-astra-sim.md). netsweep runs each on its `packet`, `analytical` and `alpha_beta`
-backends; ASTRA-sim's binary (`AnalyticalAstra` of branch ASTRA-sim-1.0 of astra-sim/astra-sim, with its
+backends, and on `alpha_beta` with `system.astra_compat=true` (column `alpha_beta_compat`); ASTRA-sim's binary (`AnalyticalAstra` of branch ASTRA-sim-1.0 of astra-sim/astra-sim, with its
 analytical network backend; not part of netsweep) runs it when its path is given. Writes
 benchmarks/compare_astra_sim.{csv,md} and prints the table.
 
@@ -42,7 +42,10 @@ HERE = Path(__file__).resolve().parent
 LINK_GBPS = 100.0
 LINK_LATENCY_US = 1.0
 ENDPOINT_DELAY_NS = 10.0
-BACKENDS = ("packet", "analytical", "alpha_beta")
+# the table's netsweep columns: (engine.backend, system.astra_compat); `alpha_beta_compat` takes ASTRA-sim 1.0's
+# three choices where netsweep differs on purpose (docs/astra-compat.md), the only backend where all three apply
+BACKENDS = {"packet": ("packet", False), "analytical": ("analytical", False), "alpha_beta": ("alpha_beta", False),
+            "alpha_beta_compat": ("alpha_beta", True)}
 # ASTRA-sim's comm type -> netsweep's op (the DLRM's column shows its all-reduce algorithm)
 OPS = {"ALLREDUCE": "all_reduce", "ALLTOALL": "all_to_all", "ALLGATHER": "all_gather",
        "REDUCESCATTER": "reduce_scatter"}
@@ -128,19 +131,20 @@ def run_astra(binary: Path, case: dict, workload: Path, folder: Path) -> float:
     return max(int(cycles) for cycles in finished) / 1000  # ns -> us
 
 
-def run_netsweep(case: dict, workload: str, backend: str) -> float:
-    """netsweep's time for the case's one iteration, us."""
+def run_netsweep(case: dict, workload: str, column: str) -> float:
+    """netsweep's time for the case's one iteration in the table's `column` (a key of BACKENDS), us."""
+    backend, astra_compat = BACKENDS[column]
     config = {
         "engine": {"backend": backend},
         "network": {"topology": case["topology"], "npus": case["npus"], "link_gbps": LINK_GBPS,
                     "link_latency_us": LINK_LATENCY_US, "buffer_kb": None},
         "system": {**case["algorithms"], "splits": case["splits"], "scheduling": "lifo",
-                   "endpoint_delay_ns": ENDPOINT_DELAY_NS},
+                   "endpoint_delay_ns": ENDPOINT_DELAY_NS, "astra_compat": astra_compat},
         "workload": {"type": "astra", "path": workload, "iterations": 1, "cycle_ns": 1.0},
     }
     row = engine.run(config)["runs"][0]
     if row["status"] != "ok":
-        raise RuntimeError(f"netsweep {backend} ended {row['status']} on {case}: {row.get('error')}")
+        raise RuntimeError(f"netsweep {column} ended {row['status']} on {case}: {row.get('error')}")
     return row["iteration_time_s"] * 1e6  # s -> us
 
 
@@ -188,7 +192,8 @@ def main() -> int:
     parser.add_argument("--astra-sim", type=Path, default=None,
                         help="path of ASTRA-sim 1.0's AnalyticalAstra binary (omit: netsweep's side only)")
     parser.add_argument("--quick", action="store_true", help="1 and 16 MiB only, DLRM on 16 NPUs only")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="netsweep backends, comma-separated")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"netsweep's columns, comma-separated, of: {', '.join(BACKENDS)}")
     parser.add_argument("--out", type=Path, default=HERE / "compare_astra_sim", help="prefix of the .csv and .md")
     parser.add_argument("--keep", type=Path, default=None,
                         help="keep each case's input files and ASTRA-sim's outputs (EndToEnd.csv, ...) in DIR/<case>")
@@ -201,6 +206,8 @@ def main() -> int:
               file=sys.stderr)
         binary = None
     backends = tuple(b for b in args.backends.split(",") if b)
+    if unknown := [b for b in backends if b not in BACKENDS]:
+        parser.error(f"--backends: {', '.join(unknown)} not among {', '.join(BACKENDS)}")
     rows = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
