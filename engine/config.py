@@ -391,7 +391,7 @@ def _validate(config: SimConfig) -> None:
         _positive("workload.cycle_ns", wl.cycle_ns)
         from .workload.layers import parse_astra  # reading the file is part of validating it
 
-        parse_astra(wl.path, 1)
+        parse_astra(wl.path, 1, (net.npus,))  # the sizes it converts do not matter here
     elif wl.type == "chakra":
         _require(wl.path is not None, "workload.path", wl.path, "the prefix (or folder) of a Chakra trace, one "
                  "<prefix>.<rank>.et file per NPU")
@@ -399,7 +399,7 @@ def _validate(config: SimConfig) -> None:
         _positive("workload.cycle_ns", wl.cycle_ns)
         from .workload.chakra import read_trace  # reading the trace is part of validating it
 
-        read_trace(wl.path, net.npus)
+        read_trace(wl.path, net.npus, (net.npus,))  # the sizes it converts do not matter here
     elif wl.type == "collective":
         _one_of("workload.op", wl.op, COLLECTIVE_OPS)
         _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")

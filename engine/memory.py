@@ -54,9 +54,9 @@ def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
     if wl.type == "chakra":
         assert wl.path is not None
         per_iteration = sum(1 if op == SEND else messages_per_collective(op, algorithms[op], group) * system.splits
-                            for op, _, group in trace_collectives(read_trace(wl.path, npus)))
+                            for op, _, group in trace_collectives(read_trace(wl.path, npus, (npus,))))
         return per_iteration * wl.iterations
-    spec = workload_spec(SimConfig(network=NetworkConfig(npus=npus), system=system, workload=wl))
+    spec = workload_spec(SimConfig(network=NetworkConfig(npus=npus), system=system, workload=wl), (npus,))
     per_iteration = 0
     for comm in [spec.input_comm] + [comm for layer in spec.layers for comm in (layer.fwd_comm, layer.ig_comm,
                                                                             layer.wg_comm)]:

@@ -122,12 +122,14 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
         return PreparedRun(cfg, sim, transport, flows=flows)
     system = build_system_layer(cfg, sim, transport)
     wl = cfg.workload
+    # NPUs per group of each network dimension: the readers convert ASTRA-sim's sizes with them
+    dimension_sizes = tuple(len(groups[0]) for groups in sim.topology.dimensions())
     if wl.type == "chakra":
         assert wl.path is not None
-        replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus),
+        replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus, dimension_sizes),
                              duration_ps_per_unit(wl.duration_unit, wl.cycle_ns), wl.iterations)
         return PreparedRun(cfg, sim, transport, system=system, training=replay)
-    training = TrainingLoop(sim.eventlist, system, workload_spec(cfg), wl.iterations)
+    training = TrainingLoop(sim.eventlist, system, workload_spec(cfg, dimension_sizes), wl.iterations)
     return PreparedRun(cfg, sim, transport, system=system, training=training)
 
 

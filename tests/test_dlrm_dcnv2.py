@@ -143,7 +143,7 @@ def test_the_dlrm_dcnv2_preset_on_8_npus_by_hand():
     from sweep_support import compose_config
 
     config = engine.load_config(compose_config(["workload=dlrm_dcnv2", "network.npus=8"]))
-    spec = engine.workload.workload_spec(config)
+    spec = engine.workload.workload_spec(config, (8,))
     assert spec.input_comm.size_bytes == 6912 * 214 * 4 == 5_916_672
     assert spec.layers[0].fwd_comm.size_bytes == spec.layers[0].ig_comm.size_bytes == 6912 * 26 * 128 * 2
     assert sum(layer.wg_comm.size_bytes for layer in spec.layers) == 16_044_545 * 2

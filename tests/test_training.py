@@ -180,18 +180,19 @@ def _bytes_by_dimension(rows: dict) -> tuple[int, int]:
     return within, across
 
 
-# On a group of p = 2 the ring moves, per NPU: all-reduce 2 (p-1)/p n = n, all-gather (p-1)/p n = n/2,
-# reduce-scatter n/2; four NPUs send that each. Forward collectives: l0 all-gather 4,096, l1
-# all-reduce 1,024; input gradient: l1's all-reduce 2,048 only (the first layer's is never issued);
-# weight gradient: l1 32,768, l0 16,384.
-MODEL_PASS_BYTES = 4 * (4096 // 2) + 4 * 1024 + 4 * 2048
+# On a group of p = 2 the ring moves, per NPU: all-reduce 2 (p-1)/p n = n, reduce-scatter (p-1)/p n =
+# n/2, and all-gather (p-1) S = S for ASTRA-sim's S = 4,096 (each NPU's input: Ring.cc sends it whole
+# at each of the p-1 steps; the `collectives` row holds the gathered p S = 8,192); four NPUs send that
+# each. Forward collectives: l0 all-gather, l1 all-reduce 1,024; input gradient: l1's all-reduce
+# 2,048 only (the first layer's is never issued); weight gradient: l1 32,768, l0 16,384.
+MODEL_PASS_BYTES = 4 * 4096 + 4 * 1024 + 4 * 2048
 DATA_PASS_BYTES = 4 * 32768 + 4 * 16384
 
 
 def test_hybrid_data_model_runs_model_passes_within_nodes_and_data_across(tmp_path):
     rows = _hierarchical_run(tmp_path, "HYBRID_DATA_MODEL")
     issued = [(c["layer"], c["op"], c["bytes"]) for c in sorted(rows["collectives"], key=lambda c: c["start_s"])]
-    assert issued == [("l0", "all_gather", 4096), ("l1", "all_reduce", 1024), ("l1", "all_reduce", 2048),
+    assert issued == [("l0", "all_gather", 2 * 4096), ("l1", "all_reduce", 1024), ("l1", "all_reduce", 2048),
                       ("l1", "all_reduce", 32768), ("l0", "all_reduce", 16384)]
     assert _bytes_by_dimension(rows) == (MODEL_PASS_BYTES, DATA_PASS_BYTES)
     # every pass computes, the first layer's input gradient too: 2 x (100 + 200 + 300) cycles
@@ -209,7 +210,8 @@ def test_hybrid_data_model_on_one_dimension_has_no_data_parallel_collectives(tmp
     # disabled, no collective" (Layer::issue_weight_grad_comm)
     path = write_workload(tmp_path, f"HYBRID_DATA_MODEL\n2\n{HYBRID_LAYERS}")
     rows = run_workload({"type": "astra", "path": path, "iterations": 1, "cycle_ns": 1.0}, npus=4)
-    assert [(c["layer"], c["bytes"]) for c in rows["collectives"]] == [("l0", 4096), ("l1", 1024), ("l1", 2048)]
+    # (the all-gather over all 4 NPUs: 4 x ASTRA-sim's 4,096 bytes of input each)
+    assert [(c["layer"], c["bytes"]) for c in rows["collectives"]] == [("l0", 4 * 4096), ("l1", 1024), ("l1", 2048)]
 
 
 def test_model_parallel_forward_blocks_and_backward_waits_for_the_input_gradient(tmp_path):
@@ -274,7 +276,7 @@ def test_hybrid_dlrm_reads_the_last_bottom_layer_from_line_1(tmp_path):
                           "emb -1 0 ALLTOALL 8 0 ALLTOALL 8 0 NONE 0 0\nfirst -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n"
                           "second -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n")
     from engine.workload.layers import parse_astra
-    assert parse_astra(path, 1).last_bottom_layer == 1
+    assert parse_astra(path, 1, (16,)).last_bottom_layer == 1
     bad = write_workload(tmp_path, "HYBRID_DLRM 3\n1\nemb -1 0 NONE 0 0 NONE 0 0 NONE 0 0\n")
     with pytest.raises(engine.ConfigError, match="line 1: the last bottom-MLP layer"):
-        parse_astra(bad, 1)
+        parse_astra(bad, 1, (16,))

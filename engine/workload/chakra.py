@@ -9,12 +9,13 @@ a `GlobalMetadata`, then `Node`s. What a node does:
   1.0 text, whose converter stores cycles there); an NPU runs one compute node at a time, in the
   order they became ready.
 - COMM_COLL_NODE: a collective (`comm_type` ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER or ALL_TO_ALL,
-  `comm_size` bytes per NPU) over its process group (`pg_name`: the NPUs whose traces issue
-  collectives on that name; none = every NPU) and, for the whole network, the dimensions
-  `involved_dim` names (none named: no collective, as ASTRA-sim). The k-th collective of a group in
-  each member's file is one collective: it starts once every member has reached it (a rendezvous)
-  and ends for all of them together. A collective of 0 bytes does nothing (ASTRA-sim 1.0's text
-  converter writes one for every pass without communication).
+  `comm_size` bytes per NPU as ASTRA-sim 2 reads them: ALL_GATHER's is each NPU's input, converted
+  to the system layer's gathered result by `layers.system_bytes`) over its process group
+  (`pg_name`: the NPUs whose traces issue collectives on that name; none = every NPU) and, for the
+  whole network, the dimensions `involved_dim` names (none named: no collective, as ASTRA-sim). The
+  k-th collective of a group in each member's file is one collective: it starts once every member
+  has reached it (a rendezvous) and ends for all of them together. A collective of 0 bytes does
+  nothing (ASTRA-sim 1.0's text converter writes one for every pass without communication).
 - COMM_SEND_NODE / COMM_RECV_NODE: one message to `comm_dst` / from `comm_src`, matched by `comm_tag`
   in order; a send ends when its message has arrived, a receive when it has arrived and the receive
   was reached.
@@ -28,8 +29,9 @@ the next starts then. Errors in a trace are `ConfigError`s naming the file and t
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,7 +39,7 @@ from ..config import ConfigError
 from ..eventlist import EventList
 from ..system.collectives import CollectiveRecord, SystemLayer
 from ..units import ns_to_ps, ps_to_s
-from .layers import BUNDLED_DIR, BUNDLED_PREFIX
+from .layers import BUNDLED_DIR, BUNDLED_PREFIX, system_bytes
 from .training import _union_ps
 
 # Chakra's CollectiveCommType values the system layer runs (the others: REDUCE, GATHER, SCATTER,
@@ -59,7 +61,7 @@ class TraceNode:
     parents: tuple[int, ...]
     duration: int = 0  # COMPUTE: trace units
     op: str = ""  # COLLECTIVE
-    size_bytes: int = 0  # COLLECTIVE, SEND, RECV
+    size_bytes: int = 0  # SEND, RECV; COLLECTIVE: in the system layer's convention once `read_trace` has it
     group: str = WORLD  # COLLECTIVE: its pg_name
     dimensions: tuple[bool, ...] | None = None  # COLLECTIVE: involved_dim, if the node has it
     peer: int = -1  # SEND: the receiver, RECV: the sender
@@ -270,9 +272,24 @@ def _refuse_cycles(file: Path, nodes: list[TraceNode]) -> None:
                           "through it (a node waits, through its dependencies, for itself)")
 
 
-def read_trace(path: str, npus: int) -> Trace:
-    """Read and check every rank's file of the trace `path` names, for a network of `npus` NPUs:
-    one file per NPU, and collectives and messages that match up between them."""
+def involved_dimensions(flags: tuple[bool, ...], real: int) -> tuple[int, ...]:
+    """The dimensions, of the network's `real` ones, that a node's `involved_dim` names."""
+    return tuple(d for d in range(real) if d < len(flags) and flags[d])
+
+
+def _group_npus(node: TraceNode, members: tuple[int, ...], dimension_sizes: tuple[int, ...]) -> int:
+    """NPUs in one group of a collective node: its process group's members, or for a collective of
+    every NPU the product of the sizes of the dimensions its `involved_dim` names (all if it has none)."""
+    if len(members) < math.prod(dimension_sizes) or node.dimensions is None:
+        return len(members)
+    return math.prod(dimension_sizes[d] for d in involved_dimensions(node.dimensions, len(dimension_sizes)))
+
+
+def read_trace(path: str, npus: int, dimension_sizes: tuple[int, ...]) -> Trace:
+    """Read and check every rank's file of the trace `path` names, for a network of `npus` NPUs whose
+    dimensions have groups of `dimension_sizes` NPUs: one file per NPU, and collectives and messages
+    that match up between them. Collective sizes are converted from ASTRA-sim's convention to the
+    system layer's (`layers.system_bytes`)."""
     files = trace_files(path)
     if len(files) != npus:
         raise ConfigError("network.npus", npus, f"the number of rank files of workload.path={path!r}: "
@@ -284,6 +301,10 @@ def read_trace(path: str, npus: int) -> Trace:
             if node.kind == COLLECTIVE:
                 members.setdefault(node.group, set()).add(trace.rank)
     groups = {name: tuple(sorted(ranks_in)) for name, ranks_in in members.items()}
+    ranks = tuple(RankTrace(trace.rank, trace.file, tuple(
+        replace(node, size_bytes=system_bytes(node.op, node.size_bytes,
+                                              _group_npus(node, groups[node.group], dimension_sizes)))
+        if node.kind == COLLECTIVE else node for node in trace.nodes)) for trace in ranks)
     _check_matching(ranks, groups)
     return Trace(ranks, groups)
 
@@ -501,7 +522,7 @@ class TraceReplay:
         if node.dimensions is None:
             return None
         real = self.system.real_dimensions
-        involved = tuple(d for d in range(real) if d < len(node.dimensions) and node.dimensions[d])
+        involved = involved_dimensions(node.dimensions, real)
         return None if len(involved) == real else involved
 
     def _send(self, rank_index: int, position: int, node: TraceNode) -> None:

@@ -42,6 +42,18 @@ def bundled_workloads() -> list[str]:
                   if item.is_file() and item.name != "LICENSE" and not item.name.endswith(".et"))
 
 
+def system_bytes(op: str, astra_bytes: int, group_npus: int) -> int:
+    """The system layer's size of a collective `op` that ASTRA-sim sizes as `astra_bytes` (a text
+    workload's bytes, a Chakra node's `comm_size`), run by groups of `group_npus` NPUs.
+
+    ASTRA-sim's size is the `data_size` its collective constructors take (1.0: Ring.cc,
+    HalvingDoubling.cc, AllToAll.cc; 2: the same in astraccl): each NPU's buffer for all-reduce and
+    all-to-all, each NPU's input for reduce-scatter (keeping 1/n of it) and for all-gather (ending
+    with n times it). The system layer sizes a collective by each NPU's full vector (docs/workloads.md):
+    the same for the first three, the gathered result for all-gather."""
+    return astra_bytes * group_npus if op == "all_gather" else astra_bytes
+
+
 def workload_file(path: str) -> Path:
     """The file `workload.path` names: `bundled:<folder>/<file>` (a file shipped with the engine, see
     `bundled_workloads`), or a path of the user's (relative to the working directory). Raises
@@ -60,7 +72,9 @@ def workload_file(path: str) -> Path:
 
 @dataclass(frozen=True)
 class Comm:
-    """A collective a pass issues: `op` (None = none) and its bytes per NPU."""
+    """A collective a pass issues: `op` (None = none) and its size in the system layer's convention
+    (bytes of each NPU's full vector: all-reduce and all-to-all buffer, reduce-scatter input,
+    all-gather result; docs/workloads.md)."""
 
     op: str | None = None
     size_bytes: int = 0
@@ -100,13 +114,23 @@ class WorkloadSpec:
         return bottoms[-1] if bottoms else 0
 
 
-def parse_astra(path: str, cycle_ps: int) -> WorkloadSpec:
+def _pass_group_npus(parallelism: str, dimension_sizes: tuple[int, ...]) -> dict[str, int]:
+    """NPUs in one group of each pass's collective: the whole network, or for the model-parallel
+    families the dimensions `MODEL_PARALLEL_DIMENSIONS` gives the pass (1 where it has none)."""
+    involved = MODEL_PARALLEL_DIMENSIONS.get(parallelism, {"fwd": "all", "ig": "all", "wg": "all"})
+    spans = {"all": dimension_sizes, "first": dimension_sizes[:1], "rest": dimension_sizes[1:], None: ()}
+    return {pass_name: math.prod(spans[which]) for pass_name, which in involved.items()}
+
+
+def parse_astra(path: str, cycle_ps: int, dimension_sizes: tuple[int, ...]) -> WorkloadSpec:
     """Read an ASTRA-sim 1.0 text workload: line 1 the parallelism (for HYBRID_DLRM and
     HYBRID_DLRM_ENHANCED optionally followed by the index of the last bottom-MLP layer), line 2 the
     layer count, then a
     line per layer: name, -1, fwd cycles, fwd type, fwd bytes, ig cycles, type, bytes, wg cycles,
-    type, bytes, update delay. `path` as `workload_file` takes it. Errors name the file, the line
-    and what was expected."""
+    type, bytes, update delay. `path` as `workload_file` takes it. Sizes are converted from
+    ASTRA-sim's convention to the system layer's (`system_bytes`) for groups spanning the network's
+    `dimension_sizes` (NPUs per group of each dimension) that each pass uses. Errors name the file,
+    the line and what was expected."""
     file = workload_file(path)
     lines = [line.split() for line in file.read_text(errors="replace").splitlines()]
     numbered = [(n + 1, fields) for n, fields in enumerate(lines) if fields]
@@ -124,6 +148,7 @@ def parse_astra(path: str, cycle_ps: int) -> WorkloadSpec:
     body = numbered[2:]
     if len(body) != count:
         raise ConfigError("workload.path", path, f"{count} layer lines after line {count_line}, found {len(body)}")
+    group_npus = _pass_group_npus(parallelism, dimension_sizes)
     last_bottom_index = None
     if parallelism in DLRM_PARALLELISM and len(header) > 1:
         if not header[1].isdigit() or int(header[1]) >= count:
@@ -143,19 +168,19 @@ def parse_astra(path: str, cycle_ps: int) -> WorkloadSpec:
                                   f"integer, got {text!r}")
             return int(text)
 
-        def comm(index: int) -> Comm:
+        def comm(index: int, pass_name: str) -> Comm:
             kind = fields[index]
             if kind not in COMM_TYPES:
                 raise ConfigError("workload.path", path, f"line {line_number}: comm type {kind!r} is not one "
                                   f"of {', '.join(COMM_TYPES)}")
-            size = number(index + 1, "comm bytes")
-            return Comm(COMM_TYPES[kind], size) if COMM_TYPES[kind] and size else Comm()
+            size, op = number(index + 1, "comm bytes"), COMM_TYPES[kind]
+            return Comm(op, system_bytes(op, size, group_npus[pass_name])) if op and size else Comm()
 
         layers.append(Layer(
             name=fields[0],
-            fwd_compute_ps=number(2, "forward compute cycles") * cycle_ps, fwd_comm=comm(3),
-            ig_compute_ps=number(5, "input-grad compute cycles") * cycle_ps, ig_comm=comm(6),
-            wg_compute_ps=number(8, "weight-grad compute cycles") * cycle_ps, wg_comm=comm(9),
+            fwd_compute_ps=number(2, "forward compute cycles") * cycle_ps, fwd_comm=comm(3, "fwd"),
+            ig_compute_ps=number(5, "input-grad compute cycles") * cycle_ps, ig_comm=comm(6, "ig"),
+            wg_compute_ps=number(8, "weight-grad compute cycles") * cycle_ps, wg_comm=comm(9, "wg"),
             update_ps=number(11, "update delay") * cycle_ps,
         ))
     return WorkloadSpec(parallelism, tuple(layers), last_bottom_index)
@@ -239,8 +264,9 @@ def dlrm_layers(num_tables: int, emb_dim: int, dense_features: int, bottom_mlp: 
     return WorkloadSpec("HYBRID_DLRM", tuple(layers), input_comm=input_comm)
 
 
-def workload_spec(config: SimConfig) -> WorkloadSpec:
-    """The layers of the configured `dlrm`, `astra` or `collective` workload."""
+def workload_spec(config: SimConfig, dimension_sizes: tuple[int, ...]) -> WorkloadSpec:
+    """The layers of the configured `dlrm`, `astra` or `collective` workload on a network whose
+    collective dimensions have groups of `dimension_sizes` NPUs (`Topology.dimensions`)."""
     wl = config.workload
     if wl.type == "dlrm":
         return dlrm_layers(wl.num_tables, wl.emb_dim, wl.dense_features, list(wl.bottom_mlp), list(wl.top_mlp),
@@ -249,7 +275,7 @@ def workload_spec(config: SimConfig) -> WorkloadSpec:
                            None if wl.multi_hot is None else list(wl.multi_hot), wl.index_bytes)
     if wl.type == "astra":
         assert wl.path is not None
-        return parse_astra(wl.path, ns_to_ps(wl.cycle_ns))
+        return parse_astra(wl.path, ns_to_ps(wl.cycle_ns), dimension_sizes)
     if wl.type == "collective":
         return WorkloadSpec("MICRO", (Layer("collective", 0, Comm(wl.op, wl.bytes), 0, Comm(), 0, Comm()),))
     raise ValueError(f"workload type {wl.type!r} has no layers")
