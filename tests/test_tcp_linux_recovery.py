@@ -118,6 +118,27 @@ def test_with_one_segment_out_the_probe_adds_the_delayed_ack_allowance_instead_o
     assert retransmissions == [(ack_ps + expected_pto_ps, MSS)]
 
 
+def test_two_short_segments_out_are_two_segments_for_the_probe_timeout():
+    # One full segment gives one RTT sample R (SRTT = R); then two 500-byte writes go out at once,
+    # both lost: 1,000 bytes, less than an MSS, but two segments (Linux's packets_out = 2), so
+    # PTO = 2 SRTT + the 2 ms slack, not 2 SRTT + WCDelAckT (the 200 ms minimum RTO, which the
+    # RTO 200 ms after the writes would cap). The probe resends the last segment.
+    slack_ps = 2 * PS_PER_MS
+    path = build_path(latency_us=10, rack_tlp=True, pto_slack_ps=slack_ps,
+                      should_drop=_drop_first_copies({MSS, MSS + 500}))
+    path.send(MSS)
+    path.run_s(0.001)
+    path.send(500)
+    path.send(500)
+    path.run_s(1)
+    assert len(path.delivered_ps) == 3
+    assert (path.sender.timeouts, path.sender.loss_probes) == (0, 1)
+    (_, rtt_ps), = _rtt_samples_ps(path)[:1]
+    writes_ps = [t for t, seq, *_ in path.data_tap.seen if seq == MSS + 500][0]
+    retransmissions = [(t, seq) for t, seq, _, _, rtx in path.data_tap.seen if rtx]
+    assert retransmissions[0] == (writes_ps + 2 * rtt_ps + slack_ps, MSS + 500)
+
+
 def test_a_probe_for_one_segment_in_flight_waits_for_the_delayed_ack_allowance_capped_by_the_rto():
     # Only the last segment is lost: after the ACK of segment 8 one segment is out, so RFC 8985
     # adds the worst-case delayed ACK (WCDelAckT: the minimum RTO, 10 ms here, as Linux) to
