@@ -67,7 +67,7 @@ class TcpSettings:
     dctcp_echo: bool = False  # receiver echoes CE per segment (DCTCP) instead of latching ECE
     rack_tlp: bool = False  # RFC 8985 loss detection and tail loss probes (needs sack)
     # Added to the probe timeout 2 SRTT when more than one segment is out: Linux's TCP_TIMEOUT_MIN_US
-    # (2 ms; 2 jiffies before Linux 6.7); 0 is RFC 8985's PTO
+    # (2 ms; 2 jiffies before October 2023); 0 is RFC 8985's PTO
     pto_slack_ps: int = 0
     prr: bool = False  # RFC 6937 proportional rate reduction in SACK recovery
     hystart: bool = False  # RFC 9406 HyStart++ in the initial slow start
