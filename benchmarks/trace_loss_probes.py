@@ -33,6 +33,7 @@ def main() -> None:
         composed = compose(config_name="config", overrides=["experiment=linux_tcp", "tcp=linux", *overrides])
     config = OmegaConf.to_container(composed, resolve=True)
     episodes: dict[int, int] = {}  # id(sender) -> its rack_lost_segments when the probe went
+    two_srtts_us: list[float] = []  # 2 SRTT of the sender at each probe
     outcomes = {"found a loss": 0, "ACKs only late": 0, "ended by an RTO": 0}
     send_probe, rack_on_ack, on_timeout = tcp.TcpSender._send_probe, tcp.TcpSender._rack_on_ack, tcp.TcpSender._on_timeout
 
@@ -41,6 +42,7 @@ def main() -> None:
         send_probe(sender, now_ps)
         if sender.loss_probes > probes:
             episodes[id(sender)] = sender.rack_lost_segments
+            two_srtts_us.append(2 * sender.rtt.srtt_ps / 1e6)  # ps -> us
 
     def traced_rack_on_ack(sender: tcp.TcpSender, pkt, now_ps: int, acked_bytes: int, rtt_ps: int) -> None:
         rack_on_ack(sender, pkt, now_ps, acked_bytes, rtt_ps)
@@ -61,7 +63,8 @@ def main() -> None:
     run = engine.run(config)["runs"][0]
     print(f"{' '.join(overrides)}: {run['iteration_time_s'] * 1e3:.3f} ms per iteration, {run['loss_probes']} probes "
           f"({', '.join(f'{count} {outcome}' for outcome, count in outcomes.items())}, {len(episodes)} open at the "
-          f"end), {run['rack_lost_segments']} RACK losses, {run['drops']} drops, {run['timeouts']} RTOs")
+          f"end), {run['rack_lost_segments']} RACK losses, {run['drops']} drops, {run['timeouts']} RTOs; "
+          f"2 SRTT at the probes {min(two_srtts_us, default=0):.0f} to {max(two_srtts_us, default=0):.0f} us")
 
 
 if __name__ == "__main__":
