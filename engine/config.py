@@ -91,6 +91,7 @@ class TcpConfig:
     rcv_wnd_kb: float | None = None
     slow_start_after_idle: bool = True
     rack_tlp: bool = False
+    pto_slack_ms: float = 0.0  # added to RACK-TLP's probe timeout with more than one segment out (Linux: 2)
     prr: bool = False
     hystart: bool = False
     dctcp_g: float = 1.0 / 16
@@ -349,6 +350,8 @@ def _validate(config: SimConfig) -> None:
     _one_of("tcp.sack_after_rto", tcp.sack_after_rto, SACK_AFTER_RTO)
     _require(tcp.sack_after_rto == "keep" or not tcp.rack_tlp, "tcp.sack_after_rto", tcp.sack_after_rto,
              "keep with tcp.rack_tlp=true (RACK-TLP keeps the scoreboard across an RTO, RFC 8985 6.3)")
+    _require(tcp.pto_slack_ms >= 0, "tcp.pto_slack_ms", tcp.pto_slack_ms,
+             "a number of ms >= 0 (0: RFC 8985's probe timeout; Linux adds 2)")
     if tcp.rcv_wnd_kb is not None:
         _require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
                  f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")

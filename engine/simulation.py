@@ -32,6 +32,7 @@ def tcp_settings(config: SimConfig) -> TcpSettings:
         ecn=tcp.ecn or tcp.cc == "dctcp",
         dctcp_echo=tcp.cc == "dctcp",
         rack_tlp=tcp.rack_tlp,
+        pto_slack_ps=ms_to_ps(tcp.pto_slack_ms),
         prr=tcp.prr,
         hystart=tcp.hystart,
     )

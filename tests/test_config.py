@@ -120,6 +120,8 @@ BAD_CONFIGS = [
      "tcp.sack_after_rto", "'forget'", "one of keep, discard"),
     ("sack-after-rto-discard-with-rack", with_overrides(tcp={"rack_tlp": True, "sack_after_rto": "discard"}),
      "tcp.sack_after_rto", "'discard'", "keep with tcp.rack_tlp=true"),
+    ("pto-slack-negative", with_overrides(tcp={"rack_tlp": True, "pto_slack_ms": -2}),
+     "tcp.pto_slack_ms", "-2", ">= 0 (0: RFC 8985's probe timeout; Linux adds 2)"),
     ("linux-delack-without-delack", with_overrides(tcp={"linux_delayed_ack": True}),
      "tcp.linux_delayed_ack", "True", "unless tcp.delayed_ack is true"),
     ("zero-init-cwnd", with_overrides(tcp={"init_cwnd_pkts": 0}),
@@ -187,6 +189,7 @@ def test_defaults_are_valid_and_match_design():
     assert tcp.slow_start_after_idle is True
     # Linux's loss recovery and slow-start exit are options, off unless asked for (tcp=linux)
     assert not (tcp.rack_tlp or tcp.prr or tcp.hystart or tcp.linux_delayed_ack)
+    assert tcp.pto_slack_ms == 0  # RFC 8985's probe timeout when tcp.rack_tlp is turned on alone
     assert tcp.dctcp_g == 1 / 16 and tcp.cubic_c == 0.4 and tcp.cubic_beta == 0.7
     assert config.workload.flows[0].src == 0 and config.workload.flows[0].dst == 1
 

@@ -152,6 +152,8 @@ def test_the_linux_preset_turns_on_linux_defaults_and_the_others_do_not() -> Non
     linux = compose_config(["tcp=linux"])["tcp"]
     assert linux["cc"] == "cubic" and linux["sack"] and linux["min_rto_ms"] == 200 and linux["init_cwnd_pkts"] == 10
     assert linux["rack_tlp"] and linux["prr"] and linux["hystart"] and linux["delayed_ack"] and linux["linux_delayed_ack"]
+    assert linux["pto_slack_ms"] == 2.0  # Linux's TCP_TIMEOUT_MIN_US
     for option in ("newreno", "cubic", "dctcp"):
         tcp = compose_config([f"tcp={option}"])["tcp"]
         assert not (tcp["rack_tlp"] or tcp["prr"] or tcp["hystart"] or tcp["linux_delayed_ack"])
+        assert tcp["pto_slack_ms"] == 0.0  # RFC 8985's probe timeout, should rack_tlp be turned on

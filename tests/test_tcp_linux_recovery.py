@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from scenario import build_path, drop_segment_and_its_first_retransmission
 
 from engine.transport.cc import NewReno, HyStartPlusPlus
@@ -15,12 +16,14 @@ from engine.units import PS_PER_MS
 MSS = 1460
 
 
-def _srtt_ps(samples_ps: list[int]) -> int:
-    """RFC 6298 SRTT in integer picoseconds: SRTT = R, then SRTT = 7/8 SRTT + 1/8 R'."""
-    srtt = samples_ps[0]
+def _srtt_rttvar_ps(samples_ps: list[int]) -> tuple[int, int]:
+    """RFC 6298 SRTT and RTTVAR in integer picoseconds: SRTT = R, RTTVAR = R/2, then
+    RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R'| and SRTT = 7/8 SRTT + 1/8 R'."""
+    srtt, rttvar = samples_ps[0], samples_ps[0] // 2
     for sample in samples_ps[1:]:
+        rttvar = (3 * rttvar + abs(srtt - sample)) // 4
         srtt = (7 * srtt + sample) // 8
-    return srtt
+    return srtt, rttvar
 
 
 def _rtt_samples_ps(path) -> list[tuple[int, int]]:
@@ -45,16 +48,21 @@ def _drop_first_copies(seqs: set[int]):
     return drop
 
 
-def test_a_tail_loss_is_repaired_by_a_probe_two_srtts_after_the_last_ack_without_an_rto():
+@pytest.mark.parametrize("slack_ms", [0, 2], ids=["rfc8985", "linux"])
+def test_a_tail_loss_is_repaired_by_a_probe_two_srtts_and_the_slack_after_the_last_ack(slack_ms):
     # 10 segments; the last two are lost. Nothing after them can raise duplicate ACKs, so without
     # TLP only the 200 ms RTO repairs them. RFC 8985 7.2: after the ACK of segment 7 two segments
-    # are out, so PTO = 2 * SRTT (no delayed-ACK allowance: FlightSize > 1 segment); 7.3: no new
-    # data, so the probe resends the last segment (9). Its SACK lets RACK mark segment 8 lost (sent
-    # before 9's probe and out longer than RACK.rtt), repaired in fast recovery: no RTO at all.
-    path = build_path(latency_us=10, rack_tlp=True, should_drop=_drop_first_copies({8 * MSS, 9 * MSS}))
+    # are out, so PTO = 2 * SRTT (no delayed-ACK allowance: FlightSize > 1 segment), plus Linux's
+    # TCP_TIMEOUT_MIN_US (2 ms, tcp_schedule_loss_probe) when the slack is on; far below the RTO
+    # (200 ms), so not capped. 7.3: no new data, so the probe resends the last segment (9). Its
+    # SACK lets RACK mark segment 8 lost (sent before 9's probe and out longer than RACK.rtt),
+    # repaired in fast recovery: no RTO at all.
+    slack_ps = slack_ms * PS_PER_MS
+    path = build_path(latency_us=10, rack_tlp=True, pto_slack_ps=slack_ps,
+                      should_drop=_drop_first_copies({8 * MSS, 9 * MSS}))
     path.send(10 * MSS)
     path.run_s(1)
-    assert path.delivered_ps and path.delivered_ps[0] < 1 * PS_PER_MS  # far below the 200 ms RTO
+    assert path.delivered_ps and path.delivered_ps[0] < 10 * PS_PER_MS  # far below the 200 ms RTO
     sender = path.sender
     assert sender.timeouts == 0
     assert sender.loss_probes == 1
@@ -63,10 +71,72 @@ def test_a_tail_loss_is_repaired_by_a_probe_two_srtts_after_the_last_ack_without
     # the ACK of segment 7 is the last ACK of new data before the probe
     acks_before_probe = [(t, r) for t, r in samples if t <= path.ack_tap.seen[7][0]]
     last_ack_ps = acks_before_probe[-1][0]
-    expected_probe_ps = last_ack_ps + 2 * _srtt_ps([r for _, r in acks_before_probe])
+    srtt_ps, _ = _srtt_rttvar_ps([r for _, r in acks_before_probe])
+    expected_probe_ps = last_ack_ps + 2 * srtt_ps + slack_ps
     retransmissions = [(t, seq) for t, seq, _, _, rtx in path.data_tap.seen if rtx]
     assert retransmissions[0] == (expected_probe_ps, 9 * MSS)
     assert retransmissions[1][1] == 8 * MSS and len(retransmissions) == 2
+
+
+def test_linux_slack_never_takes_the_probe_past_the_rto_deadline():
+    # The same two tail losses with a 1 ms minimum RTO. After the ACK of segment 7 the RTO runs
+    # from that ACK (RFC 6298 5.3) for max(SRTT + 4 RTTVAR, 1 ms) = 1 ms (RTT ~ 22 us), while
+    # 2 SRTT + 2 ms of slack ends later: the PTO takes the RTO's time (RFC 8985 7.2; Linux's
+    # min(timeout, tcp_rto_delta_us)), and goes as a probe in the RTO's place: no timeout.
+    min_rto_ps = 1 * PS_PER_MS
+    path = build_path(latency_us=10, rack_tlp=True, pto_slack_ps=2 * PS_PER_MS, min_rto_ps=min_rto_ps,
+                      should_drop=_drop_first_copies({8 * MSS, 9 * MSS}))
+    path.send(10 * MSS)
+    path.run_s(1)
+    assert path.delivered_ps
+    assert (path.sender.timeouts, path.sender.loss_probes) == (0, 1)
+    samples = [(t, r) for t, r in _rtt_samples_ps(path) if t <= path.ack_tap.seen[7][0]]
+    last_ack_ps = samples[-1][0]
+    srtt_ps, rttvar_ps = _srtt_rttvar_ps([r for _, r in samples])
+    rto_ps = max(srtt_ps + max(1_000_000, 4 * rttvar_ps), min_rto_ps)  # G = 1 us
+    assert rto_ps == min_rto_ps < 2 * srtt_ps + 2 * PS_PER_MS  # the cap binds
+    retransmissions = [(t, seq) for t, seq, _, _, rtx in path.data_tap.seen if rtx]
+    assert retransmissions[0] == (last_ack_ps + rto_ps, 9 * MSS)
+
+
+def test_with_one_segment_out_the_probe_adds_the_delayed_ack_allowance_instead_of_the_slack():
+    # Two segments; the second is lost. After the ACK of the first (one RTT sample R) one segment
+    # is out: RFC 8985 7.2 and Linux add the worst-case delayed ACK (WCDelAckT, the minimum RTO in
+    # Linux: 10 us here) to 2 SRTT, and not the 2 ms slack. A 10 us minimum RTO keeps this below
+    # the RTO, 3 R after the ACK (SRTT = R, RTTVAR = R / 2): PTO = 2 R + 10 us.
+    min_rto_ps = 10_000_000  # 10 us
+    path = build_path(latency_us=10, rack_tlp=True, pto_slack_ps=2 * PS_PER_MS, min_rto_ps=min_rto_ps,
+                      should_drop=_drop_first_copies({MSS}))
+    path.send(2 * MSS)
+    path.run_s(1)
+    assert path.delivered_ps
+    assert (path.sender.timeouts, path.sender.loss_probes) == (0, 1)
+    (ack_ps, rtt_ps), *_ = _rtt_samples_ps(path)
+    expected_pto_ps = 2 * rtt_ps + min_rto_ps
+    assert expected_pto_ps < 3 * rtt_ps  # below the RTO: not capped
+    retransmissions = [(t, seq) for t, seq, _, _, rtx in path.data_tap.seen if rtx]
+    assert retransmissions == [(ack_ps + expected_pto_ps, MSS)]
+
+
+def test_two_short_segments_out_are_two_segments_for_the_probe_timeout():
+    # One full segment gives one RTT sample R (SRTT = R); then two 500-byte writes go out at once,
+    # both lost: 1,000 bytes, less than an MSS, but two segments (Linux's packets_out = 2), so
+    # PTO = 2 SRTT + the 2 ms slack, not 2 SRTT + WCDelAckT (the 200 ms minimum RTO, which the
+    # RTO 200 ms after the writes would cap). The probe resends the last segment.
+    slack_ps = 2 * PS_PER_MS
+    path = build_path(latency_us=10, rack_tlp=True, pto_slack_ps=slack_ps,
+                      should_drop=_drop_first_copies({MSS, MSS + 500}))
+    path.send(MSS)
+    path.run_s(0.001)
+    path.send(500)
+    path.send(500)
+    path.run_s(1)
+    assert len(path.delivered_ps) == 3
+    assert (path.sender.timeouts, path.sender.loss_probes) == (0, 1)
+    (_, rtt_ps), = _rtt_samples_ps(path)[:1]
+    writes_ps = [t for t, seq, *_ in path.data_tap.seen if seq == MSS + 500][0]
+    retransmissions = [(t, seq) for t, seq, _, _, rtx in path.data_tap.seen if rtx]
+    assert retransmissions[0] == (writes_ps + 2 * rtt_ps + slack_ps, MSS + 500)
 
 
 def test_a_probe_for_one_segment_in_flight_waits_for_the_delayed_ack_allowance_capped_by_the_rto():

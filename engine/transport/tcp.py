@@ -66,6 +66,9 @@ class TcpSettings:
     ecn: bool = False  # ECN-capable transport; DCTCP forces it on
     dctcp_echo: bool = False  # receiver echoes CE per segment (DCTCP) instead of latching ECE
     rack_tlp: bool = False  # RFC 8985 loss detection and tail loss probes (needs sack)
+    # Added to the probe timeout 2 SRTT when more than one segment is out: Linux's TCP_TIMEOUT_MIN_US
+    # (2 ms; 2 jiffies before October 2023); 0 is RFC 8985's PTO
+    pto_slack_ps: int = 0
     prr: bool = False  # RFC 6937 proportional rate reduction in SACK recovery
     hystart: bool = False  # RFC 9406 HyStart++ in the initial slow start
 
@@ -628,20 +631,24 @@ class TcpSender(PacketSink):
             rack.reorder_deadline_ps = 0
 
     def _schedule_probe(self, now_ps: int) -> None:
-        """RFC 8985 7.2: arm the probe timeout (PTO) when data is out, the sender is not in
-        recovery, nothing is SACKed and no probe episode is in progress. PTO = 2 SRTT, plus the
-        worst-case delayed ACK (WCDelAckT: the minimum RTO, as Linux, RFC 8985's 200 ms by
-        default) when one segment is in flight; 1 s before any RTT sample; never after the RTO."""
+        """RFC 8985 7.2 as Linux's tcp_schedule_loss_probe arms it: the probe timeout (PTO) runs
+        when data is out, the sender is not in recovery, nothing is SACKed and no probe episode is
+        in progress. PTO = 2 SRTT plus, with one segment out, the worst-case delayed ACK (WCDelAckT:
+        the minimum RTO, as Linux), else `pto_slack_ps` (Linux's 2 ms, RFC 8985's 0); 1 s before
+        any RTT sample; never after the RTO's deadline, whose time it then takes."""
         rack = self.rack
         assert rack is not None
-        flight_bytes = self.snd_max - self.snd_una
-        if self.in_recovery or self.sacked is not None or not flight_bytes or rack.probe_end_seq != _NO_PROBE:
+        if (self.in_recovery or self.sacked is not None or self.snd_max == self.snd_una
+                or rack.probe_end_seq != _NO_PROBE):
             rack.probe_deadline_ps = 0
             return
         if self.rtt.samples:
             timeout_ps = 2 * self.rtt.srtt_ps
-            if flight_bytes <= self.mss_bytes:
+            # nothing is SACKed here, so `outstanding` holds every segment out (Linux's packets_out)
+            if len(rack.outstanding) == 1:
                 timeout_ps += self.settings.min_rto_ps
+            else:
+                timeout_ps += self.settings.pto_slack_ps
         else:
             timeout_ps = PS_PER_S
         deadline = now_ps + timeout_ps
