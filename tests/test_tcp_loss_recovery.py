@@ -323,6 +323,20 @@ def test_islost_starts_fast_retransmit_before_three_duplicate_acks():
     assert _sent(wire) == list(range(10)) + [10, 0]
 
 
+def test_islost_counts_three_discontiguous_sacked_ranges_of_small_segments():
+    # IsLost's other rule: DupThresh discontiguous SACKed sequences above HighACK + 1, whatever their
+    # size. 500-byte segments as above; [0, 500) is lost and so are [1000, 1500) and [2000, 2500);
+    # the sender sees ACK 0 SACK [500, 1000) (duplicate ACK 1), then, the ACKs between lost, ACK 0
+    # with the blocks [500, 1000), [1500, 2000), [2500, 3000): 1,500 bytes SACKed, not above 2 SMSS,
+    # but three discontiguous ranges: fast retransmit at the second duplicate ACK.
+    sender, wire = _scripted_sender(writes=(500,) * 20)
+    _ack(sender, 0, (500, 1000))
+    assert sender.fast_retransmits == 0
+    _ack(sender, 0, (2500, 3000), (1500, 2000), (500, 1000))
+    assert sender.dupacks == 2 and sender.fast_retransmits == 1
+    assert wire.packets[-1].seq == 0 and wire.packets[-1].is_retransmit
+
+
 def test_a_cumulative_ack_that_sacks_new_data_is_a_duplicate_ack_too():
     # RFC 6675 section 5: a cumulative ACK resets DupAcks to 0, and one that also SACKs new data
     # counts as a duplicate ACK (section 2: "regardless of its status as a cumulative
