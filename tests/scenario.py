@@ -33,6 +33,17 @@ class Tap(PacketSink):
         pkt.route[pkt.hop].receive_packet(pkt)
 
 
+class Wire(PacketSink):
+    """A sender's first hop in tests that drive a `TcpSender` without a network: keeps what it is
+    given (a PacketSink, as the compiled sender requires)."""
+
+    def __init__(self) -> None:
+        self.packets: list[Packet] = []
+
+    def receive_packet(self, pkt: Packet) -> None:
+        self.packets.append(pkt)
+
+
 @dataclass
 class Path:
     """One TCP connection from a sender host over a NIC link and a bottleneck link to a receiver.

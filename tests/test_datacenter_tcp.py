@@ -7,10 +7,11 @@ import math
 import statistics
 
 import pytest
+from scenario import Wire
 
 import engine
 from engine.eventlist import EventList
-from engine.network import Packet, PacketSink
+from engine.network import Packet
 from engine.transport import Dctcp, TcpSender, TcpSettings
 from engine.units import PS_PER_S, PS_PER_US
 
@@ -113,16 +114,6 @@ def test_incast_collapses_with_200ms_min_rto_but_not_with_1ms():
     assert fast_goodput > 50 * slow_goodput
 
 
-class _Wire(PacketSink):
-    """The sender's first hop: keeps what it is given (a PacketSink, as the compiled sender requires)."""
-
-    def __init__(self) -> None:
-        self.packets: list[Packet] = []
-
-    def receive_packet(self, pkt: Packet) -> None:
-        self.packets.append(pkt)
-
-
 def _ack(ack_bytes: int, ece: bool) -> Packet:
     pkt = Packet((), 40, 0, 0, ack_bytes, 0, False, False)
     pkt.ece = ece
@@ -132,7 +123,7 @@ def _ack(ack_bytes: int, ece: bool) -> Packet:
 def _dctcp_sender_after_a_marked_first_ack(mss: int) -> TcpSender:
     """IW 10 segments sent, then ACK 1 with ECE: alpha = 1 (its first window ends with it, F = 1),
     cwnd = ssthresh = 10 (1 - 1/2) = 5 segments, the reduction covering SND.MAX = 10 segments."""
-    wire = _Wire()
+    wire = Wire()
     sender = TcpSender(EventList(), TcpSettings(mss_bytes=mss, ecn=True, dctcp_echo=True), Dctcp(mss, 10))
     sender.data_route = (wire,)
     sender.write(30 * mss)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from scenario import build_path, drop_segment_and_its_first_retransmission
+from scenario import Wire, build_path, drop_segment_and_its_first_retransmission
 
+from engine.eventlist import EventList
+from engine.network import Packet
+from engine.transport import TcpSender, TcpSettings, make_congestion_control
 from engine.units import PS_PER_MS, PS_PER_US
 
 MSS = 1460
@@ -216,3 +219,133 @@ def test_after_an_rto_that_keeps_the_scoreboard_a_fresh_sample_ends_the_backoff(
     assert just_after.sender.rtt.rto_ps == rtt_ps + max(PS_PER_US, 4 * rttvar_ps)
     discard_time_ps, _ = _first_sample_after_the_rto(_rto_with_a_scoreboard(keep=False))
     assert discard_time_ps > keep_time_ps
+
+
+# -- what counts as a duplicate ACK (RFC 6675 section 2 with SACK, RFC 5681 without) ----------------
+# The sender is driven without a network: MSS 1,000 bytes, NewReno, an initial window of 10
+# segments (0..9, sent at once onto a wire), then scripted ACKs. Segment numbers are in MSS.
+SEG = 1000
+
+
+def _scripted_sender(sack: bool = True, writes: tuple[int, ...] = (30 * SEG,)) -> tuple[TcpSender, Wire]:
+    wire = Wire()
+    sender = TcpSender(EventList(), TcpSettings(mss_bytes=SEG, sack=sack), make_congestion_control("newreno", SEG, 10))
+    sender.data_route = (wire,)
+    for nbytes in writes:
+        sender.write(nbytes)
+    return sender, wire
+
+
+def _ack(sender: TcpSender, ack_bytes: int, *sacked: tuple[int, int]) -> None:
+    """Deliver an ACK of `ack_bytes` carrying the SACK blocks `sacked` ([start, end) in bytes)."""
+    pkt = Packet((), 40, 0, 0, ack_bytes, 0, False, False)
+    pkt.sack_blocks = sacked
+    sender.receive_packet(pkt)
+
+
+def _sent(wire: Wire) -> list[int]:
+    """Segment numbers put on the wire, in order."""
+    return [pkt.seq // SEG for pkt in wire.packets]
+
+
+def test_with_sack_an_ack_that_sacks_nothing_new_is_not_a_duplicate_ack():
+    # Segment 0 is lost, 1 arrives: ACK 0 SACK 1 is duplicate ACK 1, and limited transmit (RFC
+    # 3042) sends segment 10 (outstanding 11 <= cwnd 10 + 1). Segment 1 then reaches the receiver
+    # three more times (duplicates, as a spurious retransmission makes): each provokes ACK 0 SACK 1
+    # again, which SACKs nothing new, so by RFC 6675 section 2 it is not a duplicate ACK: DupAcks
+    # stays 1, nothing is sent, no fast retransmit. (Counted by RFC 5681 they would make 4
+    # duplicate ACKs and a fast retransmit: the chain of spurious recoveries of docs/validation-ns3.md.)
+    sender, wire = _scripted_sender()
+    _ack(sender, 0, (1 * SEG, 2 * SEG))
+    assert sender.dupacks == 1 and _sent(wire) == list(range(10)) + [10]
+    for _ in range(3):
+        _ack(sender, 0, (1 * SEG, 2 * SEG))
+    assert sender.dupacks == 1
+    assert sender.fast_retransmits == 0 and sender.retransmits == 0
+    assert _sent(wire) == list(range(10)) + [10]
+
+
+def test_without_sack_every_ack_of_nothing_new_is_a_duplicate_ack():
+    # RFC 5681 / RFC 6582: with no SACK information an ACK that acknowledges nothing new while data
+    # is out is a duplicate ACK. Limited transmit sends 10 and 11 (outstanding 11 <= 10 + 1, 12 <=
+    # 10 + 2); the third starts fast retransmit of segment 0.
+    sender, wire = _scripted_sender(sack=False)
+    for _ in range(3):
+        _ack(sender, 0)
+    assert sender.fast_retransmits == 1
+    assert _sent(wire) == list(range(10)) + [10, 11, 0]
+
+
+def test_three_acks_each_sacking_new_data_start_fast_retransmit():
+    # Segment 0 lost; 1, 2, 3 arrive, each ACK SACKing one more segment: three duplicate ACKs
+    # (DupThresh, RFC 6675 section 5 step 1). The first two send 10 and 11 by limited transmit; the
+    # third retransmits 0 at once. ssthresh = cwnd = max(pipe / 2, 2 MSS) with pipe = SND.MAX -
+    # highest SACKed = 12 - 4 = 8 segments (nothing retransmitted yet): 4 segments. After the
+    # retransmission pipe = 9 > cwnd: nothing else goes.
+    sender, wire = _scripted_sender()
+    _ack(sender, 0, (1 * SEG, 2 * SEG))
+    _ack(sender, 0, (1 * SEG, 3 * SEG))
+    assert sender.fast_retransmits == 0
+    _ack(sender, 0, (1 * SEG, 4 * SEG))
+    assert sender.fast_retransmits == 1 and sender.in_recovery
+    assert sender.cc.ssthresh_bytes == sender.cc.cwnd_bytes == 4 * SEG
+    assert _sent(wire) == list(range(10)) + [10, 11, 0]
+
+
+def test_dupthresh_duplicate_acks_of_small_segments_start_fast_retransmit():
+    # RFC 6675 section 5 step 1 covers SACKs of segments smaller than SMSS, which IsLost's byte
+    # rule (more than (DupThresh - 1) SMSS = 2,000 bytes SACKed) may not catch. The application
+    # writes 500 bytes at a time: 20 segments of 500 bytes fill the 10,000-byte window. Segment
+    # [0, 500) is lost; three ACKs SACK [500, 1000), [500, 1500), [500, 2000): 1,500 bytes in one
+    # block, IsLost(0) is false, but the third is the third duplicate ACK: fast retransmit from 0.
+    sender, wire = _scripted_sender(writes=(500,) * 20)
+    assert len(wire.packets) == 20
+    _ack(sender, 0, (500, 1000))
+    _ack(sender, 0, (500, 1500))
+    assert sender.fast_retransmits == 0
+    _ack(sender, 0, (500, 2000))
+    assert sender.fast_retransmits == 1
+    assert wire.packets[-1].seq == 0 and wire.packets[-1].is_retransmit
+
+
+def test_islost_starts_fast_retransmit_before_three_duplicate_acks():
+    # RFC 6675 section 5 step 2: fewer than DupThresh duplicate ACKs, but IsLost(HighACK + 1)
+    # (more than (DupThresh - 1) SMSS SACKed above it) starts recovery. Segment 0 is lost; the ACKs
+    # of 2 and 3 are lost on the way back, so the sender sees ACK 0 SACK 1 (duplicate ACK 1, limited
+    # transmit sends 10), then ACK 0 SACK 1-3: duplicate ACK 2 with 3,000 > 2,000 bytes SACKed.
+    # ssthresh = max(pipe / 2, 2 MSS), pipe = 11 - 4 = 7 segments: 3,500 bytes.
+    sender, wire = _scripted_sender()
+    _ack(sender, 0, (1 * SEG, 2 * SEG))
+    assert sender.fast_retransmits == 0
+    _ack(sender, 0, (1 * SEG, 4 * SEG))
+    assert sender.dupacks == 2 and sender.fast_retransmits == 1
+    assert sender.cc.ssthresh_bytes == 3.5 * SEG
+    assert _sent(wire) == list(range(10)) + [10, 0]
+
+
+def test_islost_counts_three_discontiguous_sacked_ranges_of_small_segments():
+    # IsLost's other rule: DupThresh discontiguous SACKed sequences above HighACK + 1, whatever their
+    # size. 500-byte segments as above; [0, 500) is lost and so are [1000, 1500) and [2000, 2500);
+    # the sender sees ACK 0 SACK [500, 1000) (duplicate ACK 1), then, the ACKs between lost, ACK 0
+    # with the blocks [500, 1000), [1500, 2000), [2500, 3000): 1,500 bytes SACKed, not above 2 SMSS,
+    # but three discontiguous ranges: fast retransmit at the second duplicate ACK.
+    sender, wire = _scripted_sender(writes=(500,) * 20)
+    _ack(sender, 0, (500, 1000))
+    assert sender.fast_retransmits == 0
+    _ack(sender, 0, (2500, 3000), (1500, 2000), (500, 1000))
+    assert sender.dupacks == 2 and sender.fast_retransmits == 1
+    assert wire.packets[-1].seq == 0 and wire.packets[-1].is_retransmit
+
+
+def test_a_cumulative_ack_that_sacks_new_data_is_a_duplicate_ack_too():
+    # RFC 6675 section 5: a cumulative ACK resets DupAcks to 0, and one that also SACKs new data
+    # counts as a duplicate ACK (section 2: "regardless of its status as a cumulative
+    # acknowledgment"); here IsLost(1) holds at once. Segment 1 is lost, the ACKs of 0, 2 and 3 are
+    # lost too: ACK 1 SACK 2-4 arrives first. DupAcks = 1, 3,000 bytes SACKed above SND.UNA = 1:
+    # fast retransmit of 1 instead of slow-start growth. ssthresh = max(pipe / 2, 2 MSS) with pipe
+    # = 10 - 5 = 5 segments: 2,500 bytes.
+    sender, wire = _scripted_sender()
+    _ack(sender, 1 * SEG, (2 * SEG, 5 * SEG))
+    assert sender.dupacks == 1 and sender.fast_retransmits == 1
+    assert sender.cc.ssthresh_bytes == 2.5 * SEG
+    assert _sent(wire) == list(range(10)) + [1]

@@ -421,14 +421,13 @@ class TcpSender(PacketSink):
                 self.rtt.sample(rtt_sample_ps)
             acked = ack - snd_una
             # PRR's DeliveredData counts newly SACKed bytes too (RACK measures it itself)
-            sacked_before = self._sacked_bytes() if self.prr is not None and self.in_recovery else 0
+            sacked_before = self._sacked_bytes() if self.prr is not None else 0
             self.snd_una = ack
             if self.snd_nxt < ack:
                 self.snd_nxt = ack
             if self.sacked:
                 self._forget_sacked_below(ack)
-            if pkt.sack_blocks:
-                self._merge_sack(pkt.sack_blocks)
+            newly_sacked = self._merge_sack(pkt.sack_blocks) if pkt.sack_blocks else 0
             if cc.wants_ecn_feedback:
                 cc.on_ecn_feedback(acked, pkt.ece, ack, self.snd_nxt)
             if pkt.ece:
@@ -463,8 +462,13 @@ class TcpSender(PacketSink):
                 if self.in_recovery and self.prr is not None:
                     self._prr_update(acked + self._sacked_bytes() - sacked_before)
             else:
-                self.dupacks = 0
-                self._grow_cwnd(acked, now, rtt_sample_ps)
+                # RFC 6675 section 5: a cumulative ACK resets DupAcks, and counts as one if it SACKs
+                # new data too (section 2), which may show the new snd_una lost (IsLost)
+                self.dupacks = 1 if newly_sacked else 0
+                if newly_sacked and self.snd_una >= self.recover_seq and self._head_lost():
+                    self._enter_fast_recovery(acked + self._sacked_bytes() - sacked_before)
+                else:
+                    self._grow_cwnd(acked, now, rtt_sample_ps)
             if ack >= self.snd_max:
                 self.rto_deadline_ps = 0
             else:
@@ -496,10 +500,15 @@ class TcpSender(PacketSink):
         cc.cwnd_bytes = prr.cwnd_bytes(delivered_bytes, self._pipe_bytes(), cc.ssthresh_bytes, self.mss_bytes)
 
     def _on_duplicate_ack(self, pkt: Packet) -> None:
-        self.dupacks += 1
-        sacked_before = self._sacked_bytes() if self.prr is not None else 0
-        if pkt.sack_blocks:
-            self._merge_sack(pkt.sack_blocks)
+        """An ACK that acknowledges nothing new while data is out. With SACK it is a duplicate ACK
+        only if it SACKs new data (RFC 6675 section 2): one the receiver sent for a segment it
+        already held (a spurious retransmission) is not, and must not start a fast recovery.
+        Without SACK every such ACK is one (RFC 5681). Outside recovery, DupThresh duplicate
+        ACKs, or with SACK a lost snd_una (IsLost), start fast recovery (RFC 6675 section 5)."""
+        newly_sacked = self._merge_sack(pkt.sack_blocks) if pkt.sack_blocks else 0
+        is_dupack = newly_sacked > 0 or not self.settings.sack
+        if is_dupack:
+            self.dupacks += 1
         if pkt.ece:
             self._react_to_ece(self.eventlist.now_ps)
         if self.rack is not None:
@@ -509,14 +518,27 @@ class TcpSender(PacketSink):
             if self.recovery_retransmits:
                 self._detect_lost_retransmissions(pkt.sent_ps)
             if self.prr is not None and not self.rto_recovery:  # PRR is for fast recovery only
-                self._prr_update(self._sacked_bytes() - sacked_before)
+                self._prr_update(newly_sacked)
             if not self.settings.sack:
                 self.cc.cwnd_bytes += self.mss_bytes  # RFC 6582: inflate by one MSS per dupACK
             self.send_more()
-        elif self.dupacks == _DUPACK_THRESHOLD and self.snd_una >= self.recover_seq:
-            self._enter_fast_recovery(self._sacked_bytes() - sacked_before)
+        elif not is_dupack:
+            return
+        elif self.snd_una >= self.recover_seq and (self.dupacks >= _DUPACK_THRESHOLD or self._head_lost()):
+            self._enter_fast_recovery(newly_sacked)
         elif self.dupacks < _DUPACK_THRESHOLD:
             self._limited_transmit()
+
+    def _head_lost(self) -> bool:
+        """RFC 6675 IsLost(HighACK + 1): is snd_una lost? True when DupThresh discontiguous
+        SACKed ranges, or more than (DupThresh - 1) * SMSS SACKed bytes, lie above it. The
+        scoreboard holds byte ranges, not segments: its blocks count the discontiguous ranges
+        (ns-3 counts SACKed segments, the same for full-size segments through the byte rule)."""
+        sacked = self.sacked
+        if sacked is None:
+            return False
+        return (len(sacked) >= _DUPACK_THRESHOLD
+                or self._sacked_bytes() > (_DUPACK_THRESHOLD - 1) * self.mss_bytes)
 
     def _limited_transmit(self) -> None:
         """RFC 3042: each of the first two duplicate ACKs may send one new segment, keeping the data
@@ -704,9 +726,12 @@ class TcpSender(PacketSink):
             self.cwr_end_seq = self.snd_max
             self.cwr_pending = True
 
-    def _merge_sack(self, blocks: tuple) -> None:
+    def _merge_sack(self, blocks: tuple) -> int:
+        """Add an ACK's SACK blocks to the scoreboard; return how many bytes above snd_una they
+        SACK that it did not hold (0: the ACK reports nothing new)."""
         snd_una = self.snd_una
         sacked = self.sacked if self.sacked is not None else []
+        newly_sacked = 0
         for start, end in blocks:
             if end <= snd_una:
                 continue
@@ -714,6 +739,7 @@ class TcpSender(PacketSink):
                 start = snd_una
             merged: list[list[int]] = []
             placed = False
+            absorbed = 0  # bytes of the scoreboard's blocks that the new one overlaps or touches
             for block in sacked:
                 if block[1] < start:
                     merged.append(block)
@@ -723,12 +749,16 @@ class TcpSender(PacketSink):
                         placed = True
                     merged.append(block)
                 else:
+                    absorbed += block[1] - block[0]
                     start = min(start, block[0])
                     end = max(end, block[1])
             if not placed:
                 merged.append([start, end])
+            # the union is one contiguous range, so what it adds is its length minus what was held
+            newly_sacked += end - start - absorbed
             sacked = merged
         self.sacked = sacked or None
+        return newly_sacked
 
     def _forget_sacked_below(self, ack: int) -> None:
         """Drop what the cumulative ACK `ack` now covers (called while there are SACK blocks)."""
