@@ -83,7 +83,7 @@ class TcpConfig:
     linux_delayed_ack: bool = False
     sack: bool = True
     sack_after_rto: str = "keep"  # one of SACK_AFTER_RTO
-    timestamps: bool = False  # RFC 7323 timestamp option on every segment (Linux's default)
+    timestamps: bool = True  # RFC 7323 timestamp option on every segment (Linux's and ns-3's default)
     handshake: bool = True  # a SYN/SYN-ACK RTT sample seeds the RTO before the first message
     ecn: bool = False
     rcv_wnd_kb: float | None = None
