@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+import engine
 from engine import load_config
 from engine.config import ConfigError
 from engine.network import PacketDropper
@@ -174,3 +175,30 @@ def test_ns3_backend_refuses_to_skip_the_handshake():
     with pytest.raises(ConfigError, match="tcp.handshake"):
         load_config({"engine": {"backend": "ns3"}, "tcp": {"handshake": False},
                      "workload": {"type": "collective"}})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("timestamps, rto_waits_ms", [
+    (True, [200, 200, 200, 200]),  # every all-to-all waits one minimum RTO, as in ns-3 and Linux
+    (False, [200, 400, 800, 1600]),  # Karn: the backed-off RTO carries over and doubles each time
+])
+def test_timeout_bound_all_to_alls_of_a_training_job(timestamps, rto_waits_ms):
+    """Issue 21's case, at 32 NPUs: ASTRA-sim's DLRM, two iterations, on two leaves of 16 hosts under
+    one spine (512 KiB buffers): the 16 hosts of a leaf open their windows into its one uplink at once
+    and flows lose their whole first window (incast). Each of the four all-to-alls then lasts one RTO
+    wait plus well under 1 ms of transfer (about 40 us loss-free). With the handshake the first RTO
+    is the 200 ms minimum (not RFC 6298's initial 1 s). With timestamps each retransmission's ACK is
+    a sample that ends the backoff, so every later all-to-all waits 200 ms again; without them no
+    ACK after an RTO is a sample (only retransmissions are acknowledged), the doubled RTO carries over
+    to the next message and doubles at its next timeout (RFC 6298 5.5): 200, 400, 800, 1600 ms."""
+    rows = engine.run({
+        "network": {"topology": "leaf_spine", "npus": 32, "hosts_per_leaf": 16, "spines": 1, "uplink_gbps": 100,
+                    "link_gbps": 100, "link_latency_us": 1, "buffer_kb": 512},
+        "tcp": {"timestamps": timestamps},
+        "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 2},
+    })
+    assert rows["runs"][0]["status"] == "ok" and rows["runs"][0]["timeouts"] > 0
+    durations_ms = [row["duration_s"] * 1e3 for row in rows["collectives"] if row["op"] == "all_to_all"]
+    assert len(durations_ms) == 4
+    for duration_ms, wait_ms in zip(durations_ms, rto_waits_ms):
+        assert wait_ms <= duration_ms < wait_ms + 1
