@@ -2,7 +2,7 @@
 first message, outside the workload's timing, as a training job's connections are opened at start-up.
 
 Expected values are computed by hand below from the link parameters, RFC 6298 and Linux's rules.
-Network for all: one switch, host -> switch -> host, every link 100 Gb/s (80 ps per byte) with 1 us of
+Network for all but the last (a leaf-spine training job): one switch, host -> switch -> host, every link 100 Gb/s (80 ps per byte) with 1 us of
 propagation, so a packet of S bytes crosses one link in S * 80 ps + 1 us.
 
 SYN and SYN-ACK with Linux's options (`engine.network.syn_bytes`): 40 bytes of IPv4 + TCP headers plus
