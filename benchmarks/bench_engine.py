@@ -76,7 +76,7 @@ def bench_incast() -> dict:
     row = run({
         "network": {"topology": "switch", "npus": INCAST["senders"] + 1, "link_gbps": INCAST["link_gbps"],
                     "link_latency_us": INCAST["link_latency_us"], "buffer_kb": INCAST["buffer_bytes"] / 1024},
-        "tcp": {"min_rto_ms": INCAST["min_rto_ms"]},
+        "tcp": {"min_rto_ms": INCAST["min_rto_ms"], "timestamps": False},  # as ns3_tcp_incast.cc
         "engine": {"max_sim_time_s": 60},
         "workload": {"type": "flows", "pattern": "incast", "senders": INCAST["senders"],
                      "bytes_per_flow": INCAST["bytes"], "rounds": INCAST["rounds"]},

@@ -21,9 +21,9 @@ the timeout-bound cases validate_ns3_timeout_bound.{csv,md}. `--timestamps` runs
 with tcp.timestamps=true on every backend and adds `_timestamps` to the file names.
 
 Needs the `ns3` extra (`pip install 'netsweep[ns3]'`) and g++. Settings both simulators share:
-100 Gb/s links with 1 us latency, MTU 1500, ACK per segment, SACK, 200 ms minimum RTO; the initial
-RTO equals the minimum RTO, because ns-3's connections are opened with a handshake whose RTT
-sample sets their first RTO, while the engine's have none (see the README's ns-3 section).
+100 Gb/s links with 1 us latency, MTU 1500, ACK per segment, SACK, 200 ms minimum RTO; both open
+their connections with a handshake before time 0 (`tcp.handshake`), whose RTT sample sets the
+first RTO. Timestamps are off unless `--timestamps` (`tcp.timestamps=false`, as the stored tables).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def config_of(case: dict, backend: str, timestamps: bool = False) -> dict:
     else:
         workload = {"type": "collective", "op": case["op"], "bytes": case["bytes"], "iterations": 1}
     return {"engine": {"backend": backend, "max_sim_time_s": 30.0}, "network": network,
-            "tcp": {"cc": case["cc"], "min_rto_ms": 200.0, "initial_rto_ms": 200.0, "timestamps": timestamps},
+            "tcp": {"cc": case["cc"], "min_rto_ms": 200.0, "timestamps": timestamps},
             "workload": workload}
 
 

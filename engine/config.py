@@ -86,7 +86,8 @@ class TcpConfig:
     linux_delayed_ack: bool = False
     sack: bool = True
     sack_after_rto: str = "keep"  # one of SACK_AFTER_RTO
-    timestamps: bool = False  # RFC 7323 timestamp option on every segment (Linux's default)
+    timestamps: bool = True  # RFC 7323 timestamp option on every segment (Linux's and ns-3's default)
+    handshake: bool = True  # a SYN/SYN-ACK RTT sample seeds the RTO before the first message
     ecn: bool = False
     rcv_wnd_kb: float | None = None
     slow_start_after_idle: bool = True
@@ -419,6 +420,8 @@ def _validate_ns3(config: SimConfig) -> None:
              f"at most {NS3_MAX_NPUS} with engine.backend=ns3 (it opens a TCP connection per ordered pair "
              "of NPUs before time 0)")
     _require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
+    _require(tcp.handshake, "tcp.handshake", tcp.handshake,
+             "true with engine.backend=ns3 (ns-3 opens every connection with its handshake before time 0)")
     _require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
              "none with engine.backend=ns3 (its helper reports no per-link counters)")
     _require(tcp.sack_after_rto == "keep" or not tcp.sack, "tcp.sack_after_rto", tcp.sack_after_rto,

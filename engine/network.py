@@ -32,6 +32,24 @@ TCP_IP_HEADER_BYTES: Final = 40
 # it, as Linux sends it on every segment: with `tcp.timestamps` a header is 52 bytes, and a full
 # segment carries 12 bytes less payload (MSS 1460 at MTU 1500: 1448 bytes per segment).
 TCP_TIMESTAMP_OPTION_BYTES: Final = 12
+# The options of Linux's SYN and SYN-ACK (tcp_syn_options / tcp_synack_options), padded to 4 bytes:
+# MSS (4) and window scale (3, after a NOP) always; SACK-permitted (2) with SACK, as two NOPs and the
+# option without timestamps; with timestamps the 10-byte option and SACK-permitted share 12 bytes.
+SYN_OPTION_BYTES_TIMESTAMPS: Final = 20  # MSS, SACK-permitted (or 2 NOPs), timestamps, NOP + window scale
+SYN_OPTION_BYTES_SACK: Final = 12  # MSS, NOP NOP SACK-permitted, NOP + window scale
+SYN_OPTION_BYTES_PLAIN: Final = 8  # MSS, NOP + window scale
+
+
+def syn_bytes(timestamps: bool, sack: bool) -> int:
+    """Size on the wire of a SYN (and of its SYN-ACK, which carries the same options) with the
+    options Linux sends: 60 bytes with timestamps, 52 with SACK alone, 48 with neither."""
+    if timestamps:
+        options = SYN_OPTION_BYTES_TIMESTAMPS
+    elif sack:
+        options = SYN_OPTION_BYTES_SACK
+    else:
+        options = SYN_OPTION_BYTES_PLAIN
+    return TCP_IP_HEADER_BYTES + options
 
 
 def wire_bytes(payload_bytes: int, segment_bytes: int, header_bytes: int = TCP_IP_HEADER_BYTES) -> int:
@@ -47,8 +65,13 @@ def unloaded_latency_ps(route: tuple[Link, ...], payload_bytes: int, segment_byt
     hop and the store-and-forward of one packet (min(segment, payload) + headers) at each hop after
     the first. The fluid backends (analytical, alpha_beta) charge it to every message."""
     packet_bytes = min(segment_bytes, payload_bytes) + header_bytes
-    return sum(link.latency_ps for link in route) + sum(serialisation_ps(packet_bytes, link.rate_bps)
-                                                       for link in route[1:])
+    return idle_transit_ps(route, packet_bytes) - serialisation_ps(packet_bytes, route[0].rate_bps)
+
+
+def idle_transit_ps(route: tuple[Link, ...], packet_bytes: int) -> int:
+    """From the first bit of a packet of `packet_bytes` leaving to its last bit arriving at the end of
+    an idle route: its serialisation and the propagation at every hop (store and forward)."""
+    return sum(serialisation_ps(packet_bytes, link.rate_bps) + link.latency_ps for link in route)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -2,13 +2,44 @@
 
 from __future__ import annotations
 
+from random import Random
+
 from .config import SimConfig
 from .eventlist import EventList
-from .topology import BYTES_PER_KB, Topology, build_topology
+from .network import Link, idle_transit_ps, syn_bytes
+from .topology import BYTES_PER_KB, Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
 from .units import ms_to_ps, s_to_ps, us_to_ps
 
 EVENTS_PER_SLICE = 1 << 16  # about 20 ms of the compiled kernel's work
+SYN_RETRIES = 6  # Linux net.ipv4.tcp_syn_retries (ns-3's ConnCount is 6 too): SYNs after the first
+_HANDSHAKE_RNG_SALT = 0x5111  # the handshake's own random stream: it leaves the links' draws as they were
+
+
+class HandshakeFailed(RuntimeError):
+    """Every SYN of a connection's handshake, or its SYN-ACK, was lost (`network.loss_rate`)."""
+
+
+def handshake_rtt_ps(data_links: tuple[Link, ...], ack_links: tuple[Link, ...], syn_size_bytes: int) -> int:
+    """The round trip of a SYN along `data_links` and its SYN-ACK (of the same size) back along
+    `ack_links` on the idle network: serialisation and propagation at every hop, both ways."""
+    return idle_transit_ps(data_links, syn_size_bytes) + idle_transit_ps(ack_links, syn_size_bytes)
+
+
+def syn_retransmits(data_links: tuple[Link, ...], ack_links: tuple[Link, ...], loss_rate: float,
+                    rng: Random) -> int:
+    """How many times the SYN is sent again before one and its SYN-ACK both cross every link, each
+    lost at each link with probability `loss_rate` (as data packets are). The server's own SYN-ACK
+    retransmissions are left out: its timer starts one way later than the client's and fires about
+    when the client's retransmitted SYN arrives. Raises `HandshakeFailed` after `SYN_RETRIES`."""
+    retransmits = 0
+    while any(rng.random() < loss_rate for _ in data_links + ack_links):
+        retransmits += 1
+        if retransmits > SYN_RETRIES:
+            raise HandshakeFailed(f"a connection's handshake failed: its SYN was sent {SYN_RETRIES + 1} times "
+                                  f"(Linux tcp_syn_retries = {SYN_RETRIES}) and lost with its SYN-ACK at "
+                                  f"network.loss_rate={loss_rate}")
+    return retransmits
 
 
 def tcp_settings(config: SimConfig) -> TcpSettings:
@@ -57,6 +88,16 @@ class Simulation:
                                      dctcp_g=tcp.dctcp_g, cubic_c=tcp.cubic_c, cubic_beta=tcp.cubic_beta)
         data_links, ack_links = self.topology.routes(src, dst, flow_id)
         connection = TcpConnection(self.eventlist, self.settings, cc, flow_id, src, dst, data_links, ack_links)
+        if tcp.handshake:
+            # opened lazily, but as a training job opens its connections: at start-up, on the idle
+            # network, long before the first message (outside the workload's timing)
+            loss_rate = self.config.network.loss_rate
+            retransmits = 0
+            if loss_rate > 0:
+                rng = Random(flow_hash(self.config.seed, flow_id, _HANDSHAKE_RNG_SALT))
+                retransmits = syn_retransmits(data_links, ack_links, loss_rate, rng)
+            rtt_ps = handshake_rtt_ps(data_links, ack_links, syn_bytes(tcp.timestamps, tcp.sack))
+            connection.sender.open_after_handshake(rtt_ps, retransmits)
         self.connections.append(connection)
         return connection
 

@@ -77,7 +77,7 @@ KEY_WORDS = {
     "tcp.cc": "congestion control", "tcp.min_rto_ms": "minimum RTO", "tcp.initial_rto_ms": "initial RTO",
     "tcp.max_rto_s": "maximum RTO", "tcp.init_cwnd_pkts": "initial window", "tcp.delayed_ack": "delayed ACK",
     "tcp.sack": "SACK", "tcp.sack_after_rto": "SACK scoreboard after an RTO", "tcp.ecn": "ECN",
-    "tcp.timestamps": "TCP timestamps",
+    "tcp.timestamps": "TCP timestamps", "tcp.handshake": "handshake before the workload",
     "tcp.rcv_wnd_kb": "receive window", "tcp.mss_bytes": "MSS",
     "tcp.slow_start_after_idle": "slow start after idle", "tcp.rack_tlp": "RACK-TLP",
     "tcp.pto_slack_ms": "probe timeout slack", "tcp.prr": "PRR",

@@ -124,9 +124,11 @@ def test_send_and_receive_match_by_tag(tmp_path):
     (flow,) = rows["flows"]
     assert (flow["src"], flow["dst"], flow["bytes"]) == (0, 1, 1_000_000)
     assert rows["runs"][0]["iteration_time_s"] == pytest.approx(flow["end_s"] + 1e-6, rel=1e-9)
-    # 1,000,000 bytes in 685 segments of 1,460 with 40 header bytes each, at 100 Gb/s: 82.74 us,
-    # plus 2 hops of 1 us and one 1,500-byte packet's store-and-forward (0.12 us)
-    assert flow["fct_s"] == pytest.approx((1_000_000 + 685 * 40) * 8 / 100e9 + 2e-6 + 1500 * 8 / 100e9, rel=1e-6)
+    # 1,000,000 bytes in 691 segments of 1,448 (TCP timestamps on: MSS 1460 less the 12-byte option)
+    # with 52 header bytes each, at 100 Gb/s: 82.87456 us, plus 2 hops of 1 us and one 1,500-byte
+    # packet's store-and-forward (0.12 us)
+    assert -(-1_000_000 // 1448) == 691
+    assert flow["fct_s"] == pytest.approx((1_000_000 + 691 * 52) * 8 / 100e9 + 2e-6 + 1500 * 8 / 100e9, rel=1e-6)
     alpha_beta = run({"type": "chakra", "path": path, "duration_unit": "us"}, npus=2, backend="alpha_beta")
     assert alpha_beta["runs"][0]["iteration_time_s"] == pytest.approx(rows["runs"][0]["iteration_time_s"], rel=1e-6)
 

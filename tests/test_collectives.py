@@ -16,8 +16,11 @@ P = 8
 LINK_GBPS = 100
 LINK_LATENCY_PS = 1_000_000  # 1 us
 PS_PER_BYTE = 80  # 100 Gb/s: 8 bits / 100e9 b/s = 80 ps per byte
-MSS = 1460
-EFFICIENCY = MSS / (MSS + 40)  # payload share of a full segment on the wire
+# TCP timestamps on (the default): each segment carries 52 bytes of headers (IPv4, TCP and the
+# 12-byte option), so an MTU of 1500 carries 1448 bytes of payload (MSS 1460 less the option)
+HEADER_BYTES = 52
+MSS = 1448
+EFFICIENCY = MSS / (MSS + HEADER_BYTES)  # payload share of a full segment on the wire
 LARGE = 8 * 2**20  # bytes per NPU: the bandwidth term dominates
 SMALL = 8 * 2**10  # bytes per NPU: the latency terms dominate
 
@@ -38,7 +41,7 @@ def collective_time_s(op: str, algorithm: str, size_bytes: int, backend: str = "
 
 
 def bandwidth_term_s(factor: float, size_bytes: int) -> float:
-    """factor * n / B at the payload rate B * MSS / (MSS + 40)."""
+    """factor * n / B at the payload rate B * MSS / (MSS + headers)."""
     return factor * size_bytes * 8 / (LINK_GBPS * 1e9 * EFFICIENCY)
 
 
@@ -129,12 +132,14 @@ def one_message_ps(payload_bytes: int) -> int:
     switch port starts when the first segment has crossed the NIC and its wire, then (equal rates,
     so no gap) serialises every segment back to back; the last bit then crosses the second wire."""
     segments = [MSS] * (payload_bytes // MSS) + ([payload_bytes % MSS] if payload_bytes % MSS else [])
-    wire = [size + 40 for size in segments]
+    wire = [size + HEADER_BYTES for size in segments]
     return wire[0] * PS_PER_BYTE + LINK_LATENCY_PS + sum(wire) * PS_PER_BYTE + LINK_LATENCY_PS
 
 
 def test_small_ring_all_reduce_is_2_p_minus_1_alphas():
-    # 2(p-1) = 14 sequential steps of n/p = 1024 bytes: alpha = one message time, 2.17024 us
+    # 2(p-1) = 14 sequential steps of n/p = 1024 bytes: alpha = one message time, one segment of
+    # 1,076 wire bytes crossing two links: 2 x (1,076 x 80 ps + 1 us) = 2.17216 us
+    assert one_message_ps(SMALL // P) == 2_172_160
     steps = 2 * (P - 1)
     expected_s = steps * one_message_ps(SMALL // P) / 1e12
     assert collective_time_s("all_reduce", "ring", SMALL) == pytest.approx(expected_s, rel=1e-9)

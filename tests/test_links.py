@@ -12,8 +12,9 @@ import pytest
 from engine import ConfigError, load_config, prepare, run
 from engine.network import Link
 
-MSS = 1500 - 40  # MTU 1500 minus IPv4 (20) and TCP (20) headers
+MSS = 1500 - 40  # MTU 1500 minus IPv4 (20) and TCP (20) headers: TCP timestamps off
 HEADERS = 40
+NO_TIMESTAMPS = {"timestamps": False}  # the hand computations below count 40-byte headers
 
 
 def _by_name(rows: list[dict]) -> dict[str, dict]:
@@ -25,6 +26,7 @@ def _dumbbell_flow(nbytes: int) -> dict:
     return {"engine": {"link_stats": "all"},
             "network": {"topology": "dumbbell", "npus": 2, "link_gbps": 100, "link_latency_us": 1,
                         "bottleneck_gbps": 10, "bottleneck_latency_us": 1},
+            "tcp": NO_TIMESTAMPS,
             "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": nbytes}]}}
 
 
@@ -146,7 +148,7 @@ def test_ring_all_reduce_puts_its_volume_on_every_nic(backend):
     NPU. Utilisation: those bytes x 8 / (100 Gb/s x the run's length)."""
     n, size = 4, 1_000_000
     rows = run({"engine": {"backend": backend, "link_stats": "all"}, "network": {"topology": "switch", "npus": n},
-                "workload": {"type": "collective", "op": "all_reduce", "bytes": size}})
+                "tcp": NO_TIMESTAMPS, "workload": {"type": "collective", "op": "all_reduce", "bytes": size}})
     block = size // n  # 250,000 bytes
     per_block = block + math.ceil(block / MSS) * HEADERS  # 172 segments: 256,880 bytes on the wire
     per_nic = 2 * (n - 1) * per_block  # 1,541,280 bytes
@@ -168,7 +170,7 @@ def test_fluid_backends_on_a_leaf_spine():
     results = {backend: _by_name(run({
         "engine": {"backend": backend, "link_stats": "all"},
         "network": {"topology": "leaf_spine", "npus": p, "hosts_per_leaf": 4, "spines": 2, "uplink_gbps": 100},
-        "workload": {"type": "collective", "op": "all_to_all", "bytes": size}})["links"])
+        "tcp": NO_TIMESTAMPS, "workload": {"type": "collective", "op": "all_to_all", "bytes": size}})["links"])
         for backend in ("analytical", "alpha_beta")}
     piece = size // p + math.ceil(size // p / MSS) * HEADERS  # 100,000 bytes in 69 segments: 102,760
     analytical, alpha_beta = results["analytical"], results["alpha_beta"]

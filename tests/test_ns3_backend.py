@@ -28,11 +28,12 @@ PAYLOAD_RATE_BPS = 100e9 * MSS_BYTES / (MSS_BYTES + 40)  # 100 Gb/s carrying 40 
 
 
 def config(backend: str, **overrides: dict) -> dict:
-    """A small collective on 100 Gb/s links with 1 us latency and deep (1 MiB) switch buffers."""
+    """A small collective on 100 Gb/s links with 1 us latency and deep (1 MiB) switch buffers, TCP
+    timestamps off (40-byte headers, 1460-byte segments: the sizes counted in this module)."""
     base = {"engine": {"backend": backend},
             "network": {"topology": "switch", "npus": 4, "link_gbps": 100.0, "link_latency_us": 1.0,
                         "buffer_kb": 1024.0},
-            "tcp": {"cc": "newreno"},
+            "tcp": {"cc": "newreno", "timestamps": False},
             "workload": {"type": "collective", "op": "all_reduce", "bytes": 4_194_304, "iterations": 1}}
     for section, values in overrides.items():
         base[section] = {**base[section], **values}

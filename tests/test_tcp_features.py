@@ -3,7 +3,8 @@ restart after idle. Expected values are computed by hand from the link parameter
 
 Topology for all: one switch, host -> switch -> host, every link 100 Gb/s. Serialisation at
 100 Gb/s is 80 ps per byte: a full 1500 B packet (1460 B MSS + 40 B IPv4/TCP headers) takes 120 ns,
-a 40 B ACK 3.2 ns.
+a 40 B ACK 3.2 ns. TCP timestamps are off (`tcp.timestamps=false`, the RFC 6298 form) unless a test
+says otherwise, so that headers are 40 bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def simulation(tcp: dict | None = None, latency_us: float = 1.0, max_sim_time_s:
     config = load_config({
         "engine": {"max_sim_time_s": max_sim_time_s},
         "network": {"topology": "switch", "npus": 2, "link_gbps": 100, "link_latency_us": latency_us},
-        "tcp": tcp or {},
+        "tcp": {"timestamps": False, **(tcp or {})},
         "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 1}]},  # unused: we drive it
     })
     return Simulation(config)

@@ -44,8 +44,11 @@ def test_the_option_costs_twelve_bytes_of_payload_per_segment():
     assert tcp_settings(config).mss_bytes == SEGMENT_WITH_TIMESTAMPS  # SMSS: what a segment carries
     explicit = load_config({"tcp": {"timestamps": True, "mss_bytes": 1000}})
     assert explicit.segment_bytes == 1000 - 12
+    # on by default, as in Linux (net.ipv4.tcp_timestamps=1) and ns-3 (TcpSocketBase "Timestamp")
     default = load_config({})
-    assert (default.header_bytes, default.segment_bytes) == (40, MTU - 40)
+    assert (default.header_bytes, default.segment_bytes) == (52, SEGMENT_WITH_TIMESTAMPS)
+    rfc_6298 = load_config({"tcp": {"timestamps": False}})
+    assert (rfc_6298.header_bytes, rfc_6298.segment_bytes) == (40, MTU - 40)
 
 
 def test_an_mss_with_no_room_beside_the_option_is_refused():

@@ -36,6 +36,8 @@ _MAX_SACK_BLOCKS: Final = 3  # what fits in the TCP option space next to nothing
 _NO_RWND_LIMIT: Final = 1 << 61
 _NO_PROBE: Final = -1  # `RackState.probe_end_seq` with no tail loss probe episode in progress
 _QUICK_ACKS: Final = 16  # Linux TCP_MAX_QUICKACKS: segments ACKed at once in quick-ACK mode
+# RFC 6298 5.7 (Linux TCP_TIMEOUT_FALLBACK): the RTO when data starts after a handshake that gave no sample
+RTO_FALLBACK_PS: Final = 3 * PS_PER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +93,13 @@ class RttEstimator:
         self.min_rto_ps = min_rto_ps
         self.max_rto_ps = max_rto_ps
         self.granularity_ps = granularity_ps
-        self.rto_ps = min(max(initial_rto_ps, min_rto_ps), max_rto_ps)
+        self.rto_ps = 0
+        self.reset_rto(initial_rto_ps)
         self.samples = 0
+
+    def reset_rto(self, rto_ps: int) -> None:
+        """Before any sample: the RTO is `rto_ps`, kept within [min_rto, max_rto]."""
+        self.rto_ps = min(max(rto_ps, self.min_rto_ps), self.max_rto_ps)
 
     def sample(self, rtt_ps: int) -> None:
         """Feed one RTT measurement: never from a retransmitted segment (Karn's rule), unless it was
@@ -185,6 +192,21 @@ class TcpSender(PacketSink):
         self.acks_received = 0
         self.loss_probes = 0  # tail loss probes sent (RFC 8985 section 7)
         self.rack_lost_segments = 0  # segments RACK's time-based detection marked lost
+
+    def open_after_handshake(self, rtt_ps: int, syn_retransmits: int) -> None:
+        """The connection was opened by a three-way handshake before its first message: the last SYN
+        was answered by a SYN-ACK `rtt_ps` later, after `syn_retransmits` retransmissions of the SYN.
+        The client's sample from the SYN-ACK (Linux: tcp_ack on the SYN-ACK; ns-3: ProcessSynSent,
+        EstimateRtt) seeds SRTT and RTTVAR (RFC 6298 2.2). After a retransmitted SYN only the
+        timestamp it echoes gives one (Karn's rule); without timestamps the RTO falls back to 3 s
+        when data starts (RFC 6298 5.7, Linux tcp_init_metrics). More than one retransmission cuts
+        the initial window to one segment (Linux tcp_init_transfer; RFC 5681 3.1 asks it after one)."""
+        if syn_retransmits == 0 or self.settings.timestamps:
+            self.rtt.sample(rtt_ps)
+        else:
+            self.rtt.reset_rto(RTO_FALLBACK_PS)
+        if syn_retransmits > 1:
+            self.cc.cwnd_bytes = float(self.mss_bytes)
 
     # -- application side -------------------------------------------------------------------
 
