@@ -91,12 +91,15 @@ class Simulation:
         if tcp.handshake:
             # opened lazily, but as a training job opens its connections: at start-up, on the idle
             # network, long before the first message (outside the workload's timing)
+            # (the links themselves: a ring's routes go through ports that stand for them)
+            syn_links = self.topology.path(src, dst, flow_id)
+            syn_ack_links = self.topology.path(dst, src, flow_id)
             loss_rate = self.config.network.loss_rate
             retransmits = 0
             if loss_rate > 0:
                 rng = Random(flow_hash(self.config.seed, flow_id, _HANDSHAKE_RNG_SALT))
-                retransmits = syn_retransmits(data_links, ack_links, loss_rate, rng)
-            rtt_ps = handshake_rtt_ps(data_links, ack_links, syn_bytes(tcp.timestamps, tcp.sack))
+                retransmits = syn_retransmits(syn_links, syn_ack_links, loss_rate, rng)
+            rtt_ps = handshake_rtt_ps(syn_links, syn_ack_links, syn_bytes(tcp.timestamps, tcp.sack))
             connection.sender.open_after_handshake(rtt_ps, retransmits)
         self.connections.append(connection)
         return connection

@@ -43,6 +43,7 @@ def collective_ps(op: str, size_bytes: int, backend: str, astra_compat: bool, np
     row = engine.run({
         "engine": {"backend": backend},
         "network": {"topology": "switch", "npus": npus, "link_gbps": 100, "link_latency_us": 1, "buffer_kb": None},
+        "tcp": {"timestamps": False},  # 1460-byte segments, 40-byte headers: one_message_ps's arithmetic
         "system": {"astra_compat": astra_compat, "endpoint_delay_ns": endpoint_delay_ns, **system},
         "workload": {"type": "collective", "op": op, "bytes": size_bytes},
     })["runs"][0]
