@@ -203,6 +203,7 @@ def test_dlrm_collectives_are_served_one_at_a_time():
     # wait for them: ASTRA-sim 1.0's one queue per dimension.)
     def rows(astra_compat: bool) -> list[dict]:
         return engine.run({"engine": {"backend": "alpha_beta"}, "network": {"topology": "switch", "npus": 16},
+                           "tcp": {"timestamps": False},  # as collective_ps
                            "system": {"astra_compat": astra_compat},
                            "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt",
                                         "iterations": 2}})["collectives"]

@@ -158,6 +158,7 @@ def test_uncontended_ring_all_reduce_on_a_ring_is_lossless_and_at_the_framed_ban
     rows = {backend: engine.run({
         "engine": {"backend": backend},
         "network": {"topology": "ring", "npus": p, "link_gbps": LINK_GBPS, "link_latency_us": 1, "buffer_kb": 16},
+        "tcp": {"timestamps": False},  # 1460-byte segments, 40-byte headers, as computed above
         "system": {"endpoint_delay_ns": 0},
         "workload": {"type": "collective", "op": "all_reduce", "bytes": n, "iterations": 1},
     })["runs"][0] for backend in ("packet", "analytical")}
