@@ -189,7 +189,7 @@ def test_ns3_runs_are_deterministic():
 @pytest.mark.parametrize("network", [
     {"topology": "hierarchical", "npus": 8, "npus_per_node": 4, "scaleup_gbps": 400.0, "scaleup_latency_us": 0.1},
     {"topology": "fat_tree", "npus": 16, "fat_tree_k": 4},
-    {"topology": "ring", "npus": 6},  # hosts forward for each other: every egress is a buffered port
+    {"topology": "ring", "npus": 6},  # hosts forward for each other: every egress is a ring port
     {"topology": "dumbbell", "npus": 4, "bottleneck_gbps": 10.0, "bottleneck_latency_us": 2.0},
 ])
 def test_every_topology_runs_on_ns3_and_agrees_with_the_packet_engine(network):
@@ -256,3 +256,57 @@ def test_a_helper_that_dies_is_an_error_naming_its_exit_status():
     transport.send(0, 1, 1_000_000, lambda: None)
     with pytest.raises(Ns3Error, match=f"exit status {-signal.SIGKILL}"):
         transport.run(10**12)
+
+
+@pytest.mark.ns3
+@needs_ns3
+def test_ns3_ring_port_serves_own_and_forwarded_packets_round_robin():
+    # The engine's RingPort rules (tests/test_topology.py) in ns-3: ring of 5, 100 Gb/s, 1 us, no
+    # buffer limit, initial window 40 segments. At t = 0 NPU 1 writes 40 segments to NPU 2 (its own,
+    # on port n1->n2) and NPU 0 writes 40 to NPU 2 through NPU 1; each sends its window at once.
+    # ns-3's frame is the 1500-byte IP packet + 2 bytes of PPP header: 1502 x 8 / 100e9 = 120.16 ns.
+    # NPU 0's packets reach NPU 1 from 120.16 + 1000 = 1120.16 ns, one every 120.16 ns, during NPU 1's
+    # 10th own packet; from then the port alternates, forwarded first (NPU 1's own packets took the
+    # turns while nothing else waited): own 10..39 leave interleaved with forwarded 0..29, so NPU 1's
+    # last packet ends 70 frames after t = 0, and the port, never idle, ends the 10 forwarded left
+    # 10 frames later. (A FIFO would send all 40 own first: NPU 1's message at 40 frames + 1 us.)
+    # ns-3's TcpSocketBase::Send sends one time step (1 ps here) after the write.
+    frame_ps, latency_ps, send_step_ps = 120_160, 1_000_000, 1
+    cfg = load_config(config("ns3", network={"topology": "ring", "npus": 5, "buffer_kb": None},
+                             tcp={"init_cwnd_pkts": 40}))
+    eventlist = EventList()
+    transport = Ns3Transport(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
+    delivered_ps: dict[int, int] = {}
+    try:
+        for src in (1, 0):
+            transport.send(src, 2, 40 * MSS_BYTES, lambda src=src: delivered_ps.setdefault(src, eventlist.now_ps))
+        assert transport.run(10**12)
+        counters = transport.counters()
+    finally:
+        transport.close()
+    assert delivered_ps == {1: send_step_ps + 70 * frame_ps + latency_ps,
+                            0: send_step_ps + 80 * frame_ps + latency_ps}
+    assert counters["drops"] == 0 and counters["retransmits"] == 0
+
+
+@pytest.mark.ns3
+@needs_ns3
+def test_ns3_ring_never_drops_an_npus_own_packets():
+    # One 1.5 KiB buffer (a packet) per ring link: NPU 0's window of 40 segments to its neighbour
+    # waits in its own, unlimited queue (as at a host NIC) instead of meeting the buffer, so nothing
+    # is lost and the message takes 40 back-to-back frames of 120.16 ns (1500 + 2 PPP bytes at
+    # 100 Gb/s) plus the 1 us of the link, from 1 ps after the write (ns-3's TcpSocketBase::Send sends
+    # one time step later).
+    cfg = load_config(config("ns3", network={"topology": "ring", "npus": 5, "buffer_kb": 1.5},
+                             tcp={"init_cwnd_pkts": 40}))
+    eventlist = EventList()
+    transport = Ns3Transport(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
+    delivered_ps: list[int] = []
+    try:
+        transport.send(0, 1, 40 * MSS_BYTES, lambda: delivered_ps.append(eventlist.now_ps))
+        assert transport.run(10**12)
+        counters = transport.counters()
+    finally:
+        transport.close()
+    assert delivered_ps == [1 + 40 * 120_160 + 1_000_000]
+    assert counters["drops"] == 0 and counters["retransmits"] == 0

@@ -9,7 +9,9 @@
 // Network: nodes 0..npus-1 are hosts, the rest switches (IP routers: ns-3 has no L2 switch for
 // point-to-point links). Every link is a point-to-point duplex link. A switch egress port holds
 // `buffer` bytes (drop-tail) and marks CE above `ecn` bytes (ThresholdQueueDisc below); a host NIC
-// never drops, as in the engine. Routing is per connection (PathRouting below): the Python side
+// never drops, as in the engine. On a ring (links between hosts) each link's port serves the host's
+// own packets, unlimited, and those it forwards, under the buffer, round-robin (RingPortQueueDisc
+// below, the engine's RingPort). Routing is per connection (PathRouting below): the Python side
 // gives every connection the exact links its data and its ACKs cross, so ECMP choices are the
 // engine's own.
 //
@@ -280,35 +282,25 @@ class PathRoutingHelper : public Ipv4RoutingHelper
     }
 };
 
-// A switch egress port as the engine models it: FIFO, drop an arrival when the bytes waiting
-// (here and in the device's one-packet queue) exceed `buffer`, CE-mark an ECN-capable arrival when
-// they exceed `ecn`. (RED with equal thresholds would also drop packets that are not ECN-capable,
-// ACKs among them, above the marking threshold; the engine never does.)
-class ThresholdQueueDisc : public QueueDisc
+// The drop-tail and ECN rules of a buffered egress port, as the engine's Link.admit: drop an
+// arrival when the bytes waiting ahead of it exceed `buffer`, CE-mark an ECN-capable one when they
+// exceed `ecn` (-1: no limit). (RED with equal thresholds would also drop packets that are not
+// ECN-capable, ACKs among them, above the marking threshold; the engine never does.)
+class BufferedPortQueueDisc : public QueueDisc
 {
   public:
-    static TypeId GetTypeId()
-    {
-        static TypeId tid = TypeId("netsweep::ThresholdQueueDisc")
-                                .SetParent<QueueDisc>()
-                                .AddConstructor<ThresholdQueueDisc>();
-        return tid;
-    }
+    int64_t m_buffer{-1};
+    int64_t m_ecn{-1};
 
-    ThresholdQueueDisc()
+  protected:
+    BufferedPortQueueDisc()
         : QueueDisc(QueueDiscSizePolicy::NO_LIMITS)
     {
     }
 
-    int64_t m_buffer{-1};
-    int64_t m_ecn{-1};
-    Ptr<Queue<Packet>> m_deviceQueue;
-
-  private:
-    bool DoEnqueue(Ptr<QueueDiscItem> item) override
+    // False (a drop, counted) if `item` may not join `backlog` bytes; else marks it if it must.
+    bool Admit(Ptr<QueueDiscItem> item, int64_t backlog)
     {
-        const int64_t backlog =
-            int64_t(GetInternalQueue(0)->GetNBytes()) + int64_t(m_deviceQueue->GetNBytes());
         if (m_buffer >= 0 && backlog > m_buffer)
         {
             ++g_net.drops;
@@ -329,7 +321,46 @@ class ThresholdQueueDisc : public QueueDisc
                 ++g_net.connections[key / 2].marks;
             }
         }
-        return GetInternalQueue(0)->Enqueue(item);
+        return true;
+    }
+
+    // Internal queues that never limit: the port's rules decide what enters them.
+    void AddUnlimitedQueues(std::size_t count)
+    {
+        while (GetNInternalQueues() < count)
+        {
+            AddInternalQueue(CreateObjectWithAttributes<DropTailQueue<QueueDiscItem>>(
+                "MaxSize",
+                QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, 1u << 30))));
+        }
+    }
+
+    void InitializeParams() override
+    {
+    }
+};
+
+// A switch egress port as the engine models it: FIFO, with the backlog counted as the bytes here
+// and in the device's one-packet queue.
+class ThresholdQueueDisc : public BufferedPortQueueDisc
+{
+  public:
+    static TypeId GetTypeId()
+    {
+        static TypeId tid = TypeId("netsweep::ThresholdQueueDisc")
+                                .SetParent<QueueDisc>()
+                                .AddConstructor<ThresholdQueueDisc>();
+        return tid;
+    }
+
+    Ptr<Queue<Packet>> m_deviceQueue;
+
+  private:
+    bool DoEnqueue(Ptr<QueueDiscItem> item) override
+    {
+        const int64_t backlog =
+            int64_t(GetInternalQueue(0)->GetNBytes()) + int64_t(m_deviceQueue->GetNBytes());
+        return Admit(item, backlog) && GetInternalQueue(0)->Enqueue(item);
     }
 
     Ptr<QueueDiscItem> DoDequeue() override
@@ -339,21 +370,117 @@ class ThresholdQueueDisc : public QueueDisc
 
     bool CheckConfig() override
     {
-        if (GetNInternalQueues() == 0)
-        {
-            AddInternalQueue(CreateObjectWithAttributes<DropTailQueue<QueueDiscItem>>(
-                "MaxSize",
-                QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, 1u << 30))));
-        }
+        AddUnlimitedQueues(1);
         return m_deviceQueue != nullptr;
-    }
-
-    void InitializeParams() override
-    {
     }
 };
 
 NS_OBJECT_ENSURE_REGISTERED(ThresholdQueueDisc);
+
+// A ring NPU's egress port as the engine's RingPort: two inputs served round-robin, packet by
+// packet, when both have one waiting: the NPU's own packets (IPv4 source = this node: data and
+// ACKs alike) in an unlimited queue, and the packets it forwards under the buffer and ECN rules,
+// with the backlog counted as the forwarded bytes waiting plus the unsent part of the packet on the
+// link. The port hands the device a packet only when the link is idle (it keeps its own clock of
+// the device's transmissions, PPP header included, and runs itself again when the link frees), so
+// the choice between the inputs is made at the last moment, as in the engine, and the device's
+// queue stays empty. A packet that finds the link idle and nothing waiting goes straight on and
+// takes no turn; the turn carries over idle periods.
+class RingPortQueueDisc : public BufferedPortQueueDisc
+{
+  public:
+    static TypeId GetTypeId()
+    {
+        static TypeId tid = TypeId("netsweep::RingPortQueueDisc")
+                                .SetParent<QueueDisc>()
+                                .AddConstructor<RingPortQueueDisc>();
+        return tid;
+    }
+
+    uint32_t m_node{0};
+    DataRate m_rate;
+
+  private:
+    static const std::size_t OWN = 0;
+    static const std::size_t FORWARDED = 1;
+
+    Time m_busyUntil{0}; // when the device ends sending the last packet handed to it
+    bool m_ownTurn{true}; // whose packet goes next when both inputs have one waiting
+    int m_straight{-1};   // the input holding a packet that found the port idle (-1: none)
+    EventId m_wake;       // Run when the link frees, while packets wait
+
+    bool DoEnqueue(Ptr<QueueDiscItem> item) override
+    {
+        Ptr<Ipv4QueueDiscItem> ip = DynamicCast<Ipv4QueueDiscItem>(item);
+        auto source = ip ? g_net.hostOf.find(ip->GetHeader().GetSource().Get()) : g_net.hostOf.end();
+        const bool own = source != g_net.hostOf.end() && source->second == m_node;
+        const std::size_t input = own ? OWN : FORWARDED;
+        const Time now = Simulator::Now();
+        const bool idle = m_busyUntil <= now;
+        if (idle && GetInternalQueue(OWN)->IsEmpty() && GetInternalQueue(FORWARDED)->IsEmpty())
+        {
+            m_straight = int(input); // dequeued at once by the Run that follows every enqueue
+        }
+        else if (!own)
+        {
+            // the unsent part of the packet on the link, in whole bytes (ps x bit/s / 8e12)
+            const int64_t unsent =
+                idle ? 0
+                     : (m_busyUntil - now).GetPicoSeconds() * int64_t(m_rate.GetBitRate()) /
+                           8'000'000'000'000;
+            if (!Admit(item, int64_t(GetInternalQueue(FORWARDED)->GetNBytes()) + unsent))
+            {
+                return false;
+            }
+        }
+        return GetInternalQueue(input)->Enqueue(item);
+    }
+
+    Ptr<QueueDiscItem> DoDequeue() override
+    {
+        Ptr<InternalQueue> own = GetInternalQueue(OWN);
+        Ptr<InternalQueue> forwarded = GetInternalQueue(FORWARDED);
+        if (own->IsEmpty() && forwarded->IsEmpty())
+        {
+            return nullptr;
+        }
+        const Time now = Simulator::Now();
+        if (m_busyUntil > now)
+        {
+            if (!m_wake.IsPending())
+            {
+                m_wake = Simulator::Schedule(m_busyUntil - now, &QueueDisc::Run, this);
+            }
+            return nullptr;
+        }
+        Ptr<QueueDiscItem> item;
+        if (m_straight >= 0)
+        {
+            item = GetInternalQueue(m_straight)->Dequeue();
+            m_straight = -1;
+        }
+        else if (!own->IsEmpty() && (m_ownTurn || forwarded->IsEmpty()))
+        {
+            item = own->Dequeue();
+            m_ownTurn = false;
+        }
+        else
+        {
+            item = forwarded->Dequeue();
+            m_ownTurn = true;
+        }
+        m_busyUntil = now + m_rate.CalculateBytesTxTime(item->GetSize() + PppHeader().GetSerializedSize());
+        return item;
+    }
+
+    bool CheckConfig() override
+    {
+        AddUnlimitedQueues(2);
+        return m_rate.GetBitRate() > 0;
+    }
+};
+
+NS_OBJECT_ENSURE_REGISTERED(RingPortQueueDisc);
 
 // Restart after idle (RFC 5681 section 4.1, as the engine does it): when a connection starts
 // sending with nothing in flight after more than one RTO without sending, cwnd = min(cwnd, IW).
@@ -801,13 +928,26 @@ main()
                 device->GetQueue()->TraceConnectWithoutContext("Drop", MakeCallback(&DeviceDrop));
                 // port 2 link + side leaves `node` through this interface
                 g_net.portIf.emplace_back(node, interface);
-                if (buffer[side] >= 0 || ecn[side] >= 0)
+                // a link between two hosts is a ring link: the host also forwards on it
+                Ptr<BufferedPortQueueDisc> qdisc;
+                if (a < g_net.hosts && b < g_net.hosts)
+                {
+                    Ptr<RingPortQueueDisc> ring = CreateObject<RingPortQueueDisc>();
+                    ring->m_node = node;
+                    ring->m_rate = DataRate(rateBps);
+                    qdisc = ring;
+                }
+                else if (buffer[side] >= 0 || ecn[side] >= 0)
+                {
+                    Ptr<ThresholdQueueDisc> threshold = CreateObject<ThresholdQueueDisc>();
+                    threshold->m_deviceQueue = device->GetQueue();
+                    qdisc = threshold;
+                }
+                if (qdisc)
                 {
                     device->GetQueue()->SetMaxSize(QueueSize("1p"));
-                    Ptr<ThresholdQueueDisc> qdisc = CreateObject<ThresholdQueueDisc>();
                     qdisc->m_buffer = buffer[side];
                     qdisc->m_ecn = ecn[side];
-                    qdisc->m_deviceQueue = device->GetQueue();
                     g_net.nodes.Get(node)->GetObject<TrafficControlLayer>()->SetRootQueueDiscOnDevice(
                         device,
                         qdisc);
