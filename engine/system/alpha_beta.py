@@ -42,6 +42,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from mypy_extensions import mypyc_attr
+
 from ..eventlist import EventList
 from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
@@ -136,6 +138,7 @@ class RouteCosts:
         return max(self.arrivals_ps(counts, size_bytes).values())
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the phase backend's layer extends it
 class AlphaBetaSystemLayer(SystemLayer):
     """The system layer of the alpha_beta backend: the same collectives, chunks, phases, scheduling
     and hierarchy as `SystemLayer`, but each phase ends after a computed duration (one event) instead
@@ -158,16 +161,21 @@ class AlphaBetaSystemLayer(SystemLayer):
     def _run_phase(self, chunk: _Chunk, queue: int) -> None:
         """End the chunk's current phase after its computed duration (then free `queue`)."""
         phase = chunk.phases[chunk.next_phase]
-        dim = self.dimensions[phase.dimension]
-        if dim.size == 1:
+        if self.dimensions[phase.dimension].size == 1:
             self._phase_done(chunk, queue)
             return
+        key, duration_ps = self.phase_ps(phase)
+        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self.phase_ender(chunk, queue, key))
+
+    def phase_ps(self, phase: _Phase) -> tuple[PhaseKey, int]:
+        """The phase's key and its duration on its dimension (its slowest group), computed once per key."""
+        dim = self.dimensions[phase.dimension]
         key = (phase.dimension, phase.op, phase.chunk_bytes, phase.astra_tree)
         duration_ps = self._phase_ps.get(key)
         if duration_ps is None:
             duration_ps = max(self.group_ps(group, phase, dim) for group in dim.groups)
             self._phase_ps[key] = duration_ps
-        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, queue, key))
+        return key, duration_ps
 
     def point_to_point(self, src: int, dst: int, size_bytes: int, on_delivered: Callable[[], None]) -> None:
         """A message outside any collective, delivered after its cost alone on its route (one step of
@@ -176,7 +184,8 @@ class AlphaBetaSystemLayer(SystemLayer):
         self.eventlist.call_at(self.eventlist.now_ps + self.costs.step_ps(((route_class, 1),), size_bytes),
                                on_delivered)
 
-    def _phase_ender(self, chunk: _Chunk, queue: int, key: PhaseKey) -> Callable[[], None]:
+    def phase_ender(self, chunk: _Chunk, queue: int, key: PhaseKey) -> Callable[[], None]:
+        """What ends the chunk's phase of `key` (then frees `queue`) when called."""
         def end() -> None:
             self.phases_done[key] = self.phases_done.get(key, 0) + 1
             self._phase_done(chunk, queue)

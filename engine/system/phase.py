@@ -1,0 +1,454 @@
+"""The phase backend: collective phases as fluid coflows sharing links max-min fairly, solved per
+phase with numpy, never per message; and TCP's signature at scale (busiest link, port fan-in, incast).
+
+A phase (one chunk of a collective on one network dimension) is described once per distinct kind by
+its demand on every link: the wire bytes its messages put there (`PhaseDemand.link_bytes`, summed
+over its steps) and how many of its messages cross the link at once (per step), found by routing all
+its messages at once as numpy arrays with the packet engine's ECMP hash (`VectorRoutes`). Routes of
+a pattern of messages (a ring, an XOR exchange, every pair) are counted once per group and reused
+for every size.
+
+A phase lasts a fixed part plus a fluid part. The fluid part carries its link bytes; alone on the
+network it takes the time its busiest link needs (max over links of bytes / capacity, the coflow
+bound of Varys and of Parsimon's per-link view). Phases in their fluid part at once share links
+max-min fairly per message: a phase holding w of the messages on a link gets w shares of it, as
+`analytical` gives every message one share; one progressive filling over the active phases (a few)
+and the links, vectorised, gives each phase a progress rate, recomputed when a phase enters or
+leaves its fluid part. The fixed part is alpha_beta's duration of the phase less the serialisation
+alpha_beta charges (its busiest endpoint link's bytes): latencies and endpoint delays, which share
+nothing. So a phase alone on a fabric that adds no load beyond the endpoint links lasts exactly
+alpha_beta's time, and a phase whose bytes pile up on an uplink lasts longer by what the uplink
+needs beyond the endpoint (oversubscription, ECMP collisions).
+
+TCP's signature (`screen_risks`): the busiest link's utilisation over the run; the most messages
+into one switch port at once (`max_port_flows`, over the phases in their fluid part together); and
+`incast_phases`, the phases that opened, into some switch port, more bytes than its buffer holds: each
+message opens with min(its wire bytes, `init_cwnd_pkts` full packets), and the port receives the
+openings of every message of the phases active then. With `engine.incast_rto` each such phase is
+charged `tcp.min_rto_ms` more (its tail waits for one retransmission timeout), a first-order estimate
+of the collapse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import inf
+from typing import Sequence
+
+import numpy as np
+
+from ..eventlist import EventList, EventSource
+from ..network import TCP_IP_HEADER_BYTES, Link, wire_bytes
+from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topology
+from ..units import BITS_PER_BYTE, PS_PER_S
+from .algorithms import ALL, RING, XOR, Program, symmetric_steps
+from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
+from .collectives import Dimension, _Chunk, _Phase
+
+CHUNK_MESSAGES = 1 << 22  # messages routed per numpy pass: bounds the temporary arrays (~40 bytes each)
+_SPLITMIX_START = 0x9E3779B97F4A7C15
+_SPLITMIX_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_SPLITMIX_MUL2 = np.uint64(0x94D049BB133111EB)
+
+
+def flow_hash_array(*values: np.ndarray | int) -> np.ndarray:
+    """`topology.flow_hash` of many tuples at once: element i mixes the i-th entries (or the scalar)
+    of `values`, with the same splitmix64 steps, in uint64 arithmetic that wraps as the `& mask` does."""
+    with np.errstate(over="ignore"):
+        state = np.uint64(_SPLITMIX_START)
+        for value in values:
+            state = (state ^ np.asarray(value).astype(np.uint64)) * _SPLITMIX_MUL1
+            state = (state ^ (state >> np.uint64(27))) * _SPLITMIX_MUL2
+            state = state ^ (state >> np.uint64(31))
+    return np.asarray(state)
+
+
+class VectorRoutes:
+    """The links (indices into `topology.links`) of many messages at once, as `topology.path` gives
+    them: vectorised for switch, leaf_spine and fat_tree; other topologies are routed message by
+    message through `path` (they are not the ones simulated at thousands of NPUs)."""
+
+    def __init__(self, topology: Topology, seed: int) -> None:
+        self.topology = topology
+        self.seed = seed
+        self.link_count = len(topology.links)
+        self._index = {id(link): index for index, link in enumerate(topology.links)}
+        # ECMP hashes a flow id; the packet engine's id of a pair's connection is the order it was opened in
+        self.hashed = isinstance(topology, (LeafSpineTopology, FatTreeTopology))
+
+    def _indices(self, links: Sequence[object]) -> np.ndarray:
+        return np.array([self._index[id(link)] for link in links], dtype=np.int64)
+
+    def hops(self, src: np.ndarray, dst: np.ndarray, flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """The link index of every hop of every message (-1 where a route is shorter), and which hops
+        are endpoint links (a route's first and last: the links alpha_beta charges)."""
+        topology = self.topology
+        if isinstance(topology, SwitchTopology):
+            return [self._indices(topology.up)[src], self._indices(topology.down)[dst]], np.array([True, True])
+        if isinstance(topology, LeafSpineTopology):
+            return self._leaf_spine(topology, src, dst, flow_ids), np.array([True, False, False, True])
+        if isinstance(topology, FatTreeTopology):
+            return self._fat_tree(topology, src, dst, flow_ids), np.array([True, False, False, False, False, True])
+        return self._one_by_one(src, dst, flow_ids)
+
+    def _leaf_spine(self, topology: LeafSpineTopology, src: np.ndarray, dst: np.ndarray,
+                    flow_ids: np.ndarray) -> list[np.ndarray]:
+        per_leaf, spines = topology.hosts_per_leaf, len(topology.spine_down)
+        leaves = len(topology.leaf_up)
+        src_leaf, dst_leaf = src // per_leaf, dst // per_leaf
+        cross = src_leaf != dst_leaf
+        spine = (flow_hash_array(self.seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
+                 % np.uint64(spines)).astype(np.int64)
+        leaf_up = self._indices([link for row in topology.leaf_up for link in row])  # [leaf * spines + spine]
+        spine_down = self._indices([link for row in topology.spine_down for link in row])  # [spine * leaves + leaf]
+        return [self._indices(topology.up)[src],
+                np.where(cross, leaf_up[src_leaf * spines + spine], -1),
+                np.where(cross, spine_down[spine * leaves + dst_leaf], -1),
+                self._indices(topology.down)[dst]]
+
+    def _fat_tree(self, topology: FatTreeTopology, src: np.ndarray, dst: np.ndarray,
+                  flow_ids: np.ndarray) -> list[np.ndarray]:
+        half, k = topology.half, topology.k
+        src_edge, dst_edge = src // half, dst // half
+        other_edge = src_edge != dst_edge
+        choice = flow_hash_array(self.seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
+        j = (choice % np.uint64(half)).astype(np.int64)
+        m = (choice // np.uint64(half) % np.uint64(half)).astype(np.int64)
+        src_agg, dst_agg = src_edge - src_edge % half + j, dst_edge - dst_edge % half + j
+        other_pod = other_edge & (src_agg != dst_agg)
+        core = j * half + m
+        return [self._indices(topology.host_up)[src],
+                np.where(other_edge, self._indices(topology.edge_up)[src_edge * half + j], -1),
+                np.where(other_pod, self._indices(topology.agg_up)[src_agg * half + m], -1),
+                np.where(other_pod, self._indices(topology.core_down)[core * k + dst_edge // half], -1),
+                np.where(other_edge, self._indices(topology.agg_down)[dst_agg * half + dst_edge % half], -1),
+                self._indices(topology.host_down)[dst]]
+
+    def _one_by_one(self, src: np.ndarray, dst: np.ndarray,
+                    flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        paths = [self.topology.path(int(s), int(d), int(f)) for s, d, f in zip(src, dst, flow_ids)]
+        longest = max((len(path) for path in paths), default=1)
+        hops = np.full((longest + 1, len(paths)), -1, dtype=np.int64)  # row `longest`: the last link
+        for column, path in enumerate(paths):
+            hops[:len(path) - 1, column] = [self._index[id(link)] for link in path[:-1]]
+            hops[longest, column] = self._index[id(path[-1])]
+        endpoint = np.zeros(longest + 1, dtype=bool)
+        endpoint[0] = endpoint[longest] = True
+        return list(hops), endpoint
+
+
+class PairFlowIds:
+    """The flow id of each ordered pair of NPUs, given in the order pairs first send, as the packet
+    engine numbers its connections (one per pair, opened by its first message): an int32 table of
+    npus^2 entries, made on first use and only where routes hash flow ids."""
+
+    def __init__(self, npus: int) -> None:
+        self.npus = npus
+        self._table: np.ndarray | None = None
+        self._next = 0
+
+    def ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The pairs' ids, numbering the new ones in order of first appearance."""
+        if self._table is None:
+            self._table = np.full(self.npus * self.npus, -1, dtype=np.int32)
+        pairs = src * self.npus + dst
+        ids = self._table[pairs]
+        new = ids < 0
+        if new.any():
+            fresh, first = np.unique(pairs[new], return_index=True)
+            fresh = fresh[np.argsort(first)]
+            self._table[fresh] = np.arange(self._next, self._next + len(fresh), dtype=np.int32)
+            self._next += len(fresh)
+            ids = self._table[pairs]
+        return ids
+
+
+@dataclass
+class LinkCounts:
+    """Messages of one pattern crossing each link: on any hop, and as a route's first or last link."""
+
+    any_hop: np.ndarray  # int64 per link
+    endpoint: np.ndarray  # int64 per link
+
+
+@dataclass
+class PhaseDemand:
+    """What one kind of phase asks of the links (arrays indexed like `topology.links`)."""
+
+    link_bytes: np.ndarray  # float64: wire bytes it puts on each link, all steps
+    share_weight: np.ndarray  # float64: link_bytes / bytes_per_share (its messages there at once, about)
+    bytes_per_share: float  # wire bytes one message-share of it carries through its fluid part
+    endpoint_ps: int  # the serialisation alpha_beta charges: its busiest endpoint link's bytes
+    peak_messages: np.ndarray  # int64: most of its messages crossing each link in one step
+    opening_bytes: np.ndarray  # float64: most bytes its messages open with on each link in one step
+
+
+class _Fluid:
+    """A phase in its fluid part: the fraction of its link bytes left at `updated_ps` and its rate."""
+
+    __slots__ = ("chunk", "queue", "key", "demand", "left", "rate_per_ps", "updated_ps", "tail_ps")
+
+    def __init__(self, chunk: _Chunk, queue: int, key: PhaseKey, demand: PhaseDemand, now_ps: int,
+                 tail_ps: int) -> None:
+        self.chunk = chunk
+        self.queue = queue
+        self.key = key
+        self.demand = demand
+        self.left = 1.0
+        self.rate_per_ps = 0.0
+        self.updated_ps = now_ps
+        self.tail_ps = tail_ps  # the fixed part, after the fluid one
+
+
+class _Wake(EventSource):
+    """The fluid clock: wakes the layer when the next phase leaves its fluid part."""
+
+    __slots__ = ("layer",)
+
+    def __init__(self, layer: PhaseSystemLayer) -> None:
+        self.layer = layer
+
+    def do_next_event(self) -> None:
+        self.layer.wake()
+
+
+def max_min_levels(share_weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Progressive filling of phases (rows of `share_weight`, each row its shares of every link):
+    every phase's level (bytes per unit time per share) rises together; when a link of `capacity`
+    fills, the phases crossing it keep their level. Returns the levels. A round per filled link,
+    each vectorised over the links."""
+    phases = share_weight.shape[0]
+    levels = np.zeros(phases)
+    unfixed = np.ones(phases, dtype=bool)
+    left = capacity.astype(np.float64).copy()
+    while unfixed.any():  # every phase puts bytes on some link, so each round fixes at least one
+        load = share_weight[unfixed].sum(axis=0)
+        used = load > 0
+        shares = np.full(load.shape, inf)
+        shares[used] = np.maximum(left[used], 0.0) / load[used]
+        bottleneck = int(np.argmin(shares))
+        fixing = unfixed & (share_weight[:, bottleneck] > 0)
+        levels[fixing] = shares[bottleneck]
+        left -= shares[bottleneck] * share_weight[fixing].sum(axis=0)
+        unfixed &= ~fixing
+    return levels
+
+
+class PhaseSystemLayer(AlphaBetaSystemLayer):
+    """The system layer of the phase backend (module docstring): alpha_beta's collectives, phases and
+    scheduling, each phase lasting its fixed part plus a fluid part shared with the phases active
+    at once."""
+
+    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, dimensions: list[Dimension],
+                 flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
+                 hierarchy: str, endpoint_delay_ps: int, header_bytes: int = TCP_IP_HEADER_BYTES,
+                 astra_compat: bool = False, seed: int = 0, init_cwnd_pkts: int = 10,
+                 incast_rto_ps: int | None = None) -> None:
+        super().__init__(eventlist, topology, mss_bytes, dimensions, flat_dimension, algorithms, splits, scheduling,
+                         hierarchy, endpoint_delay_ps, header_bytes, astra_compat)
+        self.routes = VectorRoutes(topology, seed)
+        self.flow_ids = PairFlowIds(topology.npus)
+        self.mss_bytes = mss_bytes
+        self.header_bytes = header_bytes
+        self.init_window_bytes = init_cwnd_pkts * (mss_bytes + header_bytes)  # what a cold window opens with
+        self.incast_rto_ps = incast_rto_ps  # charged to each incast phase; None: not charged
+        links = topology.links
+        self.capacity_per_ps = np.array([link.rate_bps for link in links], dtype=np.float64) / (
+            BITS_PER_BYTE * PS_PER_S)  # bytes a picosecond
+        switch_ports = {id(link) for link in topology.switch_ports}
+        self.switch_port = np.array([id(link) in switch_ports for link in links])
+        self.buffer_bytes = np.array([inf if link.buffer_bytes is None else link.buffer_bytes for link in links])
+        self.link_bytes = np.zeros(len(links))  # wire bytes of the fluid parts that ended
+        self.max_port_flows = 0
+        self.incast_phases = 0
+        self._demands: dict[PhaseKey, PhaseDemand] = {}
+        self._patterns: dict[tuple[tuple[int, ...], str, int], LinkCounts] = {}
+        self._fluid: list[_Fluid] = []
+        self._wake = _Wake(self)
+        self._next_wake_ps = -1
+
+    # -- phases ------------------------------------------------------------------------------------
+
+    def _run_phase(self, chunk: _Chunk, queue: int) -> None:
+        """Start the chunk's phase: its fluid part now, sharing links with the phases in theirs."""
+        phase = chunk.phases[chunk.next_phase]
+        dim = self.dimensions[phase.dimension]
+        if dim.size == 1:
+            self._phase_done(chunk, queue)
+            return
+        key, duration_ps = self.phase_ps(phase)
+        demand = self.demand(key, phase, dim)
+        now = self.eventlist.now_ps
+        self._advance(now)
+        tail_ps = max(0, duration_ps - demand.endpoint_ps)
+        self._fluid.append(_Fluid(chunk, queue, key, demand, now, tail_ps))
+        port_flows = sum(fluid.demand.peak_messages for fluid in self._fluid)
+        self.max_port_flows = max(self.max_port_flows, int(port_flows[self.switch_port].max(initial=0)))
+        opening = sum(fluid.demand.opening_bytes for fluid in self._fluid)
+        if (opening[self.switch_port] > self.buffer_bytes[self.switch_port]).any():
+            self.incast_phases += 1
+            if self.incast_rto_ps is not None:
+                self._fluid[-1].tail_ps += self.incast_rto_ps
+        self._share(now)
+
+    def wake(self) -> None:
+        """End the fluid parts that are over (their fixed parts follow), then share the links again."""
+        now = self.eventlist.now_ps
+        if now != self._next_wake_ps:
+            return  # superseded by an earlier wake-up
+        self._next_wake_ps = -1
+        self._advance(now)
+        still: list[_Fluid] = []
+        for fluid in self._fluid:
+            if fluid.left > 0.0:
+                still.append(fluid)
+                continue
+            self.link_bytes += fluid.demand.link_bytes
+            self.eventlist.call_at(now + fluid.tail_ps, self.phase_ender(fluid.chunk, fluid.queue, fluid.key))
+        self._fluid = still
+        self._share(now)
+
+    def _advance(self, now: int) -> None:
+        """Bring every fluid part's progress up to `now`; one due by now (within a picosecond) is over."""
+        for fluid in self._fluid:
+            elapsed = now - fluid.updated_ps
+            if fluid.rate_per_ps > 0.0 and elapsed > 0:
+                due_ps = round(fluid.left / fluid.rate_per_ps)
+                fluid.left = 0.0 if elapsed >= due_ps else fluid.left - fluid.rate_per_ps * elapsed
+            fluid.updated_ps = now
+
+    def _share(self, now: int) -> None:
+        """Max-min fair rates for the phases in their fluid part; wake at the first to finish."""
+        if not self._fluid:
+            return
+        levels = max_min_levels(np.stack([fluid.demand.share_weight for fluid in self._fluid]),
+                                self.capacity_per_ps)
+        first_ps = -1
+        for fluid, level in zip(self._fluid, levels):
+            fluid.rate_per_ps = float(level) / fluid.demand.bytes_per_share
+            # at least 1 ps ahead, so that float rounding never spins at one instant
+            finish_ps = now + max(1, round(fluid.left / fluid.rate_per_ps))
+            first_ps = finish_ps if first_ps < 0 else min(first_ps, finish_ps)
+        if first_ps != self._next_wake_ps:  # a wake-up pending for another time will find it is not its own
+            self._next_wake_ps = first_ps
+            self.eventlist.schedule(self._wake, first_ps)
+
+    # -- what a phase asks of the links ------------------------------------------------------------
+
+    def demand(self, key: PhaseKey, phase: _Phase, dim: Dimension) -> PhaseDemand:
+        """The link demand of a kind of phase, over every group of its dimension (computed once)."""
+        cached = self._demands.get(key)
+        if cached is not None:
+            return cached
+        link_count = self.routes.link_count
+        link_bytes = np.zeros(link_count)
+        endpoint_bytes = np.zeros(link_count)
+        message_steps = np.zeros(link_count)  # messages x steps: what one step holds at once, summed
+        peak = np.zeros(link_count, dtype=np.int64)
+        opening = np.zeros(link_count)
+        steps_count = 1
+        for group in dim.groups:
+            if len(group) < 2:
+                continue
+            steps = symmetric_steps(phase.op, self.algorithms[phase.op], len(group), phase.chunk_bytes)
+            if steps is None:  # ranks in different roles (double binary tree): every message of the programs
+                pieces = self._program_counts(group, self.plan_phase(phase, dim))
+            else:
+                pieces = [(self._pattern(group, step.pattern, step.mask, phase, dim), step.size_bytes)
+                          for step in steps]
+            steps_count = max(steps_count, len(pieces))
+            for counts, size_bytes in pieces:
+                wire = wire_bytes(size_bytes, self.mss_bytes, self.header_bytes)
+                link_bytes += counts.any_hop * float(wire)
+                endpoint_bytes += counts.endpoint * float(wire)
+                message_steps += counts.any_hop
+                np.maximum(peak, counts.any_hop, out=peak)
+                np.maximum(opening, counts.any_hop * float(min(wire, self.init_window_bytes)), out=opening)
+        used = message_steps > 0
+        weight = message_steps / steps_count  # messages of the phase on the link at once, on average
+        bytes_per_share = float((link_bytes[used] / weight[used]).max()) if used.any() else 1.0
+        # serialisation_ps per link, in float: bytes * 8 bits * 1e12 ps/s / (bits/s)
+        endpoint_ps = round(float((endpoint_bytes / self.capacity_per_ps).max()))
+        demand = PhaseDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, endpoint_ps, peak, opening)
+        self._demands[key] = demand
+        return demand
+
+    def _pattern(self, group: tuple[int, ...], pattern: str, mask: int, phase: _Phase, dim: Dimension) -> LinkCounts:
+        """Link counts of one step's messages on a group (every rank alike), counted once per pattern."""
+        key = (group, pattern, mask)
+        counts = self._patterns.get(key)
+        if counts is None:
+            hosts = np.array(group, dtype=np.int64)
+            p = len(group)
+            ranks = np.arange(p)
+            if pattern == RING:
+                counts = self._count(hosts, hosts[(ranks + 1) % p])
+            elif pattern == XOR:
+                counts = self._count(hosts, hosts[ranks ^ mask])
+            else:
+                assert pattern == ALL
+                counts = self._count_all(hosts, self.plan_phase(phase, dim)[0])
+            self._patterns[key] = counts
+        return counts
+
+    def _count_all(self, hosts: np.ndarray, program: Program) -> LinkCounts:
+        """Every rank to every other in its program's send order (ranks of one local index share an
+        order of peer offsets), rank by rank as the packet engine opens the pairs' connections, in
+        chunks of ranks of at most `CHUNK_MESSAGES` messages."""
+        p = len(hosts)
+        offsets_of: dict[int, np.ndarray] = {}
+        total = LinkCounts(np.zeros(self.routes.link_count, np.int64), np.zeros(self.routes.link_count, np.int64))
+        rows = max(1, CHUNK_MESSAGES // max(1, p - 1))
+        for start in range(0, p, rows):
+            chunk_ranks = range(start, min(p, start + rows))
+            offsets = [offsets_of.setdefault(id(program[r]), np.array([send.peer_offset for send in program[r][0].sends],
+                                                                        dtype=np.int64)) for r in chunk_ranks]
+            src = np.concatenate([np.full(len(off), r, dtype=np.int64) for r, off in zip(chunk_ranks, offsets)])
+            dst = (src + np.concatenate(offsets)) % p
+            part = self._count(hosts[src], hosts[dst])
+            total.any_hop += part.any_hop
+            total.endpoint += part.endpoint
+        return total
+
+    def _count(self, src: np.ndarray, dst: np.ndarray) -> LinkCounts:
+        """Route messages `src` -> `dst` (host arrays) and count them per link."""
+        flow_ids = self.flow_ids.ids(src, dst) if self.routes.hashed else np.zeros(len(src), dtype=np.int64)
+        hops, endpoint = self.routes.hops(src, dst, flow_ids)
+        link_count = self.routes.link_count
+        any_hop = np.zeros(link_count, np.int64)
+        ends = np.zeros(link_count, np.int64)
+        for hop, is_endpoint in zip(hops, endpoint):
+            on_route = hop[hop >= 0]
+            counted = np.bincount(on_route, minlength=link_count)
+            any_hop += counted
+            if is_endpoint:
+                ends += counted
+        return LinkCounts(any_hop, ends)
+
+    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int]]:
+        """Link counts of every message of step programs whose ranks differ (double binary tree), by
+        message size, each size one piece; O(messages), which such programs keep to O(p x blocks)."""
+        by_size: dict[int, tuple[list[int], list[int]]] = {}
+        for program in programs:
+            for rank, steps in enumerate(program):
+                for step in steps:
+                    for send in step.sends:
+                        sources, targets = by_size.setdefault(send.size_bytes, ([], []))
+                        sources.append(group[rank])
+                        targets.append(group[(rank + send.peer_offset) % len(group)])
+        return [(self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64)), size)
+                for size, (sources, targets) in by_size.items()]
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def screen_risks(self, sim_time_ps: int) -> dict[str, float | int | None]:
+        """The runs row's TCP signals (module docstring); `slow_start_share` is not computed (null)."""
+        busiest = float((self.link_bytes / (self.capacity_per_ps * sim_time_ps)).max()) if sim_time_ps > 0 else 0.0
+        return {"max_link_utilisation": busiest, "max_port_flows": self.max_port_flows,
+                "slow_start_share": None, "incast_phases": self.incast_phases}
+
+    def link_bytes_by_link(self) -> dict[Link, int]:
+        """Wire bytes of the phases' fluid parts that ended, per link that carried any (`links` table)."""
+        links = self.topology.links
+        return {links[index]: int(round(self.link_bytes[index])) for index in np.flatnonzero(self.link_bytes)}
+
