@@ -15,10 +15,11 @@ max-min fairly per message: a phase holding w of the messages on a link gets w s
 `analytical` gives every message one share; one progressive filling over the active phases (a few)
 and the links, vectorised, gives each phase a progress rate, recomputed when a phase enters or
 leaves its fluid part. The fixed part is alpha_beta's duration of the phase less the serialisation
-alpha_beta charges (its busiest endpoint link's bytes): latencies and endpoint delays, which share
-nothing. So a phase alone on a fabric that adds no load beyond the endpoint links lasts exactly
-alpha_beta's time, and a phase whose bytes pile up on an uplink lasts longer by what the uplink
-needs beyond the endpoint (oversubscription, ECMP collisions).
+alpha_beta charges (the bytes an NPU's link carries one message after another, or a single message
+on a slower link of its route): latencies and endpoint delays, which share nothing. So a phase alone
+on a fabric that adds no load beyond what alpha_beta charges lasts exactly alpha_beta's time, and a
+phase whose bytes pile up on an uplink lasts longer by what the uplink needs beyond that
+(oversubscription, ECMP collisions).
 
 TCP's signature (`screen_risks`): the busiest link's utilisation over the run; the most messages
 into one switch port at once (`max_port_flows`, over the phases in their fluid part together); and
@@ -75,6 +76,16 @@ class VectorRoutes:
         self._index = {id(link): index for index, link in enumerate(topology.links)}
         # ECMP hashes a flow id; the packet engine's id of a pair's connection is the order it was opened in
         self.hashed = isinstance(topology, (LeafSpineTopology, FatTreeTopology))
+        # the topology's link lists as index arrays, for the vectorised routes
+        self._arrays: dict[str, np.ndarray] = {}
+        if isinstance(topology, (SwitchTopology, LeafSpineTopology)):
+            self._arrays.update(up=self._indices(topology.up), down=self._indices(topology.down))
+        if isinstance(topology, LeafSpineTopology):
+            self._arrays.update(leaf_up=self._indices([link for row in topology.leaf_up for link in row]),
+                                spine_down=self._indices([link for row in topology.spine_down for link in row]))
+        if isinstance(topology, FatTreeTopology):
+            for name in ("host_up", "host_down", "edge_up", "agg_up", "core_down", "agg_down"):
+                self._arrays[name] = self._indices(getattr(topology, name))
 
     def _indices(self, links: Sequence[object]) -> np.ndarray:
         return np.array([self._index[id(link)] for link in links], dtype=np.int64)
@@ -84,7 +95,7 @@ class VectorRoutes:
         are endpoint links (a route's first and last: the links alpha_beta charges)."""
         topology = self.topology
         if isinstance(topology, SwitchTopology):
-            return [self._indices(topology.up)[src], self._indices(topology.down)[dst]], np.array([True, True])
+            return [self._arrays["up"][src], self._arrays["down"][dst]], np.array([True, True])
         if isinstance(topology, LeafSpineTopology):
             return self._leaf_spine(topology, src, dst, flow_ids), np.array([True, False, False, True])
         if isinstance(topology, FatTreeTopology):
@@ -99,12 +110,11 @@ class VectorRoutes:
         cross = src_leaf != dst_leaf
         spine = (flow_hash_array(self.seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
                  % np.uint64(spines)).astype(np.int64)
-        leaf_up = self._indices([link for row in topology.leaf_up for link in row])  # [leaf * spines + spine]
-        spine_down = self._indices([link for row in topology.spine_down for link in row])  # [spine * leaves + leaf]
-        return [self._indices(topology.up)[src],
-                np.where(cross, leaf_up[src_leaf * spines + spine], -1),
-                np.where(cross, spine_down[spine * leaves + dst_leaf], -1),
-                self._indices(topology.down)[dst]]
+        arrays = self._arrays  # leaf_up at [leaf * spines + spine], spine_down at [spine * leaves + leaf]
+        return [arrays["up"][src],
+                np.where(cross, arrays["leaf_up"][src_leaf * spines + spine], -1),
+                np.where(cross, arrays["spine_down"][spine * leaves + dst_leaf], -1),
+                arrays["down"][dst]]
 
     def _fat_tree(self, topology: FatTreeTopology, src: np.ndarray, dst: np.ndarray,
                   flow_ids: np.ndarray) -> list[np.ndarray]:
@@ -117,12 +127,13 @@ class VectorRoutes:
         src_agg, dst_agg = src_edge - src_edge % half + j, dst_edge - dst_edge % half + j
         other_pod = other_edge & (src_agg != dst_agg)
         core = j * half + m
-        return [self._indices(topology.host_up)[src],
-                np.where(other_edge, self._indices(topology.edge_up)[src_edge * half + j], -1),
-                np.where(other_pod, self._indices(topology.agg_up)[src_agg * half + m], -1),
-                np.where(other_pod, self._indices(topology.core_down)[core * k + dst_edge // half], -1),
-                np.where(other_edge, self._indices(topology.agg_down)[dst_agg * half + dst_edge % half], -1),
-                self._indices(topology.host_down)[dst]]
+        arrays = self._arrays
+        return [arrays["host_up"][src],
+                np.where(other_edge, arrays["edge_up"][src_edge * half + j], -1),
+                np.where(other_pod, arrays["agg_up"][src_agg * half + m], -1),
+                np.where(other_pod, arrays["core_down"][core * k + dst_edge // half], -1),
+                np.where(other_edge, arrays["agg_down"][dst_agg * half + dst_edge % half], -1),
+                arrays["host_down"][dst]]
 
     def _one_by_one(self, src: np.ndarray, dst: np.ndarray,
                     flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
@@ -147,16 +158,19 @@ class PairFlowIds:
         self._table: np.ndarray | None = None
         self._next = 0
 
-    def ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """The pairs' ids, numbering the new ones in order of first appearance."""
+    def ids(self, src: np.ndarray, dst: np.ndarray, distinct: bool) -> np.ndarray:
+        """The pairs' ids, numbering the new ones in order of first appearance; `distinct`: no pair
+        occurs twice in the arrays (a symmetric step), which spares finding the first appearances."""
         if self._table is None:
             self._table = np.full(self.npus * self.npus, -1, dtype=np.int32)
         pairs = src * self.npus + dst
         ids = self._table[pairs]
         new = ids < 0
         if new.any():
-            fresh, first = np.unique(pairs[new], return_index=True)
-            fresh = fresh[np.argsort(first)]
+            fresh = pairs[new]
+            if not distinct:
+                fresh, first = np.unique(fresh, return_index=True)
+                fresh = fresh[np.argsort(first)]
             self._table[fresh] = np.arange(self._next, self._next + len(fresh), dtype=np.int32)
             self._next += len(fresh)
             ids = self._table[pairs]
@@ -178,7 +192,7 @@ class PhaseDemand:
     link_bytes: np.ndarray  # float64: wire bytes it puts on each link, all steps
     share_weight: np.ndarray  # float64: link_bytes / bytes_per_share (its messages there at once, about)
     bytes_per_share: float  # wire bytes one message-share of it carries through its fluid part
-    endpoint_ps: int  # the serialisation alpha_beta charges: its busiest endpoint link's bytes
+    alpha_beta_ps: int  # the serialisation alpha_beta charges: its endpoint links' bytes, or one message's
     peak_messages: np.ndarray  # int64: most of its messages crossing each link in one step
     opening_bytes: np.ndarray  # float64: most bytes its messages open with on each link in one step
 
@@ -280,7 +294,7 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
         demand = self.demand(key, phase, dim)
         now = self.eventlist.now_ps
         self._advance(now)
-        tail_ps = max(0, duration_ps - demand.endpoint_ps)
+        tail_ps = max(0, duration_ps - demand.alpha_beta_ps)
         self._fluid.append(_Fluid(chunk, queue, key, demand, now, tail_ps))
         port_flows = sum(fluid.demand.peak_messages for fluid in self._fluid)
         self.max_port_flows = max(self.max_port_flows, int(port_flows[self.switch_port].max(initial=0)))
@@ -336,13 +350,15 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
     # -- what a phase asks of the links ------------------------------------------------------------
 
     def demand(self, key: PhaseKey, phase: _Phase, dim: Dimension) -> PhaseDemand:
-        """The link demand of a kind of phase, over every group of its dimension (computed once)."""
+        """The link demand of a kind of phase, over every group of its dimension (computed once).
+        Steps of one pattern (all the steps of a ring) are added up first, then applied to the
+        pattern's link counts once: O(steps + patterns x links)."""
         cached = self._demands.get(key)
         if cached is not None:
             return cached
         link_count = self.routes.link_count
         link_bytes = np.zeros(link_count)
-        endpoint_bytes = np.zeros(link_count)
+        alpha_beta_bytes = np.zeros(link_count)  # what alpha_beta serialises on each link, one after another
         message_steps = np.zeros(link_count)  # messages x steps: what one step holds at once, summed
         peak = np.zeros(link_count, dtype=np.int64)
         opening = np.zeros(link_count)
@@ -353,23 +369,33 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
             steps = symmetric_steps(phase.op, self.algorithms[phase.op], len(group), phase.chunk_bytes)
             if steps is None:  # ranks in different roles (double binary tree): every message of the programs
                 pieces = self._program_counts(group, self.plan_phase(phase, dim))
+                steps_count = max(steps_count, max(len(steps) for program in self.plan_phase(phase, dim)
+                                                   for steps in program))
             else:
-                pieces = [(self._pattern(group, step.pattern, step.mask, phase, dim), step.size_bytes)
-                          for step in steps]
-            steps_count = max(steps_count, len(pieces))
-            for counts, size_bytes in pieces:
-                wire = wire_bytes(size_bytes, self.mss_bytes, self.header_bytes)
-                link_bytes += counts.any_hop * float(wire)
-                endpoint_bytes += counts.endpoint * float(wire)
-                message_steps += counts.any_hop
+                # per pattern: [wire bytes of all its steps, steps, the largest opening of one message]
+                totals: dict[tuple[str, int], list[int]] = {}
+                for step in steps:
+                    wire = wire_bytes(step.size_bytes, self.mss_bytes, self.header_bytes)
+                    total = totals.setdefault((step.pattern, step.mask), [0, 0, 0])
+                    total[0] += wire
+                    total[1] += 1
+                    total[2] = max(total[2], min(wire, self.init_window_bytes))
+                pieces = [(self._pattern(group, pattern, mask, phase, dim), *total)
+                          for (pattern, mask), total in totals.items()]
+                steps_count = max(steps_count, len(steps))
+            for counts, wire_total, steps_of_pattern, opening_bytes in pieces:
+                link_bytes += counts.any_hop * float(wire_total)
+                # alpha_beta: the messages leaving or entering an NPU by one link in turn; any other link
+                # carries one message at a time (its route's bottleneck)
+                alpha_beta_bytes += np.maximum(counts.endpoint, counts.any_hop > 0) * float(wire_total)
+                message_steps += counts.any_hop * float(steps_of_pattern)
                 np.maximum(peak, counts.any_hop, out=peak)
-                np.maximum(opening, counts.any_hop * float(min(wire, self.init_window_bytes)), out=opening)
+                np.maximum(opening, counts.any_hop * float(opening_bytes), out=opening)
         used = message_steps > 0
         weight = message_steps / steps_count  # messages of the phase on the link at once, on average
         bytes_per_share = float((link_bytes[used] / weight[used]).max()) if used.any() else 1.0
-        # serialisation_ps per link, in float: bytes * 8 bits * 1e12 ps/s / (bits/s)
-        endpoint_ps = round(float((endpoint_bytes / self.capacity_per_ps).max()))
-        demand = PhaseDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, endpoint_ps, peak, opening)
+        alpha_beta_ps = round(float((alpha_beta_bytes / self.capacity_per_ps).max()))
+        demand = PhaseDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, alpha_beta_ps, peak, opening)
         self._demands[key] = demand
         return demand
 
@@ -382,9 +408,9 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
             p = len(group)
             ranks = np.arange(p)
             if pattern == RING:
-                counts = self._count(hosts, hosts[(ranks + 1) % p])
+                counts = self._count(hosts, hosts[(ranks + 1) % p], distinct=True)
             elif pattern == XOR:
-                counts = self._count(hosts, hosts[ranks ^ mask])
+                counts = self._count(hosts, hosts[ranks ^ mask], distinct=True)
             else:
                 assert pattern == ALL
                 counts = self._count_all(hosts, self.plan_phase(phase, dim)[0])
@@ -392,42 +418,44 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
         return counts
 
     def _count_all(self, hosts: np.ndarray, program: Program) -> LinkCounts:
-        """Every rank to every other in its program's send order (ranks of one local index share an
-        order of peer offsets), rank by rank as the packet engine opens the pairs' connections, in
-        chunks of ranks of at most `CHUNK_MESSAGES` messages."""
+        """Every rank to every other in its program's send order (ranks of one node-local index share
+        one order of peer offsets), rank after rank as the packet engine opens the pairs'
+        connections, in chunks of at most `CHUNK_MESSAGES` messages."""
         p = len(hosts)
-        offsets_of: dict[int, np.ndarray] = {}
+        lists: dict[int, int] = {}  # id of a rank's step list -> its row in `offsets`
+        rows_of_rank = np.array([lists.setdefault(id(program[r]), len(lists)) for r in range(p)], dtype=np.int64)
+        first_rank = {row: r for r, row in reversed(list(enumerate(rows_of_rank.tolist())))}
+        offsets = np.array([[send.peer_offset for send in program[first_rank[row]][0].sends] for row in range(len(lists))],
+                           dtype=np.int64)
         total = LinkCounts(np.zeros(self.routes.link_count, np.int64), np.zeros(self.routes.link_count, np.int64))
         rows = max(1, CHUNK_MESSAGES // max(1, p - 1))
         for start in range(0, p, rows):
-            chunk_ranks = range(start, min(p, start + rows))
-            offsets = [offsets_of.setdefault(id(program[r]), np.array([send.peer_offset for send in program[r][0].sends],
-                                                                        dtype=np.int64)) for r in chunk_ranks]
-            src = np.concatenate([np.full(len(off), r, dtype=np.int64) for r, off in zip(chunk_ranks, offsets)])
-            dst = (src + np.concatenate(offsets)) % p
-            part = self._count(hosts[src], hosts[dst])
+            ranks = np.arange(start, min(p, start + rows))
+            src = np.repeat(ranks, p - 1)
+            dst = (src + offsets[rows_of_rank[ranks]].ravel()) % p
+            part = self._count(hosts[src], hosts[dst], distinct=True)
             total.any_hop += part.any_hop
             total.endpoint += part.endpoint
         return total
 
-    def _count(self, src: np.ndarray, dst: np.ndarray) -> LinkCounts:
-        """Route messages `src` -> `dst` (host arrays) and count them per link."""
-        flow_ids = self.flow_ids.ids(src, dst) if self.routes.hashed else np.zeros(len(src), dtype=np.int64)
+    def _count(self, src: np.ndarray, dst: np.ndarray, distinct: bool) -> LinkCounts:
+        """Route messages `src` -> `dst` (host arrays) and count them per link; `distinct`: no pair twice."""
+        flow_ids = self.flow_ids.ids(src, dst, distinct) if self.routes.hashed else np.zeros(len(src), np.int64)
         hops, endpoint = self.routes.hops(src, dst, flow_ids)
         link_count = self.routes.link_count
         any_hop = np.zeros(link_count, np.int64)
         ends = np.zeros(link_count, np.int64)
         for hop, is_endpoint in zip(hops, endpoint):
-            on_route = hop[hop >= 0]
-            counted = np.bincount(on_route, minlength=link_count)
+            counted = np.bincount(hop[hop >= 0], minlength=link_count)
             any_hop += counted
             if is_endpoint:
                 ends += counted
         return LinkCounts(any_hop, ends)
 
-    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int]]:
-        """Link counts of every message of step programs whose ranks differ (double binary tree), by
-        message size, each size one piece; O(messages), which such programs keep to O(p x blocks)."""
+    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int, int, int]]:
+        """Link counts of every message of step programs whose ranks differ (double binary tree), one
+        piece per message size: (counts, wire bytes, 1 step, its opening); O(messages), which such
+        programs keep to O(p x blocks)."""
         by_size: dict[int, tuple[list[int], list[int]]] = {}
         for program in programs:
             for rank, steps in enumerate(program):
@@ -436,8 +464,12 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
                         sources, targets = by_size.setdefault(send.size_bytes, ([], []))
                         sources.append(group[rank])
                         targets.append(group[(rank + send.peer_offset) % len(group)])
-        return [(self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64)), size)
-                for size, (sources, targets) in by_size.items()]
+        pieces = []
+        for size, (sources, targets) in by_size.items():
+            wire = wire_bytes(size, self.mss_bytes, self.header_bytes)
+            counts = self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64), distinct=False)
+            pieces.append((counts, wire, 1, min(wire, self.init_window_bytes)))
+        return pieces
 
     # -- results -----------------------------------------------------------------------------------
 
