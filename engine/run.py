@@ -14,7 +14,7 @@ from .ns3.transport import Ns3Transport
 from .simulation import Simulation
 from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, MessageLog, PacketTransport, SystemLayer
 from .system.messages import flow_rows
-from .system.phase import PhaseSystemLayer
+from .system.phase import FluidPhases
 from .units import ms_to_ps, ns_to_ps, ps_to_s, s_to_ps
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
 from .workload.chakra import TraceReplay, duration_ps_per_unit, read_trace
@@ -40,6 +40,7 @@ class PreparedRun:
     flows: FlowsWorkload | None = None
     system: SystemLayer | None = None
     training: TrainingLoop | TraceReplay | None = None  # a trace replays like a training loop
+    fluid: FluidPhases | None = None  # the phase backend's sharing of links among phases
 
     @property
     def finished(self) -> bool:
@@ -91,8 +92,8 @@ class PreparedRun:
             run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend in PHASE_BACKENDS else ())))
         if isinstance(self.transport, AnalyticalTransport):
             run_row.update(self.transport.screen_risks(self.sim.eventlist.now_ps, self.sim.topology.switch_ports))
-        if isinstance(self.system, PhaseSystemLayer):
-            run_row.update(self.system.screen_risks(self.sim.eventlist.now_ps))
+        if self.fluid is not None:
+            run_row.update(self.fluid.screen_risks(self.sim.eventlist.now_ps))
         return {"runs": [run_row], **tables}
 
     def link_rows(self, end_ps: int) -> list[dict[str, Any]]:
@@ -104,8 +105,8 @@ class PreparedRun:
             return packet_link_rows(topology, link_stats, end_ps)
         if isinstance(self.transport, AnalyticalTransport):
             return fluid_link_rows(topology, link_stats, end_ps, self.transport.link_bytes(), host_links_only=False)
-        if isinstance(self.system, PhaseSystemLayer):
-            return fluid_link_rows(topology, link_stats, end_ps, self.system.link_bytes_by_link(), host_links_only=False)
+        if self.fluid is not None:
+            return fluid_link_rows(topology, link_stats, end_ps, self.fluid.link_bytes_by_link(), host_links_only=False)
         assert isinstance(self.system, AlphaBetaSystemLayer)
         return fluid_link_rows(topology, link_stats, end_ps, self.system.host_link_bytes(), host_links_only=True)
 
@@ -126,15 +127,19 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
         assert isinstance(transport, PacketTransport)
         flows = FlowsWorkload(sim.eventlist, transport, cfg.workload, cfg.network.npus, cfg.seed)
         return PreparedRun(cfg, sim, transport, flows=flows)
-    system = build_system_layer(cfg, sim, transport)
+    fluid = None
+    if cfg.engine.backend == "phase":
+        fluid = FluidPhases(sim.eventlist, sim.topology, cfg.segment_bytes, cfg.header_bytes, cfg.seed,
+                            cfg.tcp.init_cwnd_pkts, ms_to_ps(cfg.tcp.min_rto_ms) if cfg.engine.incast_rto else None)
+    system = build_system_layer(cfg, sim, transport, fluid)
     wl = cfg.workload
     if wl.type == "chakra":
         assert wl.path is not None
         replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus),
                              duration_ps_per_unit(wl.duration_unit, wl.cycle_ns), wl.iterations)
-        return PreparedRun(cfg, sim, transport, system=system, training=replay)
+        return PreparedRun(cfg, sim, transport, system=system, training=replay, fluid=fluid)
     training = TrainingLoop(sim.eventlist, system, workload_spec(cfg), wl.iterations)
-    return PreparedRun(cfg, sim, transport, system=system, training=training)
+    return PreparedRun(cfg, sim, transport, system=system, training=training, fluid=fluid)
 
 
 def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> dict[str, Any]:
@@ -181,25 +186,21 @@ def cyclic_collector_paused() -> Iterator[None]:
 
 
 def build_system_layer(cfg: SimConfig, sim: Simulation,
-                       transport: PacketTransport | AnalyticalTransport | Ns3Transport | None) -> SystemLayer:
+                       transport: PacketTransport | AnalyticalTransport | Ns3Transport | None,
+                       fluid: FluidPhases | None = None) -> SystemLayer:
     """The system layer on the topology's dimensions with the configured algorithms; without a
-    transport, the one that times each phase itself: in closed form (alpha_beta) or as fluid
-    coflows sharing links (phase)."""
+    transport, the one that times each phase itself: in closed form (alpha_beta), or as fluid
+    coflows sharing links when `fluid` times them (phase)."""
     system = cfg.system
     dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(sim.topology.dimensions())]
     node_size = cfg.network.npus_per_node if cfg.network.topology == "hierarchical" else 1
     flat = Dimension("flat", (tuple(range(cfg.network.npus)),), node_size or 1)
     algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
     endpoint_delay_ps = ns_to_ps(system.endpoint_delay_ns)
-    if cfg.engine.backend == "phase":
-        return PhaseSystemLayer(sim.eventlist, sim.topology, cfg.segment_bytes, dimensions, flat, algorithms,
-                                system.splits, system.scheduling, system.hierarchy, endpoint_delay_ps,
-                                cfg.header_bytes, system.astra_compat, cfg.seed, cfg.tcp.init_cwnd_pkts,
-                                ms_to_ps(cfg.tcp.min_rto_ms) if cfg.engine.incast_rto else None)
     if transport is None:
         return AlphaBetaSystemLayer(sim.eventlist, sim.topology, cfg.segment_bytes, dimensions, flat, algorithms,
                                     system.splits, system.scheduling, system.hierarchy, endpoint_delay_ps,
-                                    cfg.header_bytes, system.astra_compat)
+                                    cfg.header_bytes, system.astra_compat, None if fluid is None else fluid.start)
     return SystemLayer(sim.eventlist, transport, dimensions, flat, algorithms, system.splits,
                        system.scheduling, system.hierarchy, endpoint_delay_ps, system.astra_compat)
 

@@ -42,8 +42,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-from mypy_extensions import mypyc_attr
-
 from ..eventlist import EventList
 from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
@@ -53,6 +51,9 @@ from .collectives import Dimension, SystemLayer, _Chunk, _Phase
 
 ClassCounts = tuple[tuple[int, int], ...]  # sorted (route class, messages) of one rank's step
 PhaseKey = tuple[int, str, int, int | None]  # dimension, op, chunk bytes, ASTRA-sim tree (astra_compat)
+# Decides when a phase ends, given the layer, the chunk, its queue, the phase, its key and alpha_beta's
+# duration of it (the phase backend's `FluidPhases.start`); it must call `phase_ender(...)()` then.
+PhaseTimer = Callable[["AlphaBetaSystemLayer", _Chunk, int, _Phase, PhaseKey, int], None]
 
 
 class RouteCosts:
@@ -138,16 +139,16 @@ class RouteCosts:
         return max(self.arrivals_ps(counts, size_bytes).values())
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the phase backend's layer extends it
 class AlphaBetaSystemLayer(SystemLayer):
     """The system layer of the alpha_beta backend: the same collectives, chunks, phases, scheduling
     and hierarchy as `SystemLayer`, but each phase ends after a computed duration (one event) instead
-    of running its messages over a transport."""
+    of running its messages over a transport; or, with a `phase_timer` (the phase backend), when
+    that timer says."""
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
                  hierarchy: str, endpoint_delay_ps: int, header_bytes: int = TCP_IP_HEADER_BYTES,
-                 astra_compat: bool = False) -> None:
+                 astra_compat: bool = False, phase_timer: PhaseTimer | None = None) -> None:
         super().__init__(eventlist, None, dimensions, flat_dimension, algorithms, splits, scheduling, hierarchy,
                          endpoint_delay_ps, astra_compat)
         self.topology = topology
@@ -157,6 +158,7 @@ class AlphaBetaSystemLayer(SystemLayer):
         self._peer_counts: dict[tuple[int, ...], set[ClassCounts]] = {}  # group -> its ranks' direct steps
         # phases of each kind that ended: what `host_link_bytes` expands
         self.phases_done: dict[PhaseKey, int] = {}
+        self.phase_timer = phase_timer
 
     def _run_phase(self, chunk: _Chunk, queue: int) -> None:
         """End the chunk's current phase after its computed duration (then free `queue`)."""
@@ -165,6 +167,9 @@ class AlphaBetaSystemLayer(SystemLayer):
             self._phase_done(chunk, queue)
             return
         key, duration_ps = self.phase_ps(phase)
+        if self.phase_timer is not None:
+            self.phase_timer(self, chunk, queue, phase, key, duration_ps)
+            return
         self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self.phase_ender(chunk, queue, key))
 
     def phase_ps(self, phase: _Phase) -> tuple[PhaseKey, int]:

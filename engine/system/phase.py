@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import inf
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topol
 from ..units import BITS_PER_BYTE, PS_PER_S
 from .algorithms import ALL, RING, XOR, Program, symmetric_steps
 from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
-from .collectives import Dimension, _Chunk, _Phase
+from .collectives import _Chunk, _Phase
 
 CHUNK_MESSAGES = 1 << 22  # messages routed per numpy pass: bounds the temporary arrays (~40 bytes each)
 _SPLITMIX_START = 0x9E3779B97F4A7C15
@@ -198,15 +198,13 @@ class PhaseDemand:
 
 
 class _Fluid:
-    """A phase in its fluid part: the fraction of its link bytes left at `updated_ps` and its rate."""
+    """A phase in its fluid part: the fraction of its link bytes left at `updated_ps` and its rate;
+    `end` ends the phase (after the fixed part)."""
 
-    __slots__ = ("chunk", "queue", "key", "demand", "left", "rate_per_ps", "updated_ps", "tail_ps")
+    __slots__ = ("end", "demand", "left", "rate_per_ps", "updated_ps", "tail_ps")
 
-    def __init__(self, chunk: _Chunk, queue: int, key: PhaseKey, demand: PhaseDemand, now_ps: int,
-                 tail_ps: int) -> None:
-        self.chunk = chunk
-        self.queue = queue
-        self.key = key
+    def __init__(self, end: Callable[[], None], demand: PhaseDemand, now_ps: int, tail_ps: int) -> None:
+        self.end = end
         self.demand = demand
         self.left = 1.0
         self.rate_per_ps = 0.0
@@ -215,15 +213,15 @@ class _Fluid:
 
 
 class _Wake(EventSource):
-    """The fluid clock: wakes the layer when the next phase leaves its fluid part."""
+    """The fluid clock: wakes `FluidPhases` when the next phase leaves its fluid part."""
 
-    __slots__ = ("layer",)
+    __slots__ = ("phases",)
 
-    def __init__(self, layer: PhaseSystemLayer) -> None:
-        self.layer = layer
+    def __init__(self, phases: FluidPhases) -> None:
+        self.phases = phases
 
     def do_next_event(self) -> None:
-        self.layer.wake()
+        self.phases.wake()
 
 
 def max_min_levels(share_weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -248,18 +246,16 @@ def max_min_levels(share_weight: np.ndarray, capacity: np.ndarray) -> np.ndarray
     return levels
 
 
-class PhaseSystemLayer(AlphaBetaSystemLayer):
-    """The system layer of the phase backend (module docstring): alpha_beta's collectives, phases and
-    scheduling, each phase lasting its fixed part plus a fluid part shared with the phases active
-    at once."""
+class FluidPhases:
+    """The phase backend (module docstring): the `phase_timer` of an `AlphaBetaSystemLayer`, which
+    then keeps alpha_beta's collectives, phases and scheduling while each phase lasts its fixed part
+    plus a fluid part shared with the phases active at once."""
 
-    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, dimensions: list[Dimension],
-                 flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
-                 hierarchy: str, endpoint_delay_ps: int, header_bytes: int = TCP_IP_HEADER_BYTES,
-                 astra_compat: bool = False, seed: int = 0, init_cwnd_pkts: int = 10,
+    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int,
+                 header_bytes: int = TCP_IP_HEADER_BYTES, seed: int = 0, init_cwnd_pkts: int = 10,
                  incast_rto_ps: int | None = None) -> None:
-        super().__init__(eventlist, topology, mss_bytes, dimensions, flat_dimension, algorithms, splits, scheduling,
-                         hierarchy, endpoint_delay_ps, header_bytes, astra_compat)
+        self.eventlist = eventlist
+        self.topology = topology
         self.routes = VectorRoutes(topology, seed)
         self.flow_ids = PairFlowIds(topology.npus)
         self.mss_bytes = mss_bytes
@@ -283,19 +279,15 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
 
     # -- phases ------------------------------------------------------------------------------------
 
-    def _run_phase(self, chunk: _Chunk, queue: int) -> None:
-        """Start the chunk's phase: its fluid part now, sharing links with the phases in theirs."""
-        phase = chunk.phases[chunk.next_phase]
-        dim = self.dimensions[phase.dimension]
-        if dim.size == 1:
-            self._phase_done(chunk, queue)
-            return
-        key, duration_ps = self.phase_ps(phase)
-        demand = self.demand(key, phase, dim)
+    def start(self, layer: AlphaBetaSystemLayer, chunk: _Chunk, queue: int, phase: _Phase, key: PhaseKey,
+              duration_ps: int) -> None:
+        """Start a chunk's phase of alpha_beta duration `duration_ps`: its fluid part now, sharing
+        links with the phases in theirs (the layer's `PhaseTimer`)."""
+        demand = self.demand(layer, key, phase)
         now = self.eventlist.now_ps
         self._advance(now)
         tail_ps = max(0, duration_ps - demand.alpha_beta_ps)
-        self._fluid.append(_Fluid(chunk, queue, key, demand, now, tail_ps))
+        self._fluid.append(_Fluid(layer.phase_ender(chunk, queue, key), demand, now, tail_ps))
         port_flows = sum(fluid.demand.peak_messages for fluid in self._fluid)
         self.max_port_flows = max(self.max_port_flows, int(port_flows[self.switch_port].max(initial=0)))
         opening = sum(fluid.demand.opening_bytes for fluid in self._fluid)
@@ -318,7 +310,7 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
                 still.append(fluid)
                 continue
             self.link_bytes += fluid.demand.link_bytes
-            self.eventlist.call_at(now + fluid.tail_ps, self.phase_ender(fluid.chunk, fluid.queue, fluid.key))
+            self.eventlist.call_at(now + fluid.tail_ps, fluid.end)
         self._fluid = still
         self._share(now)
 
@@ -349,13 +341,14 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
 
     # -- what a phase asks of the links ------------------------------------------------------------
 
-    def demand(self, key: PhaseKey, phase: _Phase, dim: Dimension) -> PhaseDemand:
+    def demand(self, layer: AlphaBetaSystemLayer, key: PhaseKey, phase: _Phase) -> PhaseDemand:
         """The link demand of a kind of phase, over every group of its dimension (computed once).
         Steps of one pattern (all the steps of a ring) are added up first, then applied to the
         pattern's link counts once: O(steps + patterns x links)."""
         cached = self._demands.get(key)
         if cached is not None:
             return cached
+        dim = layer.dimensions[phase.dimension]
         link_count = self.routes.link_count
         link_bytes = np.zeros(link_count)
         alpha_beta_bytes = np.zeros(link_count)  # what alpha_beta serialises on each link, one after another
@@ -366,10 +359,10 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
         for group in dim.groups:
             if len(group) < 2:
                 continue
-            steps = symmetric_steps(phase.op, self.algorithms[phase.op], len(group), phase.chunk_bytes)
+            steps = symmetric_steps(phase.op, layer.algorithms[phase.op], len(group), phase.chunk_bytes)
             if steps is None:  # ranks in different roles (double binary tree): every message of the programs
-                pieces = self._program_counts(group, self.plan_phase(phase, dim))
-                steps_count = max(steps_count, max(len(steps) for program in self.plan_phase(phase, dim)
+                pieces = self._program_counts(group, layer.plan_phase(phase, dim))
+                steps_count = max(steps_count, max(len(steps) for program in layer.plan_phase(phase, dim)
                                                    for steps in program))
             else:
                 # per pattern: [wire bytes of all its steps, steps, the largest opening of one message]
@@ -380,7 +373,7 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
                     total[0] += wire
                     total[1] += 1
                     total[2] = max(total[2], min(wire, self.init_window_bytes))
-                pieces = [(self._pattern(group, pattern, mask, phase, dim), *total)
+                pieces = [(self._pattern(layer, group, pattern, mask, phase), *total)
                           for (pattern, mask), total in totals.items()]
                 steps_count = max(steps_count, len(steps))
             for counts, wire_total, steps_of_pattern, opening_bytes in pieces:
@@ -399,7 +392,8 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
         self._demands[key] = demand
         return demand
 
-    def _pattern(self, group: tuple[int, ...], pattern: str, mask: int, phase: _Phase, dim: Dimension) -> LinkCounts:
+    def _pattern(self, layer: AlphaBetaSystemLayer, group: tuple[int, ...], pattern: str, mask: int,
+                 phase: _Phase) -> LinkCounts:
         """Link counts of one step's messages on a group (every rank alike), counted once per pattern."""
         key = (group, pattern, mask)
         counts = self._patterns.get(key)
@@ -413,7 +407,7 @@ class PhaseSystemLayer(AlphaBetaSystemLayer):
                 counts = self._count(hosts, hosts[ranks ^ mask], distinct=True)
             else:
                 assert pattern == ALL
-                counts = self._count_all(hosts, self.plan_phase(phase, dim)[0])
+                counts = self._count_all(hosts, layer.plan_phase(phase, layer.dimensions[phase.dimension])[0])
             self._patterns[key] = counts
         return counts
 
