@@ -86,6 +86,9 @@ class VectorRoutes:
         if isinstance(topology, FatTreeTopology):
             for name in ("host_up", "host_down", "edge_up", "agg_up", "core_down", "agg_down"):
                 self._arrays[name] = self._indices(getattr(topology, name))
+            edge = np.arange(topology.npus, dtype=np.int64) // topology.half  # each host's edge switch
+            self._arrays.update(edge_of_host=edge, first_edge_of_pod_of_host=edge - edge % topology.half,
+                                pod_of_host=edge // topology.half, edge_in_pod_of_host=edge % topology.half)
 
     def _indices(self, links: Sequence[object]) -> np.ndarray:
         return np.array([self._index[id(link)] for link in links], dtype=np.int64)
@@ -119,20 +122,23 @@ class VectorRoutes:
     def _fat_tree(self, topology: FatTreeTopology, src: np.ndarray, dst: np.ndarray,
                   flow_ids: np.ndarray) -> list[np.ndarray]:
         half, k = topology.half, topology.k
-        src_edge, dst_edge = src // half, dst // half
+        arrays = self._arrays
+        src_edge, dst_edge = arrays["edge_of_host"][src], arrays["edge_of_host"][dst]  # lookups: no division
         other_edge = src_edge != dst_edge
         choice = flow_hash_array(self.seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
-        j = (choice % np.uint64(half)).astype(np.int64)
-        m = (choice // np.uint64(half) % np.uint64(half)).astype(np.int64)
-        src_agg, dst_agg = src_edge - src_edge % half + j, dst_edge - dst_edge % half + j
+        # path's choice % half and choice // half % half, from one 64-bit division: with
+        # choice = a * half^2 + r, they are r % half and r // half
+        r = (choice % np.uint64(half * half)).astype(np.int64)
+        j, m = r % half, r // half
+        src_agg = arrays["first_edge_of_pod_of_host"][src] + j
+        dst_agg = arrays["first_edge_of_pod_of_host"][dst] + j
         other_pod = other_edge & (src_agg != dst_agg)
         core = j * half + m
-        arrays = self._arrays
         return [arrays["host_up"][src],
                 np.where(other_edge, arrays["edge_up"][src_edge * half + j], -1),
                 np.where(other_pod, arrays["agg_up"][src_agg * half + m], -1),
-                np.where(other_pod, arrays["core_down"][core * k + dst_edge // half], -1),
-                np.where(other_edge, arrays["agg_down"][dst_agg * half + dst_edge % half], -1),
+                np.where(other_pod, arrays["core_down"][core * k + arrays["pod_of_host"][dst]], -1),
+                np.where(other_edge, arrays["agg_down"][dst_agg * half + arrays["edge_in_pod_of_host"][dst]], -1),
                 arrays["host_down"][dst]]
 
     def _one_by_one(self, src: np.ndarray, dst: np.ndarray,
