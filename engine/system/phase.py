@@ -192,26 +192,28 @@ class LinkCounts:
 
 
 @dataclass
-class PhaseDemand:
-    """What one kind of phase asks of the links (arrays indexed like `topology.links`)."""
+class StageDemand:
+    """What a stage of a phase (its consecutive steps of one pattern: all the steps of a ring, one
+    exchange of halving-doubling) asks of the links (arrays indexed like `topology.links`)."""
 
-    link_bytes: np.ndarray  # float64: wire bytes it puts on each link, all steps
+    link_bytes: np.ndarray  # float64: wire bytes it puts on each link, all its steps
     share_weight: np.ndarray  # float64: link_bytes / bytes_per_share (its messages there at once, about)
-    bytes_per_share: float  # wire bytes one message-share of it carries through its fluid part
-    alpha_beta_ps: int  # the serialisation alpha_beta charges: its endpoint links' bytes, or one message's
+    bytes_per_share: float  # wire bytes one message-share of it carries
+    alpha_beta_ps: int  # the serialisation alpha_beta charges it: an endpoint link's bytes, or one message's
     peak_messages: np.ndarray  # int64: most of its messages crossing each link in one step
     opening_bytes: np.ndarray  # float64: most bytes its messages open with on each link in one step
 
 
 class _Fluid:
-    """A phase in its fluid part: the fraction of its link bytes left at `updated_ps` and its rate;
-    `end` ends the phase (after the fixed part)."""
+    """A phase in its fluid part: its current stage, the fraction of that stage's link bytes left at
+    `updated_ps` and its rate; `end` ends the phase (after the fixed part)."""
 
-    __slots__ = ("end", "demand", "left", "rate_per_ps", "updated_ps", "tail_ps")
+    __slots__ = ("end", "stages", "stage", "left", "rate_per_ps", "updated_ps", "tail_ps")
 
-    def __init__(self, end: Callable[[], None], demand: PhaseDemand, now_ps: int, tail_ps: int) -> None:
+    def __init__(self, end: Callable[[], None], stages: list[StageDemand], now_ps: int, tail_ps: int) -> None:
         self.end = end
-        self.demand = demand
+        self.stages = stages
+        self.stage = 0
         self.left = 1.0
         self.rate_per_ps = 0.0
         self.updated_ps = now_ps
@@ -277,7 +279,7 @@ class FluidPhases:
         self.link_bytes = np.zeros(len(links))  # wire bytes of the fluid parts that ended
         self.max_port_flows = 0
         self.incast_phases = 0
-        self._demands: dict[PhaseKey, PhaseDemand] = {}
+        self._demands: dict[PhaseKey, list[StageDemand]] = {}
         self._patterns: dict[tuple[tuple[int, ...], str, int], LinkCounts] = {}
         self._fluid: list[_Fluid] = []
         self._wake = _Wake(self)
@@ -289,19 +291,31 @@ class FluidPhases:
               duration_ps: int) -> None:
         """Start a chunk's phase of alpha_beta duration `duration_ps`: its fluid part now, sharing
         links with the phases in theirs (the layer's `PhaseTimer`)."""
-        demand = self.demand(layer, key, phase)
+        stages = self.demand(layer, key, phase)
         now = self.eventlist.now_ps
         self._advance(now)
-        tail_ps = max(0, duration_ps - demand.alpha_beta_ps)
-        self._fluid.append(_Fluid(layer.phase_ender(chunk, queue, key), demand, now, tail_ps))
-        port_flows = sum(fluid.demand.peak_messages for fluid in self._fluid)
-        self.max_port_flows = max(self.max_port_flows, int(port_flows[self.switch_port].max(initial=0)))
-        opening = sum(fluid.demand.opening_bytes for fluid in self._fluid)
-        if (opening[self.switch_port] > self.buffer_bytes[self.switch_port]).any():
+        tail_ps = max(0, duration_ps - sum(stage.alpha_beta_ps for stage in stages))
+        fluid = _Fluid(layer.phase_ender(chunk, queue, key), stages, now, tail_ps)
+        self._fluid.append(fluid)
+        # the phase opens a burst of windows at each stage; flag (and charge) it once at most
+        if any(self._opens_incast(index) for index in range(len(stages))):
             self.incast_phases += 1
             if self.incast_rto_ps is not None:
-                self._fluid[-1].tail_ps += self.incast_rto_ps
+                fluid.tail_ps += self.incast_rto_ps
         self._share(now)
+
+    def _opens_incast(self, stage: int) -> bool:
+        """Whether the newest phase's `stage`, beside the stages of the phases in their fluid part now,
+        brings some switch port more messages (`max_port_flows`) and more opening bytes than its
+        buffer holds."""
+        newest = self._fluid[-1]
+        others = self._fluid[:-1]
+        port_flows = newest.stages[stage].peak_messages + sum(
+            (fluid.stages[fluid.stage].peak_messages for fluid in others), np.zeros(1, np.int64))
+        self.max_port_flows = max(self.max_port_flows, int(port_flows[self.switch_port].max(initial=0)))
+        opening = newest.stages[stage].opening_bytes + sum(
+            (fluid.stages[fluid.stage].opening_bytes for fluid in others), np.zeros(1))
+        return bool((opening[self.switch_port] > self.buffer_bytes[self.switch_port]).any())
 
     def wake(self) -> None:
         """End the fluid parts that are over (their fixed parts follow), then share the links again."""
@@ -312,11 +326,14 @@ class FluidPhases:
         self._advance(now)
         still: list[_Fluid] = []
         for fluid in self._fluid:
-            if fluid.left > 0.0:
-                still.append(fluid)
-                continue
-            self.link_bytes += fluid.demand.link_bytes
-            self.eventlist.call_at(now + fluid.tail_ps, fluid.end)
+            if fluid.left <= 0.0:
+                self.link_bytes += fluid.stages[fluid.stage].link_bytes
+                fluid.stage += 1
+                if fluid.stage == len(fluid.stages):
+                    self.eventlist.call_at(now + fluid.tail_ps, fluid.end)
+                    continue
+                fluid.left = 1.0  # the next stage's messages go out at once
+            still.append(fluid)
         self._fluid = still
         self._share(now)
 
@@ -333,11 +350,11 @@ class FluidPhases:
         """Max-min fair rates for the phases in their fluid part; wake at the first to finish."""
         if not self._fluid:
             return
-        levels = max_min_levels(np.stack([fluid.demand.share_weight for fluid in self._fluid]),
+        levels = max_min_levels(np.stack([fluid.stages[fluid.stage].share_weight for fluid in self._fluid]),
                                 self.capacity_per_ps)
         first_ps = -1
         for fluid, level in zip(self._fluid, levels):
-            fluid.rate_per_ps = float(level) / fluid.demand.bytes_per_share
+            fluid.rate_per_ps = float(level) / fluid.stages[fluid.stage].bytes_per_share
             # at least 1 ps ahead, so that float rounding never spins at one instant
             finish_ps = now + max(1, round(fluid.left / fluid.rate_per_ps))
             first_ps = finish_ps if first_ps < 0 else min(first_ps, finish_ps)
@@ -347,56 +364,70 @@ class FluidPhases:
 
     # -- what a phase asks of the links ------------------------------------------------------------
 
-    def demand(self, layer: AlphaBetaSystemLayer, key: PhaseKey, phase: _Phase) -> PhaseDemand:
-        """The link demand of a kind of phase, over every group of its dimension (computed once).
-        Steps of one pattern (all the steps of a ring) are added up first, then applied to the
-        pattern's link counts once: O(steps + patterns x links)."""
+    def demand(self, layer: AlphaBetaSystemLayer, key: PhaseKey, phase: _Phase) -> list[StageDemand]:
+        """The link demand of a kind of phase, stage by stage, over every group of its dimension
+        (computed once). The steps of a stage are added up first, then applied to their pattern's
+        link counts once: O(steps + stages x links)."""
         cached = self._demands.get(key)
         if cached is not None:
             return cached
         dim = layer.dimensions[phase.dimension]
+        # per stage, for each group: (link counts, wire bytes of all its steps, the steps its messages
+        # are there for, the largest opening of one of its messages); and the stage's steps
+        stage_pieces: list[list[tuple[LinkCounts, int, int, int]]] = []
+        stage_steps: list[int] = []
+        for group in dim.groups:
+            if len(group) < 2:
+                continue
+            steps = symmetric_steps(phase.op, layer.algorithms[phase.op], len(group), phase.chunk_bytes)
+            if steps is None:  # ranks in different roles (double binary tree): one stage of every message
+                programs = layer.plan_phase(phase, dim)
+                longest = max(len(rank_steps) for program in programs for rank_steps in program)
+                pieces = [[(counts, wire, 1, opening) for counts, wire, opening in self._program_counts(group, programs)]]
+                steps_of = [longest]
+            else:
+                runs: list[tuple[str, int, list[int]]] = []  # consecutive steps of one pattern: their wire bytes
+                for step in steps:
+                    wire = wire_bytes(step.size_bytes, self.mss_bytes, self.header_bytes)
+                    if runs and runs[-1][:2] == (step.pattern, step.mask):
+                        runs[-1][2].append(wire)
+                    else:
+                        runs.append((step.pattern, step.mask, [wire]))
+                pieces = [[(self._pattern(layer, group, pattern, mask, phase), sum(wires), len(wires),
+                            min(max(wires), self.init_window_bytes))] for pattern, mask, wires in runs]
+                steps_of = [len(wires) for _, _, wires in runs]
+            for index, stage in enumerate(pieces):  # the groups run the same stages side by side
+                if index == len(stage_pieces):
+                    stage_pieces.append([])
+                    stage_steps.append(1)
+                stage_pieces[index] += stage
+                stage_steps[index] = max(stage_steps[index], steps_of[index])
+        stages = [self._stage(pieces, steps) for pieces, steps in zip(stage_pieces, stage_steps)]
+        self._demands[key] = stages
+        return stages
+
+    def _stage(self, pieces: list[tuple[LinkCounts, int, int, int]], steps_count: int) -> StageDemand:
+        """A stage of `steps_count` steps from its pieces: (link counts, their wire bytes over the
+        stage, the steps each of their messages is there for, one message's opening)."""
         link_count = self.routes.link_count
         link_bytes = np.zeros(link_count)
         alpha_beta_bytes = np.zeros(link_count)  # what alpha_beta serialises on each link, one after another
         message_steps = np.zeros(link_count)  # messages x steps: what one step holds at once, summed
         peak = np.zeros(link_count, dtype=np.int64)
         opening = np.zeros(link_count)
-        steps_count = 1
-        for group in dim.groups:
-            if len(group) < 2:
-                continue
-            steps = symmetric_steps(phase.op, layer.algorithms[phase.op], len(group), phase.chunk_bytes)
-            if steps is None:  # ranks in different roles (double binary tree): every message of the programs
-                pieces = self._program_counts(group, layer.plan_phase(phase, dim))
-                steps_count = max(steps_count, max(len(steps) for program in layer.plan_phase(phase, dim)
-                                                   for steps in program))
-            else:
-                # per pattern: [wire bytes of all its steps, steps, the largest opening of one message]
-                totals: dict[tuple[str, int], list[int]] = {}
-                for step in steps:
-                    wire = wire_bytes(step.size_bytes, self.mss_bytes, self.header_bytes)
-                    total = totals.setdefault((step.pattern, step.mask), [0, 0, 0])
-                    total[0] += wire
-                    total[1] += 1
-                    total[2] = max(total[2], min(wire, self.init_window_bytes))
-                pieces = [(self._pattern(layer, group, pattern, mask, phase), *total)
-                          for (pattern, mask), total in totals.items()]
-                steps_count = max(steps_count, len(steps))
-            for counts, wire_total, steps_of_pattern, opening_bytes in pieces:
-                link_bytes += counts.any_hop * float(wire_total)
-                # alpha_beta: the messages leaving or entering an NPU by one link in turn; any other link
-                # carries one message at a time (its route's bottleneck)
-                alpha_beta_bytes += np.maximum(counts.endpoint, counts.any_hop > 0) * float(wire_total)
-                message_steps += counts.any_hop * float(steps_of_pattern)
-                np.maximum(peak, counts.any_hop, out=peak)
-                np.maximum(opening, counts.any_hop * float(opening_bytes), out=opening)
+        for counts, wire_total, steps, opening_bytes in pieces:
+            link_bytes += counts.any_hop * float(wire_total)
+            # alpha_beta: the messages leaving or entering an NPU by one link in turn; any other link
+            # carries one message at a time (its route's bottleneck)
+            alpha_beta_bytes += np.maximum(counts.endpoint, counts.any_hop > 0) * float(wire_total)
+            message_steps += counts.any_hop * float(steps)
+            peak += counts.any_hop
+            opening += counts.any_hop * float(opening_bytes)
         used = message_steps > 0
-        weight = message_steps / steps_count  # messages of the phase on the link at once, on average
+        weight = message_steps / steps_count  # messages of the stage on the link at once, on average
         bytes_per_share = float((link_bytes[used] / weight[used]).max()) if used.any() else 1.0
         alpha_beta_ps = round(float((alpha_beta_bytes / self.capacity_per_ps).max()))
-        demand = PhaseDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, alpha_beta_ps, peak, opening)
-        self._demands[key] = demand
-        return demand
+        return StageDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, alpha_beta_ps, peak, opening)
 
     def _pattern(self, layer: AlphaBetaSystemLayer, group: tuple[int, ...], pattern: str, mask: int,
                  phase: _Phase) -> LinkCounts:
@@ -452,9 +483,9 @@ class FluidPhases:
                 ends += counted
         return LinkCounts(any_hop, ends)
 
-    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int, int, int]]:
+    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int, int]]:
         """Link counts of every message of step programs whose ranks differ (double binary tree), one
-        piece per message size: (counts, wire bytes, 1 step, its opening); O(messages), which such
+        piece per message size: (counts, its wire bytes, its opening); O(messages), which such
         programs keep to O(p x blocks)."""
         by_size: dict[int, tuple[list[int], list[int]]] = {}
         for program in programs:
@@ -468,7 +499,7 @@ class FluidPhases:
         for size, (sources, targets) in by_size.items():
             wire = wire_bytes(size, self.mss_bytes, self.header_bytes)
             counts = self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64), distinct=False)
-            pieces.append((counts, wire, 1, min(wire, self.init_window_bytes)))
+            pieces.append((counts, wire, min(wire, self.init_window_bytes)))
         return pieces
 
     # -- results -----------------------------------------------------------------------------------
