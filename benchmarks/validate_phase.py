@@ -8,16 +8,19 @@ Three grids, each a list of configurations run on two backends:
   |error|, and Spearman's rank correlation of the configurations' times (within each topology, size
   and collective: the question a sweep asks is which fabric is faster);
 - `packet_deep`: the same kind of configurations on the packet engine with unlimited buffers (no
-  loss), fewer and smaller;
+  loss), fewer and smaller (32 or 64 NPUs, 1:1 and 4:1, 1 and 16 MiB);
 - `incast`: astra_dlrm on leaf_spine with 512 KiB buffers at several oversubscriptions, packet vs
   phase: runs with TCP timeouts against runs flagged (`incast_phases` > 0): recall and precision; and
   how close `engine.incast_rto=true` comes to the packet time where timeouts happened.
 
-    python benchmarks/validate_phase.py --grid quick         # minutes: 64 NPUs
-    python benchmarks/validate_phase.py --grid full          # the issue's grid (hours on 2 cores)
+    python benchmarks/validate_phase.py --grid quick         # minutes: 32-128 NPUs
+    python benchmarks/validate_phase.py --grid full          # the issue's grid
+    python benchmarks/validate_phase.py --grid quick --only analytical --seeds 4
 
-Writes benchmarks/validate_phase_<grid>.csv (one row per configuration and backend) and prints a
-Markdown summary (also written beside it, .md).
+Writes benchmarks/validate_phase_<grid>[_<only>][_<n>seeds].csv (one row per configuration, seed and
+backend) and prints a Markdown summary (also written beside it, .md). `--seeds`: each configuration
+with several seeds, compared on the mean: ECMP hashes the packet engine's (and phase's) connection
+ids but every message on `analytical`, so one seed compares two different draws of collisions.
 """
 
 from __future__ import annotations
@@ -67,8 +70,10 @@ def grid(name: str) -> Iterator[dict[str, Any]]:
             for ratio in (1, 4):
                 network = {**fabric(topology, 64 if name == "full" else 32, ratio), "buffer_kb": None}
                 for op, algorithm in COLLECTIVES:
-                    yield {"grid": "packet_deep", "ratio": ratio, "network": network, "system": {op: algorithm},
-                           "workload": {"type": "collective", "op": op, "bytes": MIB}, "label": f"{op}/{algorithm}/1MiB"}
+                    for mib in (1, 16):
+                        yield {"grid": "packet_deep", "ratio": ratio, "network": network, "system": {op: algorithm},
+                               "workload": {"type": "collective", "op": op, "bytes": mib * MIB},
+                               "label": f"{op}/{algorithm}/{mib}MiB"}
         for npus in ((64, 128) if name == "quick" else (64, 128, 256)):
             for spines in (16, 8, 4, 2, 1):
                 network = {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 16, "spines": spines,
@@ -77,9 +82,9 @@ def grid(name: str) -> Iterator[dict[str, Any]]:
                        "label": "astra_dlrm"}
 
 
-def run(case: dict[str, Any], backend: str, incast_rto: bool = False) -> dict[str, Any]:
+def run(case: dict[str, Any], backend: str, seed: int, incast_rto: bool = False) -> dict[str, Any]:
     """One run of a configuration: its iteration time, wall time and TCP signals."""
-    config = {"engine": {"backend": backend, "incast_rto": incast_rto, "max_sim_time_s": 60.0},
+    config = {"seed": seed, "engine": {"backend": backend, "incast_rto": incast_rto, "max_sim_time_s": 60.0},
               "network": {"link_gbps": 100.0, "link_latency_us": 1.0, **case["network"]},
               "system": case["system"], "workload": case["workload"]}
     start = time.perf_counter()
@@ -114,13 +119,23 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 def summary(rows: list[dict[str, Any]]) -> str:
     """The Markdown summary of a grid's rows."""
     lines: list[str] = []
-    by_case: dict[int, dict[str, dict[str, Any]]] = {}
+    by_case: dict[tuple[int, int], dict[str, dict[str, Any]]] = {}
     for row in rows:
-        by_case.setdefault(row["case"], {})[row["backend"]] = row
+        by_case.setdefault((row["case"], row["seed"]), {})[row["backend"]] = row
+    # seeds of one configuration: the mean iteration time (ECMP draws differ from seed to seed)
+    means: dict[int, dict[str, dict[str, Any]]] = {}
+    for (case, _), runs in by_case.items():
+        for backend, row in runs.items():
+            entry = means.setdefault(case, {}).setdefault(backend, {**row, "times": []})
+            entry["times"].append(row["iteration_time_s"])
+    for runs in means.values():
+        for entry in runs.values():
+            entry["iteration_time_s"] = statistics.fmean(entry["times"])
+    seeds = len({row["seed"] for row in rows})
     for reference, grid_name in (("analytical", "analytical"), ("packet", "packet_deep")):
         errors, pairs = [], []
         groups: dict[tuple, list[tuple[float, float]]] = {}
-        for runs in by_case.values():
+        for runs in means.values():
             phase, other = runs.get("phase"), runs.get(reference)
             if not phase or not other or phase["grid"] != grid_name or other["status"] != "ok":
                 continue
@@ -135,7 +150,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
         worst = errors[-1]
         correlations = [spearman([a for a, _ in g], [b for _, b in g]) for g in groups.values()
                         if len(g) > 1 and len({b for _, b in g}) > 1]
-        lines += [f"### phase vs {reference} ({grid_name} grid, {len(errors)} configurations)", "",
+        lines += [f"### phase vs {reference} ({grid_name} grid, {len(errors)} configurations, mean of {seeds} "
+                  f"seed{'s' if seeds > 1 else ''} each)", "",
                   f"- median |error| {100 * statistics.median(e for e, _, _ in errors):.2f} %, "
                   f"worst {100 * worst[0]:.2f} % ({worst[2]['topology']} {worst[2]['npus']} NPUs "
                   f"{worst[2]['ratio']}:1 {worst[2]['label']}: {100 * worst[1]:+.2f} %)",
@@ -166,32 +182,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grid", choices=("quick", "full"), default="quick")
     parser.add_argument("--only", choices=("analytical", "packet_deep", "incast"), default=None,
                         help="run one of the three grids only")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration (ECMP draws): compared on "
+                        "their mean iteration time")
     args = parser.parse_args(argv)
-    out = HERE / f"validate_phase_{args.grid}.csv"
+    suffix = (f"_{args.only}" if args.only else "") + (f"_{args.seeds}seeds" if args.seeds > 1 else "")
+    out = HERE / f"validate_phase_{args.grid}{suffix}.csv"
     rows: list[dict[str, Any]] = []
     for index, case in enumerate(grid(args.grid)):
         if args.only and case["grid"] != args.only:
             continue
         reference = "analytical" if case["grid"] == "analytical" else "packet"
-        runs = [run(case, "phase"), run(case, reference)]
-        if case["grid"] == "incast":
-            runs.append(run(case, "phase", incast_rto=True))
-        for result in runs:
-            net = case["network"]
-            rows.append({"case": index, "grid": case["grid"], "topology": net["topology"], "npus": net["npus"],
-                         "spines": net.get("spines"), "uplink_gbps": net.get("uplink_gbps"),
-                         "buffer_kb": net.get("buffer_kb", 512.0), "ratio": case["ratio"], "label": case["label"],
-                         **result})
-        print(f"{index}: {case['grid']} {case['network']['topology']} {case['network']['npus']} "
-              f"{case['ratio']}:1 {case['label']}: " + ", ".join(
-                  f"{r['backend']} {r['iteration_time_s']} ({r['wall_s']:.1f} s)" for r in runs), file=sys.stderr)
+        for seed in range(args.seeds):
+            runs = [run(case, "phase", seed), run(case, reference, seed)]
+            if case["grid"] == "incast":
+                runs.append(run(case, "phase", seed, incast_rto=True))
+            for result in runs:
+                net = case["network"]
+                rows.append({"case": index, "seed": seed, "grid": case["grid"], "topology": net["topology"],
+                             "npus": net["npus"], "spines": net.get("spines"), "uplink_gbps": net.get("uplink_gbps"),
+                             "buffer_kb": net.get("buffer_kb", 512.0), "ratio": case["ratio"], "label": case["label"],
+                             **result})
+            print(f"{index}/{seed}: {case['grid']} {case['network']['topology']} {case['network']['npus']} "
+                  f"{case['ratio']}:1 {case['label']}: " + ", ".join(
+                      f"{r['backend']} {r['iteration_time_s']} ({r['wall_s']:.1f} s)" for r in runs), file=sys.stderr)
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     text = summary(rows)
-    out.with_suffix(".md").write_text(f"`python benchmarks/validate_phase.py --grid {args.grid}"
-                                      f"{' --only ' + args.only if args.only else ''}`\n\n" + text)
+    out.with_suffix(".md").write_text(f"`python benchmarks/validate_phase.py {' '.join(sys.argv[1:])}`\n\n" + text)
     print(text)
 
 

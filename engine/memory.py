@@ -13,7 +13,7 @@ all-to-alls over one switch, was 28 MiB at 16 NPUs, 130 MiB at 64 and 415 MiB at
 a connection), counted here too since the run's machine holds it. The phase backend sends no message
 either; it keeps a flow id per ordered pair of NPUs where routes hash them (leaf_spine, fat_tree: 4
 bytes a pair) and routes a pattern's messages in chunks of `CHUNK_MESSAGES` (about 100 bytes each in
-temporary arrays): 806 MiB peak at 9,216 NPUs on leaf_spine (docs/phase-backend.md).
+temporary arrays): 423 MiB peak at 9,216 NPUs on leaf_spine, 454 MiB on fat_tree (docs/phase-backend.md).
 """
 
 from __future__ import annotations

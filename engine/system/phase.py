@@ -46,7 +46,7 @@ from .algorithms import ALL, RING, XOR, Program, symmetric_steps
 from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from .collectives import _Chunk, _Phase
 
-CHUNK_MESSAGES = 1 << 22  # messages routed per numpy pass: bounds the temporary arrays (~40 bytes each)
+CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays stay in the CPU caches
 _SPLITMIX_START = 0x9E3779B97F4A7C15
 _SPLITMIX_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _SPLITMIX_MUL2 = np.uint64(0x94D049BB133111EB)
