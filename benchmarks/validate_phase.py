@@ -9,7 +9,7 @@ Three grids, each a list of configurations run on two backends:
   and collective: the question a sweep asks is which fabric is faster);
 - `packet_deep`: the same kind of configurations on the packet engine with unlimited buffers (no
   loss), fewer and smaller (32 or 64 NPUs, 1:1 and 4:1, 1 and 16 MiB);
-- `incast`: astra_dlrm on leaf_spine with 512 KiB buffers at several oversubscriptions, packet vs
+- `incast`: astra_dlrm on leaf_spine with 512 KiB (quick: and 128 KiB) buffers at 1:1 to 16:1, packet vs
   phase: runs with TCP timeouts against runs flagged (`incast_phases` > 0): recall and precision; and
   how close `engine.incast_rto=true` comes to the packet time where timeouts happened.
 
@@ -75,11 +75,12 @@ def grid(name: str) -> Iterator[dict[str, Any]]:
                                "workload": {"type": "collective", "op": op, "bytes": mib * MIB},
                                "label": f"{op}/{algorithm}/{mib}MiB"}
         for npus in ((64, 128) if name == "quick" else (64, 128, 256)):
-            for spines in (16, 8, 4, 2, 1):
-                network = {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 16, "spines": spines,
-                           "uplink_gbps": 100.0, "buffer_kb": 512.0}
-                yield {"grid": "incast", "ratio": 16 // spines, "network": network, "system": {}, "workload": DLRM,
-                       "label": "astra_dlrm"}
+            for buffer_kb in ((128.0, 512.0) if name == "quick" else (512.0,)):
+                for spines in (16, 8, 4, 2, 1):
+                    network = {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 16, "spines": spines,
+                               "uplink_gbps": 100.0, "buffer_kb": buffer_kb}
+                    yield {"grid": "incast", "ratio": 16 // spines, "network": network, "system": {},
+                           "workload": DLRM, "label": "astra_dlrm"}
 
 
 def run(case: dict[str, Any], backend: str, seed: int, incast_rto: bool = False) -> dict[str, Any]:
@@ -127,17 +128,20 @@ def summary(rows: list[dict[str, Any]]) -> str:
     for (case, _), runs in by_case.items():
         for backend, row in runs.items():
             entry = means.setdefault(case, {}).setdefault(backend, {**row, "times": []})
-            entry["times"].append(row["iteration_time_s"])
+            if row["status"] == "ok":
+                entry["times"].append(row["iteration_time_s"])
+            else:
+                entry["status"] = row["status"]
     for runs in means.values():
         for entry in runs.values():
-            entry["iteration_time_s"] = statistics.fmean(entry["times"])
+            entry["iteration_time_s"] = statistics.fmean(entry["times"]) if entry["times"] else None
     seeds = len({row["seed"] for row in rows})
     for reference, grid_name in (("analytical", "analytical"), ("packet", "packet_deep")):
         errors, pairs = [], []
         groups: dict[tuple, list[tuple[float, float]]] = {}
         for runs in means.values():
             phase, other = runs.get("phase"), runs.get(reference)
-            if not phase or not other or phase["grid"] != grid_name or other["status"] != "ok":
+            if not phase or not other or phase["grid"] != grid_name or other["iteration_time_s"] is None:
                 continue
             error = phase["iteration_time_s"] / other["iteration_time_s"] - 1
             errors.append((abs(error), error, phase))
@@ -160,17 +164,19 @@ def summary(rows: list[dict[str, Any]]) -> str:
                   f"{min(correlations, default=float('nan')):.4f} over {len(correlations)} groups", ""]
     incast = [runs for runs in by_case.values() if runs.get("packet") and runs["packet"]["grid"] == "incast"]
     if incast:
-        lossy = [runs for runs in incast if (runs["packet"]["timeouts"] or 0) > 0]
+        # a packet run still going at engine.max_sim_time_s (60 s) is in its timeouts too
+        lossy = [runs for runs in incast if (runs["packet"]["timeouts"] or 0) > 0 or runs["packet"]["status"] != "ok"]
         flagged = [runs for runs in incast if (runs["phase"]["incast_phases"] or 0) > 0]
         both = [runs for runs in lossy if (runs["phase"]["incast_phases"] or 0) > 0]
-        lines += [f"### incast flag vs packet timeouts (512 KiB buffers, {len(incast)} runs)", "",
+        lines += [f"### incast flag vs packet timeouts ({len(incast)} runs)", "",
                   f"- runs with timeouts: {len(lossy)}; flagged: {len(flagged)}; both: {len(both)} "
                   f"(recall {len(both)}/{len(lossy)}, precision {len(both)}/{len(flagged)})", "",
-                  "| NPUs | spines | packet ms | timeouts | phase ms | incast_phases | phase+rto ms |",
-                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| NPUs | spines | buffer KiB | packet ms | timeouts | phase ms | incast_phases | phase+rto ms |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for runs in incast:
             packet, phase, charged = runs["packet"], runs["phase"], runs.get("phase+rto", {})
-            lines.append(f"| {packet['npus']} | {packet['spines']} | {1e3 * packet['iteration_time_s']:.3f} | "
+            packet_ms = "> 60,000" if packet["iteration_time_s"] is None else f"{1e3 * packet['iteration_time_s']:.3f}"
+            lines.append(f"| {packet['npus']} | {packet['spines']} | {packet['buffer_kb']:.0f} | {packet_ms} | "
                          f"{packet['timeouts']} | {1e3 * phase['iteration_time_s']:.3f} | {phase['incast_phases']} | "
                          f"{1e3 * charged.get('iteration_time_s', float('nan')):.3f} |")
         lines.append("")

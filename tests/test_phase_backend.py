@@ -142,19 +142,28 @@ def test_alpha_beta_where_nothing_is_shared(op, algorithm, network, size_bytes) 
     (146_000, 10 * 1500),  # 100 segments: the initial window of 10 full packets
 ])
 def test_incast_flag_threshold(message_bytes, opening_bytes) -> None:
-    # a direct all-to-all on 8 NPUs: 7 messages into every switch port at once
-    def flags(buffer_bytes: int) -> dict:
-        return run("all_to_all", "direct", 8 * message_bytes, buffer_kb=buffer_bytes / 1024)["runs"][0]
+    # a direct all-to-all on 2 leaves of 4 hosts and one spine: 16 messages into the leaf's uplink,
+    # opening 16 x `opening_bytes` at once; each arrives at 1/7 of its sender's 100 Gb/s link (7
+    # messages at once), 16/7 x 100 Gb/s into a 100 Gb/s port, which sends on 7/16 of what arrives:
+    # it queues 9/16 of the openings. A host's port gets 7 messages at 1/7 each: no queue.
+    queue_bytes = 16 * opening_bytes * 9 // 16
+    leaf_spine = {"topology": "leaf_spine", "hosts_per_leaf": 4, "spines": 1, "uplink_gbps": 100}
 
-    below, above = flags(7 * opening_bytes - 1), flags(7 * opening_bytes)
+    def flags(buffer_bytes: int) -> dict:
+        return run("all_to_all", "direct", 8 * message_bytes, buffer_kb=buffer_bytes / 1024, **leaf_spine)["runs"][0]
+
+    below, above = flags(queue_bytes - 1), flags(queue_bytes)
     assert (below["incast_phases"], above["incast_phases"]) == (1, 0)
-    assert below["max_port_flows"] == above["max_port_flows"] == 7
+    assert below["max_port_flows"] == above["max_port_flows"] == 16
+    # one switch: every port fed at its own rate, never flagged however small its buffer
+    assert run("all_to_all", "direct", 8 * message_bytes, buffer_kb=0)["runs"][0]["incast_phases"] == 0
 
 
 def test_incast_rto_charges_the_minimum_rto_to_each_flagged_phase() -> None:
-    # 7 messages of 1,040 wire bytes into each port of 1 KiB: flagged
-    plain = time_ps("all_to_all", "direct", 8 * 1000, buffer_kb=1.0)
-    charged = time_ps("all_to_all", "direct", 8 * 1000, buffer_kb=1.0, engine_keys={"incast_rto": True})
+    # as above: 9/16 x 16 x 1,040 bytes queue at the leaf's uplink, of 1 KiB: flagged
+    leaf_spine = {"topology": "leaf_spine", "hosts_per_leaf": 4, "spines": 1, "uplink_gbps": 100, "buffer_kb": 1.0}
+    plain = time_ps("all_to_all", "direct", 8 * 1000, **leaf_spine)
+    charged = time_ps("all_to_all", "direct", 8 * 1000, engine_keys={"incast_rto": True}, **leaf_spine)
     assert charged - plain == 200 * 10**9  # tcp.min_rto_ms = 200
 
 

@@ -45,6 +45,7 @@ from ..units import BITS_PER_BYTE, PS_PER_S
 from .algorithms import ALL, RING, XOR, Program, symmetric_steps
 from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from .collectives import _Chunk, _Phase
+from .maxmin import RATE_TOLERANCE
 
 CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays stay in the CPU caches
 _SPLITMIX_START = 0x9E3779B97F4A7C15
@@ -145,10 +146,15 @@ class VectorRoutes:
                     flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         paths = [self.topology.path(int(s), int(d), int(f)) for s, d, f in zip(src, dst, flow_ids)]
         longest = max((len(path) for path in paths), default=1)
-        hops = np.full((longest + 1, len(paths)), -1, dtype=np.int64)  # row `longest`: the last link
+        # row 0: the first link; row `longest`: the last one of a longer route (so both are endpoints)
+        hops = np.full((longest + 1, len(paths)), -1, dtype=np.int64)
         for column, path in enumerate(paths):
-            hops[:len(path) - 1, column] = [self._index[id(link)] for link in path[:-1]]
-            hops[longest, column] = self._index[id(path[-1])]
+            indices = [self._index[id(link)] for link in path]
+            if len(indices) == 1:
+                hops[0, column] = indices[0]
+            else:
+                hops[:len(indices) - 1, column] = indices[:-1]
+                hops[longest, column] = indices[-1]
         endpoint = np.zeros(longest + 1, dtype=bool)
         endpoint[0] = endpoint[longest] = True
         return list(hops), endpoint
@@ -185,10 +191,13 @@ class PairFlowIds:
 
 @dataclass
 class LinkCounts:
-    """Messages of one pattern crossing each link: on any hop, and as a route's first or last link."""
+    """Messages of one pattern crossing each link: on any hop, and as a route's first or last link;
+    and the rate at which their first bytes arrive there (`arrival_per_ps`): each message leaves its
+    sender at an equal share of the sender's link among the messages it sends at once."""
 
     any_hop: np.ndarray  # int64 per link
     endpoint: np.ndarray  # int64 per link
+    arrival_per_ps: np.ndarray  # float64 per link: bytes a picosecond
 
 
 @dataclass
@@ -202,6 +211,7 @@ class StageDemand:
     alpha_beta_ps: int  # the serialisation alpha_beta charges it: an endpoint link's bytes, or one message's
     peak_messages: np.ndarray  # int64: most of its messages crossing each link in one step
     opening_bytes: np.ndarray  # float64: most bytes its messages open with on each link in one step
+    arrival_per_ps: np.ndarray  # float64: the rate at which they arrive at each link (`LinkCounts`)
 
 
 class _Fluid:
@@ -306,16 +316,21 @@ class FluidPhases:
 
     def _opens_incast(self, stage: int) -> bool:
         """Whether the newest phase's `stage`, beside the stages of the phases in their fluid part now,
-        brings some switch port more messages (`max_port_flows`) and more opening bytes than its
-        buffer holds."""
-        newest = self._fluid[-1]
-        others = self._fluid[:-1]
-        port_flows = newest.stages[stage].peak_messages + sum(
-            (fluid.stages[fluid.stage].peak_messages for fluid in others), np.zeros(1, np.int64))
-        self.max_port_flows = max(self.max_port_flows, int(port_flows[self.switch_port].max(initial=0)))
-        opening = newest.stages[stage].opening_bytes + sum(
-            (fluid.stages[fluid.stage].opening_bytes for fluid in others), np.zeros(1))
-        return bool((opening[self.switch_port] > self.buffer_bytes[self.switch_port]).any())
+        queues at some switch port more than its buffer holds: the opening bytes of the messages
+        into it, less what the port sends on while they arrive (a port fed at rate A drains C of
+        every A: the queue peaks at opening x (1 - C / A), none when A <= C). Also keeps
+        `max_port_flows`."""
+        active = [fluid.stages[fluid.stage] for fluid in self._fluid[:-1]] + [self._fluid[-1].stages[stage]]
+        ports = self.switch_port
+        port_flows = sum(demand.peak_messages[ports] for demand in active)
+        self.max_port_flows = max(self.max_port_flows, int(port_flows.max(initial=0)))
+        opening = sum(demand.opening_bytes[ports] for demand in active)
+        arrival = sum(demand.arrival_per_ps[ports] for demand in active)
+        drained = np.divide(self.capacity_per_ps[ports], arrival, out=np.ones_like(arrival), where=arrival > 0)
+        queued = 1.0 - drained
+        queued[queued < RATE_TOLERANCE] = 0.0  # a port fed at its own rate, within float rounding: no queue
+        queue_bytes = opening * queued
+        return bool((queue_bytes > self.buffer_bytes[ports]).any())
 
     def wake(self) -> None:
         """End the fluid parts that are over (their fixed parts follow), then share the links again."""
@@ -415,6 +430,7 @@ class FluidPhases:
         message_steps = np.zeros(link_count)  # messages x steps: what one step holds at once, summed
         peak = np.zeros(link_count, dtype=np.int64)
         opening = np.zeros(link_count)
+        arrival = np.zeros(link_count)
         for counts, wire_total, steps, opening_bytes in pieces:
             link_bytes += counts.any_hop * float(wire_total)
             # alpha_beta: the messages leaving or entering an NPU by one link in turn; any other link
@@ -423,11 +439,13 @@ class FluidPhases:
             message_steps += counts.any_hop * float(steps)
             peak += counts.any_hop
             opening += counts.any_hop * float(opening_bytes)
+            arrival += counts.arrival_per_ps
         used = message_steps > 0
         weight = message_steps / steps_count  # messages of the stage on the link at once, on average
         bytes_per_share = float((link_bytes[used] / weight[used]).max()) if used.any() else 1.0
         alpha_beta_ps = round(float((alpha_beta_bytes / self.capacity_per_ps).max()))
-        return StageDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, alpha_beta_ps, peak, opening)
+        return StageDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, alpha_beta_ps, peak, opening,
+                           arrival)
 
     def _pattern(self, layer: AlphaBetaSystemLayer, group: tuple[int, ...], pattern: str, mask: int,
                  phase: _Phase) -> LinkCounts:
@@ -439,9 +457,9 @@ class FluidPhases:
             p = len(group)
             ranks = np.arange(p)
             if pattern == RING:
-                counts = self._count(hosts, hosts[(ranks + 1) % p], distinct=True)
+                counts = self._count(hosts, hosts[(ranks + 1) % p], distinct=True, sends_per_rank=1)
             elif pattern == XOR:
-                counts = self._count(hosts, hosts[ranks ^ mask], distinct=True)
+                counts = self._count(hosts, hosts[ranks ^ mask], distinct=True, sends_per_rank=1)
             else:
                 assert pattern == ALL
                 counts = self._count_all(hosts, layer.plan_phase(phase, layer.dimensions[phase.dimension])[0])
@@ -458,30 +476,37 @@ class FluidPhases:
         first_rank = {row: r for r, row in reversed(list(enumerate(rows_of_rank.tolist())))}
         offsets = np.array([[send.peer_offset for send in program[first_rank[row]][0].sends] for row in range(len(lists))],
                            dtype=np.int64)
-        total = LinkCounts(np.zeros(self.routes.link_count, np.int64), np.zeros(self.routes.link_count, np.int64))
+        link_count = self.routes.link_count
+        total = LinkCounts(np.zeros(link_count, np.int64), np.zeros(link_count, np.int64), np.zeros(link_count))
         rows = max(1, CHUNK_MESSAGES // max(1, p - 1))
         for start in range(0, p, rows):
             ranks = np.arange(start, min(p, start + rows))
             src = np.repeat(ranks, p - 1)
             dst = (src + offsets[rows_of_rank[ranks]].ravel()) % p
-            part = self._count(hosts[src], hosts[dst], distinct=True)
+            part = self._count(hosts[src], hosts[dst], distinct=True, sends_per_rank=p - 1)
             total.any_hop += part.any_hop
             total.endpoint += part.endpoint
+            total.arrival_per_ps += part.arrival_per_ps
         return total
 
-    def _count(self, src: np.ndarray, dst: np.ndarray, distinct: bool) -> LinkCounts:
-        """Route messages `src` -> `dst` (host arrays) and count them per link; `distinct`: no pair twice."""
+    def _count(self, src: np.ndarray, dst: np.ndarray, distinct: bool, sends_per_rank: int) -> LinkCounts:
+        """Route messages `src` -> `dst` (host arrays) and count them per link; `distinct`: no pair
+        twice; `sends_per_rank`: how many messages each sender sends at once (sharing its link)."""
         flow_ids = self.flow_ids.ids(src, dst, distinct) if self.routes.hashed else np.zeros(len(src), np.int64)
         hops, endpoint = self.routes.hops(src, dst, flow_ids)
         link_count = self.routes.link_count
         any_hop = np.zeros(link_count, np.int64)
         ends = np.zeros(link_count, np.int64)
+        arrival = np.zeros(link_count)
+        sender_share = self.capacity_per_ps[hops[0]] / sends_per_rank  # every route has a first link
         for hop, is_endpoint in zip(hops, endpoint):
-            counted = np.bincount(hop[hop >= 0], minlength=link_count)
+            on_route = hop >= 0
+            counted = np.bincount(hop[on_route], minlength=link_count)
             any_hop += counted
+            arrival += np.bincount(hop[on_route], weights=sender_share[on_route], minlength=link_count)
             if is_endpoint:
                 ends += counted
-        return LinkCounts(any_hop, ends)
+        return LinkCounts(any_hop, ends, arrival)
 
     def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int, int]]:
         """Link counts of every message of step programs whose ranks differ (double binary tree), one
@@ -498,7 +523,8 @@ class FluidPhases:
         pieces = []
         for size, (sources, targets) in by_size.items():
             wire = wire_bytes(size, self.mss_bytes, self.header_bytes)
-            counts = self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64), distinct=False)
+            counts = self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64), distinct=False,
+                                 sends_per_rank=1)
             pieces.append((counts, wire, min(wire, self.init_window_bytes)))
         return pieces
 
