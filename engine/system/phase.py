@@ -2,19 +2,19 @@
 phase with numpy, never per message; and TCP's signature at scale (busiest link, port fan-in, incast).
 
 A phase (one chunk of a collective on one network dimension) is described once per distinct kind by
-its demand on every link: the wire bytes its messages put there (`PhaseDemand.link_bytes`, summed
-over its steps) and how many of its messages cross the link at once (per step), found by routing all
-its messages at once as numpy arrays with the packet engine's ECMP hash (`VectorRoutes`). Routes of
-a pattern of messages (a ring, an XOR exchange, every pair) are counted once per group and reused
-for every size.
+its stages (its consecutive steps of one pattern: all the steps of a ring, one exchange of
+halving-doubling) and their demand on every link: the wire bytes their messages put there
+(`StageDemand.link_bytes`) and how many of them cross the link at once, found by routing all the
+messages of a pattern at once as numpy arrays with the packet engine's ECMP hash (`VectorRoutes`).
+A pattern (a ring, an XOR exchange, every pair) is routed once per group and reused for every size.
 
-A phase lasts a fixed part plus a fluid part. The fluid part carries its link bytes; alone on the
-network it takes the time its busiest link needs (max over links of bytes / capacity, the coflow
-bound of Varys and of Parsimon's per-link view). Phases in their fluid part at once share links
-max-min fairly per message: a phase holding w of the messages on a link gets w shares of it, as
-`analytical` gives every message one share; one progressive filling over the active phases (a few)
-and the links, vectorised, gives each phase a progress rate, recomputed when a phase enters or
-leaves its fluid part. The fixed part is alpha_beta's duration of the phase less the serialisation
+A phase lasts a fluid part, its stages one after another, then a fixed part. A stage alone on the
+network takes the time its busiest link needs (max over links of bytes / capacity: the coflow bound
+of Varys, and Parsimon's per-link view). Stages of phases in their fluid part at once share links
+max-min fairly per message: a stage holding w of the messages on a link gets w shares of it, as
+`analytical` gives every message one share; one progressive filling over the active stages (a few)
+and the links, vectorised, gives each a progress rate, recomputed when a stage starts or ends. The
+fixed part is alpha_beta's duration of the phase less the serialisation
 alpha_beta charges (the bytes an NPU's link carries one message after another, or a single message
 on a slower link of its route): latencies and endpoint delays, which share nothing. So a phase alone
 on a fabric that adds no load beyond what alpha_beta charges lasts exactly alpha_beta's time, and a
@@ -22,12 +22,12 @@ phase whose bytes pile up on an uplink lasts longer by what the uplink needs bey
 (oversubscription, ECMP collisions).
 
 TCP's signature (`screen_risks`): the busiest link's utilisation over the run; the most messages
-into one switch port at once (`max_port_flows`, over the phases in their fluid part together); and
-`incast_phases`, the phases that opened, into some switch port, more bytes than its buffer holds: each
-message opens with min(its wire bytes, `init_cwnd_pkts` full packets), and the port receives the
-openings of every message of the phases active then. With `engine.incast_rto` each such phase is
-charged `tcp.min_rto_ms` more (its tail waits for one retransmission timeout), a first-order estimate
-of the collapse.
+into one switch port at once (`max_port_flows`, over the stages in their fluid part together); and
+`incast_phases`, the phases that, as one of their stages starts, queue at some switch port more than
+its buffer holds (`_opens_incast`: each message opens with min(its wire bytes, `init_cwnd_pkts` full
+packets); the port drains while they arrive). With `engine.incast_rto` each such phase is charged
+`tcp.min_rto_ms` more (its tail waits for one retransmission timeout), a first-order estimate of the
+collapse.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class _Fluid:
     """A phase in its fluid part: its current stage, the fraction of that stage's link bytes left at
     `updated_ps` and its rate; `end` ends the phase (after the fixed part)."""
 
-    __slots__ = ("end", "stages", "stage", "left", "rate_per_ps", "updated_ps", "tail_ps")
+    __slots__ = ("end", "stages", "stage", "left", "rate_per_ps", "updated_ps", "tail_ps", "flagged")
 
     def __init__(self, end: Callable[[], None], stages: list[StageDemand], now_ps: int, tail_ps: int) -> None:
         self.end = end
@@ -228,6 +228,7 @@ class _Fluid:
         self.rate_per_ps = 0.0
         self.updated_ps = now_ps
         self.tail_ps = tail_ps  # the fixed part, after the fluid one
+        self.flagged = False  # counted in `incast_phases`
 
 
 class _Wake(EventSource):
@@ -307,20 +308,24 @@ class FluidPhases:
         tail_ps = max(0, duration_ps - sum(stage.alpha_beta_ps for stage in stages))
         fluid = _Fluid(layer.phase_ender(chunk, queue, key), stages, now, tail_ps)
         self._fluid.append(fluid)
-        # the phase opens a burst of windows at each stage; flag (and charge) it once at most
-        if any(self._opens_incast(index) for index in range(len(stages))):
+        self._stage_starts(fluid)
+        self._share(now)
+
+    def _stage_starts(self, fluid: _Fluid) -> None:
+        """A phase's stage opens its messages' windows: keep `max_port_flows`, and flag (and charge)
+        the phase, once at most, if they overflow a port (`_opens_incast`)."""
+        if self._opens_incast() and not fluid.flagged:
+            fluid.flagged = True
             self.incast_phases += 1
             if self.incast_rto_ps is not None:
                 fluid.tail_ps += self.incast_rto_ps
-        self._share(now)
 
-    def _opens_incast(self, stage: int) -> bool:
-        """Whether the newest phase's `stage`, beside the stages of the phases in their fluid part now,
-        queues at some switch port more than its buffer holds: the opening bytes of the messages
-        into it, less what the port sends on while they arrive (a port fed at rate A drains C of
-        every A: the queue peaks at opening x (1 - C / A), none when A <= C). Also keeps
-        `max_port_flows`."""
-        active = [fluid.stages[fluid.stage] for fluid in self._fluid[:-1]] + [self._fluid[-1].stages[stage]]
+    def _opens_incast(self) -> bool:
+        """Whether the current stages of the phases in their fluid part queue at some switch port more
+        than its buffer holds: the opening bytes of the messages into it, less what the port sends
+        on while they arrive (a port fed at rate A drains C of every A: the queue peaks at opening x
+        (1 - C / A), none when A <= C). Also keeps `max_port_flows`."""
+        active = [fluid.stages[fluid.stage] for fluid in self._fluid]
         ports = self.switch_port
         port_flows = sum(demand.peak_messages[ports] for demand in active)
         self.max_port_flows = max(self.max_port_flows, int(port_flows.max(initial=0)))
@@ -340,6 +345,7 @@ class FluidPhases:
         self._next_wake_ps = -1
         self._advance(now)
         still: list[_Fluid] = []
+        starting: list[_Fluid] = []  # phases entering their next stage
         for fluid in self._fluid:
             if fluid.left <= 0.0:
                 self.link_bytes += fluid.stages[fluid.stage].link_bytes
@@ -348,8 +354,11 @@ class FluidPhases:
                     self.eventlist.call_at(now + fluid.tail_ps, fluid.end)
                     continue
                 fluid.left = 1.0  # the next stage's messages go out at once
+                starting.append(fluid)
             still.append(fluid)
         self._fluid = still
+        for fluid in starting:
+            self._stage_starts(fluid)
         self._share(now)
 
     def _advance(self, now: int) -> None:
