@@ -213,3 +213,18 @@ def test_vectorised_routes_are_the_topologys_paths(network) -> None:
         assert routed == path
         ends = [int(hop[message]) for hop, is_end in zip(hops, endpoint) if is_end and hop[message] >= 0]
         assert ends == ([path[0], path[-1]] if len(path) > 1 else path)
+
+
+def test_memory_estimate_counts_a_flow_id_per_pair_where_routes_hash() -> None:
+    # leaf_spine hashes each pair's connection id: an int32 per ordered pair (9,216^2 x 4 bytes) that
+    # one switch does not keep; everything else of the two estimates is the same
+    from engine.memory import estimate_run_bytes
+
+    def estimate(network: dict) -> int:
+        return estimate_run_bytes(engine.load_config({
+            "engine": {"backend": "phase"}, "network": {"npus": 9216, **network},
+            "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"}}))
+
+    leaf_spine = estimate({"topology": "leaf_spine", "hosts_per_leaf": 16, "spines": 4, "uplink_gbps": 100})
+    assert leaf_spine - estimate({"topology": "switch"}) == 9216 * 9216 * 4
+    assert leaf_spine >= 423 * 2**20  # the peak measured (docs/phase-backend.md)
