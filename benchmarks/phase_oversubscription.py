@@ -10,7 +10,8 @@ a fresh process (its own peak RSS).
 leaf_spine: 16 hosts a leaf, 16/8/4/2/1 spines (1:1 to 16:1); fat_tree: uplinks at 100, 50, 25 and
 12.5 Gb/s (1:1 to 8:1 at the edge). `--issue-table`: leaf_spine with 8 and 2 spines only, on every
 backend of `--backends` (default alpha_beta, analytical, packet, phase and phase with
-engine.incast_rto). Writes benchmarks/phase_oversubscription[_issue_table].csv and prints a Markdown
+engine.incast_rto). Writes benchmarks/phase_oversubscription.csv (issue table:
+phase_oversubscription_issue_table_<sizes>.csv) and prints a Markdown
 table with the machine's load (`os.getloadavg`) before each run.
 """
 
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append({"backend": backend, "topology": topology, "npus": npus, "oversubscription": ratio,
                              "load_1min": load, **result})
                 print(rows[-1], file=sys.stderr)
-    out = HERE / ("phase_oversubscription_issue_table.csv" if args.issue_table else "phase_oversubscription.csv")
+    out = HERE / (f"phase_oversubscription_issue_table_{'_'.join(map(str, sizes))}.csv" if args.issue_table
+                  else "phase_oversubscription.csv")
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
