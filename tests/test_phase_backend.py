@@ -179,7 +179,8 @@ def test_rows_say_what_the_backend_does_not_know() -> None:
     assert rows["flows"] == []
     # a NIC carries 7 messages of 150,000 wire bytes for the whole phase (7 x 150,000 x 80 ps) and
     # its fixed part (2 us + a packet's store-and-forward)
-    busy_ps, total_ps = 7 * 150_000 * PS_PER_BYTE, 7 * 150_000 * PS_PER_BYTE + 2 * LINK_LATENCY_PS + STORE_AND_FORWARD_PS
+    busy_ps = 7 * 150_000 * PS_PER_BYTE
+    total_ps = busy_ps + 2 * LINK_LATENCY_PS + STORE_AND_FORWARD_PS
     assert row["max_link_utilisation"] == pytest.approx(busy_ps / total_ps, rel=1e-9)
     nic = [link for link in rows["links"] if link["kind"] == "host_nic"]
     assert [link["bytes"] for link in nic] == [7 * 150_000] * 8

@@ -192,12 +192,12 @@ class PairFlowIds:
 @dataclass
 class LinkCounts:
     """Messages of one pattern crossing each link: on any hop, and as a route's first or last link;
-    and the rate at which their first bytes arrive there (`arrival_per_ps`): each message leaves its
+    and the rate at which their first bytes arrive there (`arrival_bytes_per_ps`): each message leaves its
     sender at an equal share of the sender's link among the messages it sends at once."""
 
     any_hop: np.ndarray  # int64 per link
     endpoint: np.ndarray  # int64 per link
-    arrival_per_ps: np.ndarray  # float64 per link: bytes a picosecond
+    arrival_bytes_per_ps: np.ndarray  # float64 per link: bytes a picosecond
 
 
 @dataclass
@@ -211,21 +211,22 @@ class StageDemand:
     alpha_beta_ps: int  # the serialisation alpha_beta charges it: an endpoint link's bytes, or one message's
     peak_messages: np.ndarray  # int64: most of its messages crossing each link in one step
     opening_bytes: np.ndarray  # float64: most bytes its messages open with on each link in one step
-    arrival_per_ps: np.ndarray  # float64: the rate at which they arrive at each link (`LinkCounts`)
+    arrival_bytes_per_ps: np.ndarray  # float64: the rate at which they arrive at each link (`LinkCounts`)
 
 
 class _Fluid:
     """A phase in its fluid part: its current stage, the fraction of that stage's link bytes left at
-    `updated_ps` and its rate; `end` ends the phase (after the fixed part)."""
+    `updated_ps` and the fraction it carries a picosecond (`progress_per_ps`); `end` ends the phase
+    (after the fixed part)."""
 
-    __slots__ = ("end", "stages", "stage", "left", "rate_per_ps", "updated_ps", "tail_ps", "flagged")
+    __slots__ = ("end", "stages", "stage", "left", "progress_per_ps", "updated_ps", "tail_ps", "flagged")
 
     def __init__(self, end: Callable[[], None], stages: list[StageDemand], now_ps: int, tail_ps: int) -> None:
         self.end = end
         self.stages = stages
         self.stage = 0
         self.left = 1.0
-        self.rate_per_ps = 0.0
+        self.progress_per_ps = 0.0
         self.updated_ps = now_ps
         self.tail_ps = tail_ps  # the fixed part, after the fluid one
         self.flagged = False  # counted in `incast_phases`
@@ -282,7 +283,7 @@ class FluidPhases:
         self.init_window_bytes = init_cwnd_pkts * (mss_bytes + header_bytes)  # what a cold window opens with
         self.incast_rto_ps = incast_rto_ps  # charged to each incast phase; None: not charged
         links = topology.links
-        self.capacity_per_ps = np.array([link.rate_bps for link in links], dtype=np.float64) / (
+        self.capacity_bytes_per_ps = np.array([link.rate_bps for link in links], dtype=np.float64) / (
             BITS_PER_BYTE * PS_PER_S)  # bytes a picosecond
         switch_ports = {id(link) for link in topology.switch_ports}
         self.switch_port = np.array([id(link) in switch_ports for link in links])
@@ -330,8 +331,8 @@ class FluidPhases:
         port_flows = sum(demand.peak_messages[ports] for demand in active)
         self.max_port_flows = max(self.max_port_flows, int(port_flows.max(initial=0)))
         opening = sum(demand.opening_bytes[ports] for demand in active)
-        arrival = sum(demand.arrival_per_ps[ports] for demand in active)
-        drained = np.divide(self.capacity_per_ps[ports], arrival, out=np.ones_like(arrival), where=arrival > 0)
+        arrival = sum(demand.arrival_bytes_per_ps[ports] for demand in active)
+        drained = np.divide(self.capacity_bytes_per_ps[ports], arrival, out=np.ones_like(arrival), where=arrival > 0)
         queued = 1.0 - drained
         queued[queued < RATE_TOLERANCE] = 0.0  # a port fed at its own rate, within float rounding: no queue
         queue_bytes = opening * queued
@@ -365,9 +366,9 @@ class FluidPhases:
         """Bring every fluid part's progress up to `now`; one due by now (within a picosecond) is over."""
         for fluid in self._fluid:
             elapsed = now - fluid.updated_ps
-            if fluid.rate_per_ps > 0.0 and elapsed > 0:
-                due_ps = round(fluid.left / fluid.rate_per_ps)
-                fluid.left = 0.0 if elapsed >= due_ps else fluid.left - fluid.rate_per_ps * elapsed
+            if fluid.progress_per_ps > 0.0 and elapsed > 0:
+                due_ps = round(fluid.left / fluid.progress_per_ps)
+                fluid.left = 0.0 if elapsed >= due_ps else fluid.left - fluid.progress_per_ps * elapsed
             fluid.updated_ps = now
 
     def _share(self, now: int) -> None:
@@ -375,12 +376,12 @@ class FluidPhases:
         if not self._fluid:
             return
         levels = max_min_levels(np.stack([fluid.stages[fluid.stage].share_weight for fluid in self._fluid]),
-                                self.capacity_per_ps)
+                                self.capacity_bytes_per_ps)
         first_ps = -1
         for fluid, level in zip(self._fluid, levels):
-            fluid.rate_per_ps = float(level) / fluid.stages[fluid.stage].bytes_per_share
+            fluid.progress_per_ps = float(level) / fluid.stages[fluid.stage].bytes_per_share
             # at least 1 ps ahead, so that float rounding never spins at one instant
-            finish_ps = now + max(1, round(fluid.left / fluid.rate_per_ps))
+            finish_ps = now + max(1, round(fluid.left / fluid.progress_per_ps))
             first_ps = finish_ps if first_ps < 0 else min(first_ps, finish_ps)
         if first_ps != self._next_wake_ps:  # a wake-up pending for another time will find it is not its own
             self._next_wake_ps = first_ps
@@ -407,7 +408,8 @@ class FluidPhases:
             if steps is None:  # ranks in different roles (double binary tree): one stage of every message
                 programs = layer.plan_phase(phase, dim)
                 longest = max(len(rank_steps) for program in programs for rank_steps in program)
-                pieces = [[(counts, wire, 1, opening) for counts, wire, opening in self._program_counts(group, programs)]]
+                pieces = [[(counts, wire, 1, opening)
+                           for counts, wire, opening in self._program_counts(group, programs)]]
                 steps_of = [longest]
             else:
                 runs: list[tuple[str, int, list[int]]] = []  # consecutive steps of one pattern: their wire bytes
@@ -448,11 +450,11 @@ class FluidPhases:
             message_steps += counts.any_hop * float(steps)
             peak += counts.any_hop
             opening += counts.any_hop * float(opening_bytes)
-            arrival += counts.arrival_per_ps
+            arrival += counts.arrival_bytes_per_ps
         used = message_steps > 0
         weight = message_steps / steps_count  # messages of the stage on the link at once, on average
         bytes_per_share = float((link_bytes[used] / weight[used]).max()) if used.any() else 1.0
-        alpha_beta_ps = round(float((alpha_beta_bytes / self.capacity_per_ps).max()))
+        alpha_beta_ps = round(float((alpha_beta_bytes / self.capacity_bytes_per_ps).max()))
         return StageDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, alpha_beta_ps, peak, opening,
                            arrival)
 
@@ -483,8 +485,8 @@ class FluidPhases:
         lists: dict[int, int] = {}  # id of a rank's step list -> its row in `offsets`
         rows_of_rank = np.array([lists.setdefault(id(program[r]), len(lists)) for r in range(p)], dtype=np.int64)
         first_rank = {row: r for r, row in reversed(list(enumerate(rows_of_rank.tolist())))}
-        offsets = np.array([[send.peer_offset for send in program[first_rank[row]][0].sends] for row in range(len(lists))],
-                           dtype=np.int64)
+        offsets = np.array([[send.peer_offset for send in program[first_rank[row]][0].sends]
+                            for row in range(len(lists))], dtype=np.int64)
         link_count = self.routes.link_count
         total = LinkCounts(np.zeros(link_count, np.int64), np.zeros(link_count, np.int64), np.zeros(link_count))
         rows = max(1, CHUNK_MESSAGES // max(1, p - 1))
@@ -495,7 +497,7 @@ class FluidPhases:
             part = self._count(hosts[src], hosts[dst], distinct=True, sends_per_rank=p - 1)
             total.any_hop += part.any_hop
             total.endpoint += part.endpoint
-            total.arrival_per_ps += part.arrival_per_ps
+            total.arrival_bytes_per_ps += part.arrival_bytes_per_ps
         return total
 
     def _count(self, src: np.ndarray, dst: np.ndarray, distinct: bool, sends_per_rank: int) -> LinkCounts:
@@ -507,7 +509,7 @@ class FluidPhases:
         any_hop = np.zeros(link_count, np.int64)
         ends = np.zeros(link_count, np.int64)
         arrival = np.zeros(link_count)
-        sender_share = self.capacity_per_ps[hops[0]] / sends_per_rank  # every route has a first link
+        sender_share = self.capacity_bytes_per_ps[hops[0]] / sends_per_rank  # every route has a first link
         for hop, is_endpoint in zip(hops, endpoint):
             on_route = hop >= 0
             counted = np.bincount(hop[on_route], minlength=link_count)
@@ -541,7 +543,9 @@ class FluidPhases:
 
     def screen_risks(self, sim_time_ps: int) -> dict[str, float | int | None]:
         """The runs row's TCP signals (module docstring); `slow_start_share` is not computed (null)."""
-        busiest = float((self.link_bytes / (self.capacity_per_ps * sim_time_ps)).max()) if sim_time_ps > 0 else 0.0
+        busiest = 0.0
+        if sim_time_ps > 0:
+            busiest = float((self.link_bytes / (self.capacity_bytes_per_ps * sim_time_ps)).max())
         return {"max_link_utilisation": busiest, "max_port_flows": self.max_port_flows,
                 "slow_start_share": None, "incast_phases": self.incast_phases}
 
