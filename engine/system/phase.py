@@ -57,7 +57,7 @@ def flow_hash_array(*values: np.ndarray | int) -> np.ndarray:
     """`topology.flow_hash` of many tuples at once: element i mixes the i-th entries (or the scalar)
     of `values`, with the same splitmix64 steps, in uint64 arithmetic that wraps as the `& mask` does."""
     with np.errstate(over="ignore"):
-        state = np.uint64(_SPLITMIX_START)
+        state = np.asarray(_SPLITMIX_START, dtype=np.uint64)
         for value in values:
             state = (state ^ np.asarray(value).astype(np.uint64)) * _SPLITMIX_MUL1
             state = (state ^ (state >> np.uint64(27))) * _SPLITMIX_MUL2
