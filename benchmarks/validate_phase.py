@@ -16,6 +16,7 @@ Three grids, each a list of configurations run on two backends:
     python benchmarks/validate_phase.py --grid quick         # minutes: 32-128 NPUs
     python benchmarks/validate_phase.py --grid full          # the issue's grid
     python benchmarks/validate_phase.py --grid quick --only analytical --seeds 4
+    python benchmarks/validate_phase.py --grid topologies    # astra_dlrm on every topology, 3 algorithm sets
 
 Writes benchmarks/validate_phase_<grid>[_<only>][_<n>seeds].csv (one row per configuration, seed and
 backend) and prints a Markdown summary (also written beside it, .md). `--seeds`: each configuration
@@ -49,8 +50,26 @@ def fabric(topology: str, npus: int, ratio: int) -> dict[str, Any]:
     return {"topology": "fat_tree", "npus": npus, "uplink_gbps": 100.0 / ratio}
 
 
+SMALL_NETWORKS = [  # every topology, a few dozen NPUs: for `--grid topologies`
+    {"topology": "switch", "npus": 16},
+    {"topology": "ring", "npus": 8},
+    {"topology": "dumbbell", "npus": 8, "bottleneck_gbps": 10.0, "bottleneck_latency_us": 1.0},
+    {"topology": "hierarchical", "npus": 16, "npus_per_node": 4, "scaleup_gbps": 400.0, "scaleup_latency_us": 0.5},
+    {"topology": "leaf_spine", "npus": 32, "hosts_per_leaf": 8, "spines": 2, "uplink_gbps": 50.0},
+    {"topology": "fat_tree", "npus": 32, "uplink_gbps": 50.0},
+]
+SMALL_SYSTEMS = [{}, {"all_reduce": "double_binary_tree"}, {"all_reduce": "halving_doubling", "all_to_all": "ring"}]
+
+
 def grid(name: str) -> Iterator[dict[str, Any]]:
     """The configurations of one grid (see the module docstring)."""
+    if name == "topologies":
+        for network in SMALL_NETWORKS:
+            for system in SMALL_SYSTEMS:
+                label = "astra_dlrm " + (",".join(f"{key}={value}" for key, value in system.items()) or "defaults")
+                yield {"grid": "analytical", "ratio": 1, "network": network, "system": system, "workload": DLRM,
+                       "label": label}
+        return
     if name in ("quick", "full"):
         sizes_npus = (64,) if name == "quick" else (64, 128, 256)
         sizes_mib = (1, 16) if name == "quick" else (1, 8, 64)
@@ -185,7 +204,7 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grid", choices=("quick", "full"), default="quick")
+    parser.add_argument("--grid", choices=("quick", "full", "topologies"), default="quick")
     parser.add_argument("--only", choices=("analytical", "packet_deep", "incast"), default=None,
                         help="run one of the three grids only")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration (ECMP draws): compared on "
