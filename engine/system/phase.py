@@ -209,8 +209,8 @@ class StageDemand:
     share_weight: np.ndarray  # float64: link_bytes / bytes_per_share (its messages there at once, about)
     bytes_per_share: float  # wire bytes one message-share of it carries
     alpha_beta_ps: int  # the serialisation alpha_beta charges it: an endpoint link's bytes, or one message's
-    peak_messages: np.ndarray  # int64: most of its messages crossing each link in one step
-    opening_bytes: np.ndarray  # float64: most bytes its messages open with on each link in one step
+    peak_messages: np.ndarray  # int64: its messages crossing each link at once (a step's; a tree's: mean)
+    opening_bytes: np.ndarray  # float64: the bytes those messages open with on each link
     arrival_bytes_per_ps: np.ndarray  # float64: the rate at which they arrive at each link (`LinkCounts`)
 
 
@@ -448,9 +448,12 @@ class FluidPhases:
             # carries one message at a time (its route's bottleneck)
             alpha_beta_bytes += np.maximum(counts.endpoint, counts.any_hop > 0) * float(wire_total)
             message_steps += counts.any_hop * float(steps)
-            peak += counts.any_hop
-            opening += counts.any_hop * float(opening_bytes)
-            arrival += counts.arrival_bytes_per_ps
+            # at once: all of a pattern repeated over the stage's steps; of a double binary tree's
+            # messages (each there for one of the stage's steps), their mean over the steps
+            at_once = counts.any_hop * (steps / steps_count)
+            peak += np.ceil(at_once).astype(np.int64)
+            opening += at_once * float(opening_bytes)
+            arrival += counts.arrival_bytes_per_ps * (steps / steps_count)
         used = message_steps > 0
         weight = message_steps / steps_count  # messages of the stage on the link at once, on average
         bytes_per_share = float((link_bytes[used] / weight[used]).max()) if used.any() else 1.0
