@@ -97,6 +97,22 @@ def test_halving_the_uplinks_doubles_the_cross_leaf_part_of_an_all_to_all(uplink
     assert analytical_ps == pytest.approx(latency_ps + uplink_ps, rel=1e-3)
 
 
+def test_the_exchanges_of_halving_doubling_follow_one_another() -> None:
+    # 4 NPUs, 2 leaves of 2 hosts, one 100 Gb/s spine: 584,000 bytes each. The exchanges at distance 2
+    # (halving's first, doubling's last) send 292,000 bytes (300,000 on the wire) from both hosts of a
+    # leaf through its uplink: 2 x 300,000 x 80 ps, one message's time more than alpha_beta charges
+    # (each NIC sends one); those at distance 1 stay on the leaf. Each stage lasts its own busiest
+    # link's time, so the two crossing exchanges add 2 x 300,000 x 80 ps to alpha_beta's figure (a
+    # phase whose stages shared one bound would add the difference of the sums instead: 4 x 300,000 on
+    # the uplink against 2 x (300,000 + 150,000) on a NIC, 1 x 300,000 x 80 ps)
+    leaf_spine = {"npus": 4, "topology": "leaf_spine", "hosts_per_leaf": 2, "spines": 1, "uplink_gbps": 100}
+    alpha_beta_ps = time_ps("all_reduce", "halving_doubling", 4 * 146_000, backend="alpha_beta", **leaf_spine)
+    phase_ps = time_ps("all_reduce", "halving_doubling", 4 * 146_000, **leaf_spine)
+    assert phase_ps - alpha_beta_ps == 2 * 300_000 * PS_PER_BYTE
+    # the exact per-message fluid model agrees to the picosecond
+    assert time_ps("all_reduce", "halving_doubling", 4 * 146_000, backend="analytical", **leaf_spine) == phase_ps
+
+
 def dlrm_ms(**network) -> float:
     row = engine.run({"engine": {"backend": "phase"},
                       "network": {"topology": "leaf_spine", "npus": 256, "hosts_per_leaf": 16, **network},
