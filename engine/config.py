@@ -162,7 +162,7 @@ class EngineConfig:
     backend: str = "packet"
     max_sim_time_s: float = 10.0
     link_stats: str = "none"
-    incast_rto: bool = False  # phase backend: charge tcp.min_rto_ms to every phase flagged as an incast
+    incast_rto: bool = False  # phase backend: charge an RTO to every phase flagged as an incast
 
 
 @dataclass(frozen=True)

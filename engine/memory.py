@@ -11,8 +11,8 @@ so the estimate errs on the large side. On the ns3 backend the network lives in 
 that opens every pair's TCP connection before time 0: its peak resident memory, measured on
 all-to-alls over one switch, was 28 MiB at 16 NPUs, 130 MiB at 64 and 415 MiB at 128 (about 24 KiB
 a connection), counted here too since the run's machine holds it. The phase backend sends no message
-either; it keeps a flow id per ordered pair of NPUs where routes hash them (leaf_spine, fat_tree: 4
-bytes a pair) and routes a pattern's messages in chunks of `CHUNK_MESSAGES` (about 100 bytes each in
+either; it keeps a flow id per ordered pair of NPUs (the packet engine's connection ids, which
+ECMP hashes: 4 bytes a pair) and routes a pattern's messages in chunks of `CHUNK_MESSAGES` (about 100 bytes each in
 temporary arrays): 423 MiB peak at 9,216 NPUs on leaf_spine, 454 MiB on fat_tree (docs/phase-backend.md).
 """
 
@@ -82,6 +82,6 @@ def estimate_run_bytes(config: SimConfig) -> int:
     if backend == "ns3":  # the helper process, with a connection per ordered pair of NPUs
         return engine_bytes + NS3_HELPER_BYTES + npus * (npus - 1) * NS3_BYTES_PER_CONNECTION
     if backend == "phase":
-        pairs_bytes = npus * npus * PHASE_BYTES_PER_PAIR if config.network.topology in ("leaf_spine", "fat_tree") else 0
-        return engine_bytes + pairs_bytes + min(CHUNK_MESSAGES, npus * npus) * PHASE_BYTES_PER_ROUTED_MESSAGE
+        return (engine_bytes + npus * npus * PHASE_BYTES_PER_PAIR
+                + min(CHUNK_MESSAGES, npus * npus) * PHASE_BYTES_PER_ROUTED_MESSAGE)
     return engine_bytes

@@ -130,7 +130,9 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     fluid = None
     if cfg.engine.backend == "phase":
         fluid = FluidPhases(sim.eventlist, sim.topology, cfg.segment_bytes, cfg.header_bytes, cfg.seed,
-                            cfg.tcp.init_cwnd_pkts, ms_to_ps(cfg.tcp.min_rto_ms) if cfg.engine.incast_rto else None)
+                            cfg.tcp.init_cwnd_pkts,
+                            (ms_to_ps(cfg.tcp.initial_rto_ms), ms_to_ps(cfg.tcp.min_rto_ms)) if cfg.engine.incast_rto
+                            else None)
     system = build_system_layer(cfg, sim, transport, fluid)
     wl = cfg.workload
     if wl.type == "chakra":

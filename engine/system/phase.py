@@ -26,8 +26,8 @@ into one switch port at once (`max_port_flows`, over the stages in their fluid p
 `incast_phases`, the phases that, as one of their stages starts, queue at some switch port more than
 its buffer holds (`_opens_incast`: each message opens with min(its wire bytes, `init_cwnd_pkts` full
 packets); the port drains while they arrive). With `engine.incast_rto` each such phase is charged
-`tcp.min_rto_ms` more (its tail waits for one retransmission timeout), a first-order estimate of the
-collapse.
+one retransmission timeout more (its tail waits for it): `tcp.initial_rto_ms` where it opens
+connections, `tcp.min_rto_ms` where they have sent before; a first-order estimate of the collapse.
 """
 
 from __future__ import annotations
@@ -75,8 +75,6 @@ class VectorRoutes:
         self.seed = seed
         self.link_count = len(topology.links)
         self._index = {id(link): index for index, link in enumerate(topology.links)}
-        # ECMP hashes a flow id; the packet engine's id of a pair's connection is the order it was opened in
-        self.hashed = isinstance(topology, (LeafSpineTopology, FatTreeTopology))
         # the topology's link lists as index arrays, for the vectorised routes
         self._arrays: dict[str, np.ndarray] = {}
         if isinstance(topology, (SwitchTopology, LeafSpineTopology)):
@@ -95,7 +93,8 @@ class VectorRoutes:
         return np.array([self._index[id(link)] for link in links], dtype=np.int64)
 
     def hops(self, src: np.ndarray, dst: np.ndarray, flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-        """The link index of every hop of every message (-1 where a route is shorter), and which hops
+        """The link index of every hop of every message (-1 where a route is shorter; ECMP hashes
+        `flow_ids`, the packet engine's ids of the pairs' connections), and which hops
         are endpoint links (a route's first and last: the links alpha_beta charges)."""
         topology = self.topology
         if isinstance(topology, SwitchTopology):
@@ -163,12 +162,12 @@ class VectorRoutes:
 class PairFlowIds:
     """The flow id of each ordered pair of NPUs, given in the order pairs first send, as the packet
     engine numbers its connections (one per pair, opened by its first message): an int32 table of
-    npus^2 entries, made on first use and only where routes hash flow ids."""
+    npus^2 entries, made on first use. `opened` counts the pairs numbered so far (connections open)."""
 
     def __init__(self, npus: int) -> None:
         self.npus = npus
         self._table: np.ndarray | None = None
-        self._next = 0
+        self.opened = 0
 
     def ids(self, src: np.ndarray, dst: np.ndarray, distinct: bool) -> np.ndarray:
         """The pairs' ids, numbering the new ones in order of first appearance; `distinct`: no pair
@@ -183,8 +182,8 @@ class PairFlowIds:
             if not distinct:
                 fresh, first = np.unique(fresh, return_index=True)
                 fresh = fresh[np.argsort(first)]
-            self._table[fresh] = np.arange(self._next, self._next + len(fresh), dtype=np.int32)
-            self._next += len(fresh)
+            self._table[fresh] = np.arange(self.opened, self.opened + len(fresh), dtype=np.int32)
+            self.opened += len(fresh)
             ids = self._table[pairs]
         return ids
 
@@ -219,7 +218,8 @@ class _Fluid:
     `updated_ps` and the fraction it carries a picosecond (`progress_per_ps`); `end` ends the phase
     (after the fixed part)."""
 
-    __slots__ = ("end", "stages", "stage", "left", "progress_per_ps", "updated_ps", "tail_ps", "flagged")
+    __slots__ = ("end", "stages", "stage", "left", "progress_per_ps", "updated_ps", "tail_ps", "flagged",
+                 "opens_connections")
 
     def __init__(self, end: Callable[[], None], stages: list[StageDemand], now_ps: int, tail_ps: int) -> None:
         self.end = end
@@ -230,6 +230,7 @@ class _Fluid:
         self.updated_ps = now_ps
         self.tail_ps = tail_ps  # the fixed part, after the fluid one
         self.flagged = False  # counted in `incast_phases`
+        self.opens_connections = False  # its messages are the first between some pairs of NPUs
 
 
 class _Wake(EventSource):
@@ -273,7 +274,7 @@ class FluidPhases:
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int,
                  header_bytes: int = TCP_IP_HEADER_BYTES, seed: int = 0, init_cwnd_pkts: int = 10,
-                 incast_rto_ps: int | None = None) -> None:
+                 incast_rto_ps: tuple[int, int] | None = None) -> None:
         self.eventlist = eventlist
         self.topology = topology
         self.routes = VectorRoutes(topology, seed)
@@ -281,7 +282,8 @@ class FluidPhases:
         self.mss_bytes = mss_bytes
         self.header_bytes = header_bytes
         self.init_window_bytes = init_cwnd_pkts * (mss_bytes + header_bytes)  # what a cold window opens with
-        self.incast_rto_ps = incast_rto_ps  # charged to each incast phase; None: not charged
+        # (initial, minimum) RTO charged to each incast phase (`_stage_starts`); None: not charged
+        self.incast_rto_ps = incast_rto_ps
         links = topology.links
         self.capacity_bytes_per_ps = np.array([link.rate_bps for link in links], dtype=np.float64) / (
             BITS_PER_BYTE * PS_PER_S)  # bytes a picosecond
@@ -303,23 +305,28 @@ class FluidPhases:
               duration_ps: int) -> None:
         """Start a chunk's phase of alpha_beta duration `duration_ps`: its fluid part now, sharing
         links with the phases in theirs (the layer's `PhaseTimer`)."""
+        opened = self.flow_ids.opened
         stages = self.demand(layer, key, phase)
         now = self.eventlist.now_ps
         self._advance(now)
         tail_ps = max(0, duration_ps - sum(stage.alpha_beta_ps for stage in stages))
         fluid = _Fluid(layer.phase_ender(chunk, queue, key), stages, now, tail_ps)
+        fluid.opens_connections = self.flow_ids.opened > opened
         self._fluid.append(fluid)
         self._stage_starts(fluid)
         self._share(now)
 
     def _stage_starts(self, fluid: _Fluid) -> None:
         """A phase's stage opens its messages' windows: keep `max_port_flows`, and flag (and charge)
-        the phase, once at most, if they overflow a port (`_opens_incast`)."""
+        the phase, once at most, if they overflow a port (`_opens_incast`). The charge is one RTO:
+        the initial one (RFC 6298: 1 s, before any RTT sample) where the phase opens connections
+        that never sent before, the minimum one where they have."""
         if self._opens_incast() and not fluid.flagged:
             fluid.flagged = True
             self.incast_phases += 1
             if self.incast_rto_ps is not None:
-                fluid.tail_ps += self.incast_rto_ps
+                initial_rto_ps, min_rto_ps = self.incast_rto_ps
+                fluid.tail_ps += initial_rto_ps if fluid.opens_connections else min_rto_ps
 
     def _opens_incast(self) -> bool:
         """Whether the current stages of the phases in their fluid part queue at some switch port more
@@ -506,7 +513,7 @@ class FluidPhases:
     def _count(self, src: np.ndarray, dst: np.ndarray, distinct: bool, sends_per_rank: int) -> LinkCounts:
         """Route messages `src` -> `dst` (host arrays) and count them per link; `distinct`: no pair
         twice; `sends_per_rank`: how many messages each sender sends at once (sharing its link)."""
-        flow_ids = self.flow_ids.ids(src, dst, distinct) if self.routes.hashed else np.zeros(len(src), np.int64)
+        flow_ids = self.flow_ids.ids(src, dst, distinct)  # ECMP hashes them; new ones open connections
         hops, endpoint = self.routes.hops(src, dst, flow_ids)
         link_count = self.routes.link_count
         any_hop = np.zeros(link_count, np.int64)
