@@ -200,7 +200,7 @@ def test_incast_rto_needs_the_phase_backend() -> None:
 def test_rows_say_what_the_backend_does_not_know() -> None:
     rows = run("all_to_all", "direct", 8 * 146_000, engine_keys={"link_stats": "all"})
     row = rows["runs"][0]
-    assert row["flows"] is None and row["drops"] is None and row["slow_start_share"] is None
+    assert row["flows"] is None and row["drops"] is None
     assert rows["flows"] == []
     # a NIC carries 7 messages of 150,000 wire bytes for the whole phase (7 x 150,000 x 80 ps) and
     # its fixed part (2 us + a packet's store-and-forward)
@@ -209,6 +209,23 @@ def test_rows_say_what_the_backend_does_not_know() -> None:
     assert row["max_link_utilisation"] == pytest.approx(busy_ps / total_ps, rel=1e-9)
     nic = [link for link in rows["links"] if link["kind"] == "host_nic"]
     assert [link["bytes"] for link in nic] == [7 * 150_000] * 8
+
+
+def test_slow_start_share_as_analytical_counts_it() -> None:
+    # ring all-reduce on 8 NPUs of one switch, blocks of n / 8 (tests/test_screen_risks.py's hand
+    # computation): RTT 4.24 us, BDP 53,000 bytes; 30,000-byte blocks need 2 doublings of 14,600 bytes
+    # (8.48 us) against 2.47 us of transmission: all count; 10,000 bytes fit the initial window and 2 MiB
+    # take 172 us: none does
+    assert run("all_reduce", "ring", 8 * 30_000)["runs"][0]["slow_start_share"] == 1.0
+    assert run("all_reduce", "ring", 8 * 10_000)["runs"][0]["slow_start_share"] == 0.0
+    assert run("all_reduce", "ring", 8 * 2**21)["runs"][0]["slow_start_share"] == 0.0
+    # every message of a DLRM iteration on leaf_spine, routes of both classes: the same share as analytical
+    network = {"topology": "leaf_spine", "npus": 32, "hosts_per_leaf": 8, "spines": 2, "uplink_gbps": 50}
+    shares = [engine.run({"engine": {"backend": backend}, "network": network,
+                          "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt",
+                                       "iterations": 1}})["runs"][0]["slow_start_share"]
+              for backend in ("phase", "analytical")]
+    assert 0.0 < shares[0] < 1.0 and shares[0] == shares[1]
 
 
 # -- the routes are the packet engine's ----------------------------------------------------------------

@@ -32,6 +32,7 @@ connections, `tcp.min_rto_ms` where they have sent before; a first-order estimat
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from math import inf
 from typing import Callable, Sequence
@@ -41,11 +42,12 @@ import numpy as np
 from ..eventlist import EventList, EventSource
 from ..network import TCP_IP_HEADER_BYTES, Link, wire_bytes
 from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topology
-from ..units import BITS_PER_BYTE, PS_PER_S
+from ..units import BITS_PER_BYTE, PS_PER_S, serialisation_ps
 from .algorithms import ALL, RING, XOR, Program, symmetric_steps
 from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from .collectives import _Chunk, _Phase
 from .maxmin import RATE_TOLERANCE
+from .transport import slow_start_dominates
 
 CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays stay in the CPU caches
 _SPLITMIX_START = 0x9E3779B97F4A7C15
@@ -197,6 +199,8 @@ class LinkCounts:
     any_hop: np.ndarray  # int64 per link
     endpoint: np.ndarray  # int64 per link
     arrival_bytes_per_ps: np.ndarray  # float64 per link: bytes a picosecond
+    # messages per kind of route: the (rate, latency) kind of each of its links, in order (`_route_kinds`)
+    routes: dict[tuple[int, ...], int]
 
 
 @dataclass
@@ -294,6 +298,17 @@ class FluidPhases:
         self.max_port_flows = 0
         self.incast_phases = 0
         self._demands: dict[PhaseKey, list[StageDemand]] = {}
+        # slow start (`slow_start_share`): messages whose slow start would outlast their transmission,
+        # and all messages, of the phases started; and of one phase of each kind
+        self.slow_start_messages = 0
+        self.messages = 0
+        self._slow_start: dict[PhaseKey, tuple[int, int]] = {}
+        self.init_payload_window_bytes = init_cwnd_pkts * mss_bytes  # as `AnalyticalTransport` counts it
+        # links by kind, (rate, latency): kind 0 is no link (a hop of -1), so that routes count by kind
+        kinds = sorted({(link.rate_bps, link.latency_ps) for link in links})
+        self._kinds: list[tuple[int, int]] = [(0, 0)] + kinds
+        kind_of = {kind: index + 1 for index, kind in enumerate(kinds)}
+        self._link_kind = np.array([kind_of[(link.rate_bps, link.latency_ps)] for link in links] + [0], np.int32)
         self._patterns: dict[tuple[tuple[int, ...], str, int], LinkCounts] = {}
         self._fluid: list[_Fluid] = []
         self._wake = _Wake(self)
@@ -307,6 +322,9 @@ class FluidPhases:
         links with the phases in theirs (the layer's `PhaseTimer`)."""
         opened = self.flow_ids.opened
         stages = self.demand(layer, key, phase)
+        slow, messages = self._slow_start[key]
+        self.slow_start_messages += slow
+        self.messages += messages
         now = self.eventlist.now_ps
         self._advance(now)
         tail_ps = max(0, duration_ps - sum(stage.alpha_beta_ps for stage in stages))
@@ -408,6 +426,7 @@ class FluidPhases:
         # are there for, the largest opening of one of its messages); and the stage's steps
         stage_pieces: list[list[tuple[LinkCounts, int, int, int]]] = []
         stage_steps: list[int] = []
+        slow = messages = 0
         for group in dim.groups:
             if len(group) < 2:
                 continue
@@ -415,20 +434,28 @@ class FluidPhases:
             if steps is None:  # ranks in different roles (double binary tree): one stage of every message
                 programs = layer.plan_phase(phase, dim)
                 longest = max(len(rank_steps) for program in programs for rank_steps in program)
-                pieces = [[(counts, wire, 1, opening)
-                           for counts, wire, opening in self._program_counts(group, programs)]]
+                sized = self._program_counts(group, programs)
+                pieces = [[(counts, wire, 1, opening) for counts, wire, opening, _ in sized]]
                 steps_of = [longest]
+                for counts, _, _, size_bytes in sized:
+                    slow, messages = slow + self._slow_starts(counts, size_bytes), messages + sum(counts.routes.values())
             else:
-                runs: list[tuple[str, int, list[int]]] = []  # consecutive steps of one pattern: their wire bytes
+                # consecutive steps of one pattern: their sizes
+                runs: list[tuple[str, int, list[int]]] = []
                 for step in steps:
-                    wire = wire_bytes(step.size_bytes, self.mss_bytes, self.header_bytes)
                     if runs and runs[-1][:2] == (step.pattern, step.mask):
-                        runs[-1][2].append(wire)
+                        runs[-1][2].append(step.size_bytes)
                     else:
-                        runs.append((step.pattern, step.mask, [wire]))
-                pieces = [[(self._pattern(layer, group, pattern, mask, phase), sum(wires), len(wires),
-                            min(max(wires), self.init_window_bytes))] for pattern, mask, wires in runs]
-                steps_of = [len(wires) for _, _, wires in runs]
+                        runs.append((step.pattern, step.mask, [step.size_bytes]))
+                pieces = []
+                for pattern, mask, sizes in runs:
+                    counts = self._pattern(layer, group, pattern, mask, phase)
+                    wires = [wire_bytes(size, self.mss_bytes, self.header_bytes) for size in sizes]
+                    pieces.append([(counts, sum(wires), len(wires), min(max(wires), self.init_window_bytes))])
+                    for size, times in Counter(sizes).items():
+                        slow += times * self._slow_starts(counts, size)
+                        messages += times * sum(counts.routes.values())
+                steps_of = [len(sizes) for _, _, sizes in runs]
             for index, stage in enumerate(pieces):  # the groups run the same stages side by side
                 if index == len(stage_pieces):
                     stage_pieces.append([])
@@ -437,7 +464,27 @@ class FluidPhases:
                 stage_steps[index] = max(stage_steps[index], steps_of[index])
         stages = [self._stage(pieces, steps) for pieces, steps in zip(stage_pieces, stage_steps)]
         self._demands[key] = stages
+        self._slow_start[key] = (slow, messages)
         return stages
+
+    def _slow_starts(self, counts: LinkCounts, size_bytes: int) -> int:
+        """How many messages of `size_bytes` on the routes of `counts` would spend longer in slow start
+        than in transmission (`slow_start_dominates`, with `analytical`'s costs of a route alone: its
+        propagation and one packet stored and forwarded at every link after the first, twice for the
+        RTT; the message's wire bytes at its slowest link)."""
+        packet_bytes = min(self.mss_bytes, size_bytes) + self.header_bytes
+        message_wire_bytes = wire_bytes(size_bytes, self.mss_bytes, self.header_bytes)
+        slow = 0
+        for route, count in counts.routes.items():
+            links = [self._kinds[kind] for kind in route if kind]
+            latency_ps = sum(latency for _, latency in links) + sum(
+                serialisation_ps(packet_bytes, rate_bps) for rate_bps, _ in links[1:])
+            bottleneck_bps = min(rate_bps for rate_bps, _ in links)
+            transmission_ps = message_wire_bytes * BITS_PER_BYTE / bottleneck_bps * PS_PER_S
+            if slow_start_dominates(size_bytes, transmission_ps, 2 * latency_ps, bottleneck_bps,
+                                    self.init_payload_window_bytes):
+                slow += count
+        return slow
 
     def _stage(self, pieces: list[tuple[LinkCounts, int, int, int]], steps_count: int) -> StageDemand:
         """A stage of `steps_count` steps from its pieces: (link counts, their wire bytes over the
@@ -498,7 +545,7 @@ class FluidPhases:
         offsets = np.array([[send.peer_offset for send in program[first_rank[row]][0].sends]
                             for row in range(len(lists))], dtype=np.int64)
         link_count = self.routes.link_count
-        total = LinkCounts(np.zeros(link_count, np.int64), np.zeros(link_count, np.int64), np.zeros(link_count))
+        total = LinkCounts(np.zeros(link_count, np.int64), np.zeros(link_count, np.int64), np.zeros(link_count), {})
         rows = max(1, CHUNK_MESSAGES // max(1, p - 1))
         for start in range(0, p, rows):
             ranks = np.arange(start, min(p, start + rows))
@@ -508,6 +555,8 @@ class FluidPhases:
             total.any_hop += part.any_hop
             total.endpoint += part.endpoint
             total.arrival_bytes_per_ps += part.arrival_bytes_per_ps
+            for route, count in part.routes.items():
+                total.routes[route] = total.routes.get(route, 0) + count
         return total
 
     def _count(self, src: np.ndarray, dst: np.ndarray, distinct: bool, sends_per_rank: int) -> LinkCounts:
@@ -527,12 +576,36 @@ class FluidPhases:
             arrival += np.bincount(hop[on_route], weights=sender_share[on_route], minlength=link_count)
             if is_endpoint:
                 ends += counted
-        return LinkCounts(any_hop, ends, arrival)
+        return LinkCounts(any_hop, ends, arrival, self._route_kinds(hops))
 
-    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int, int]]:
+    def _route_kinds(self, hops: list[np.ndarray]) -> dict[tuple[int, ...], int]:
+        """Messages per kind of route (the kinds of its hops, 0 for none), counted without sorting: each
+        route's kinds as the digits of one integer, tallied with `bincount`; or, where so many hops make
+        the integer too large (a long ring), found with `np.unique`."""
+        kinds = [self._link_kind[hop] for hop in hops]
+        base = len(self._kinds)
+        if base ** len(hops) >= 2**62:
+            routes, tally = np.unique(np.stack(kinds), axis=1, return_counts=True)
+            return {tuple(int(kind) for kind in route): int(count) for route, count in zip(routes.T, tally)}
+        # 32-bit digits where they fit (half the memory traffic of 64)
+        code = np.zeros(len(hops[0]), np.int32 if base ** len(hops) < 2**31 else np.int64)
+        for hop_kinds in reversed(kinds):
+            code *= base
+            code += hop_kinds
+        tally = np.bincount(code)
+        result: dict[tuple[int, ...], int] = {}
+        for value in np.flatnonzero(tally):
+            digits, rest = [], int(value)
+            for _ in hops:
+                rest, digit = divmod(rest, base)
+                digits.append(digit)
+            result[tuple(digits)] = int(tally[value])
+        return result
+
+    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int, int, int]]:
         """Link counts of every message of step programs whose ranks differ (double binary tree), one
-        piece per message size: (counts, its wire bytes, its opening); O(messages), which such
-        programs keep to O(p x blocks)."""
+        piece per message size: (counts, its wire bytes, its opening, its size); O(messages), which
+        such programs keep to O(p x blocks)."""
         by_size: dict[int, tuple[list[int], list[int]]] = {}
         for program in programs:
             for rank, steps in enumerate(program):
@@ -546,18 +619,20 @@ class FluidPhases:
             wire = wire_bytes(size, self.mss_bytes, self.header_bytes)
             counts = self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64), distinct=False,
                                  sends_per_rank=1)
-            pieces.append((counts, wire, min(wire, self.init_window_bytes)))
+            pieces.append((counts, wire, min(wire, self.init_window_bytes), size))
         return pieces
 
     # -- results -----------------------------------------------------------------------------------
 
     def screen_risks(self, sim_time_ps: int) -> dict[str, float | int | None]:
-        """The runs row's TCP signals (module docstring); `slow_start_share` is not computed (null)."""
+        """The runs row's TCP signals (module docstring), and `slow_start_share` as `analytical` counts it
+        (of all messages, those whose slow start would outlast their transmission)."""
         busiest = 0.0
         if sim_time_ps > 0:
             busiest = float((self.link_bytes / (self.capacity_bytes_per_ps * sim_time_ps)).max())
         return {"max_link_utilisation": busiest, "max_port_flows": self.max_port_flows,
-                "slow_start_share": None, "incast_phases": self.incast_phases}
+                "slow_start_share": self.slow_start_messages / self.messages if self.messages else None,
+                "incast_phases": self.incast_phases}
 
     def link_bytes_by_link(self) -> dict[Link, int]:
         """Wire bytes of the phases' fluid parts that ended, per link that carried any (`links` table)."""
