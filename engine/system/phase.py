@@ -588,10 +588,10 @@ class FluidPhases:
             routes, tally = np.unique(np.stack(kinds), axis=1, return_counts=True)
             return {tuple(int(kind) for kind in route): int(count) for route, count in zip(routes.T, tally)}
         # 32-bit digits where they fit (half the memory traffic of 64)
-        code = np.zeros(len(hops[0]), np.int32 if base ** len(hops) < 2**31 else np.int64)
+        code: np.ndarray = np.zeros(len(hops[0]), np.int32 if base ** len(hops) < 2**31 else np.int64)
         for hop_kinds in reversed(kinds):
-            code *= base
-            code += hop_kinds
+            np.multiply(code, base, out=code)
+            np.add(code, hop_kinds, out=code)
         tally = np.bincount(code)
         result: dict[tuple[int, ...], int] = {}
         for value in np.flatnonzero(tally):
