@@ -18,7 +18,7 @@ CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 # What the sender does with its SACK scoreboard at an RTO: keep it and resend only the holes (Linux,
 # ns-3, RFC 6675 with erratum 1610) or discard it and resend everything from snd_una (RFC 2018).
 SACK_AFTER_RTO = ("keep", "discard")
-BACKENDS = ("packet", "analytical", "alpha_beta", "ns3")
+BACKENDS = ("packet", "analytical", "alpha_beta", "phase", "ns3")
 NS3_MAX_NPUS = 128  # the ns3 backend opens a connection per ordered pair of NPUs before time 0
 # Which links get a row in the `links` table: none, the switches' egress ports, or every link.
 LINK_STATS = ("none", "switch_ports", "all")
@@ -172,6 +172,7 @@ class EngineConfig:
     backend: str = "packet"
     max_sim_time_s: float = 10.0
     link_stats: str = "none"
+    incast_rto: bool = False  # phase backend: charge an RTO to every phase flagged as an incast
 
 
 @dataclass(frozen=True)
@@ -314,6 +315,8 @@ def _validate(config: SimConfig) -> None:
     _one_of("engine.backend", eng.backend, BACKENDS)
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
+    _require(not eng.incast_rto or eng.backend == "phase", "engine.incast_rto", eng.incast_rto,
+             "false unless engine.backend=phase (the backend that flags incast phases)")
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
     _require(net.npus >= 2, "network.npus", net.npus, "an integer >= 2")
@@ -434,7 +437,7 @@ def _validate_ns3(config: SimConfig) -> None:
         from .ns3.build import unavailable_reason  # stdlib only: no ns-3 import
 
         reason = unavailable_reason()
-        _require(reason is None, "engine.backend", "ns3", f"packet, analytical or alpha_beta here: {reason}")
+        _require(reason is None, "engine.backend", "ns3", f"packet, analytical, alpha_beta or phase here: {reason}")
 
 
 def _validate_system(config: SimConfig) -> None:

@@ -10,7 +10,10 @@ ends of what runs measured (peak resident memory of `python -m sweep` on DLRM it
 so the estimate errs on the large side. On the ns3 backend the network lives in a helper process
 that opens every pair's TCP connection before time 0: its peak resident memory, measured on
 all-to-alls over one switch, was 28 MiB at 16 NPUs, 130 MiB at 64 and 415 MiB at 128 (about 24 KiB
-a connection), counted here too since the run's machine holds it.
+a connection), counted here too since the run's machine holds it. The phase backend sends no message
+either; it keeps a flow id per ordered pair of NPUs (the packet engine's connection ids, which
+ECMP hashes: 4 bytes a pair) and routes a pattern's messages in chunks of `CHUNK_MESSAGES` (about 100 bytes each in
+temporary arrays): 423 MiB peak at 9,216 NPUs on leaf_spine, 454 MiB on fat_tree (docs/phase-backend.md).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from functools import lru_cache
 
 from .config import NetworkConfig, SimConfig, SystemConfig, WorkloadConfig
 from .system.algorithms import ALL, TREE_PIPELINE_BLOCKS, symmetric_steps
+from .system.phase import CHUNK_MESSAGES
 from .workload.flows import pattern_pairs
 from .workload.chakra import SEND, read_trace, trace_collectives
 from .workload.layers import workload_spec
@@ -29,6 +33,8 @@ BYTES_PER_CONNECTION = 1_536  # a persistent TCP connection (943 bytes idle), it
 BYTES_PER_LINK = 1_024
 NS3_HELPER_BYTES = 64 * 2**20  # the ns-3 helper process with no connection, and headroom
 NS3_BYTES_PER_CONNECTION = 32 * 1024  # an ns-3 TCP socket pair with its buffers and routes
+PHASE_BYTES_PER_PAIR = 4  # the phase backend's flow id of an ordered pair of NPUs (int32)
+PHASE_BYTES_PER_ROUTED_MESSAGE = 128  # its temporary arrays per message of a routing chunk, with headroom
 
 
 def messages_per_collective(op: str, algorithm: str, npus: int) -> int:
@@ -68,10 +74,14 @@ def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
 def estimate_run_bytes(config: SimConfig) -> int:
     """Peak memory the run will need, in bytes (see the module docstring)."""
     npus = config.network.npus
-    messages = estimate_messages(config) if config.engine.backend != "alpha_beta" else 0  # it sends none
-    connections = min(npus * (npus - 1), messages) if config.engine.backend == "packet" else 0
+    backend = config.engine.backend
+    messages = estimate_messages(config) if backend not in ("alpha_beta", "phase") else 0  # they send none
+    connections = min(npus * (npus - 1), messages) if backend == "packet" else 0
     links = 4 * npus  # every topology has a few links per host
     engine_bytes = BASE_BYTES + messages * BYTES_PER_MESSAGE + connections * BYTES_PER_CONNECTION + links * BYTES_PER_LINK
-    if config.engine.backend == "ns3":  # the helper process, with a connection per ordered pair of NPUs
+    if backend == "ns3":  # the helper process, with a connection per ordered pair of NPUs
         return engine_bytes + NS3_HELPER_BYTES + npus * (npus - 1) * NS3_BYTES_PER_CONNECTION
+    if backend == "phase":
+        return (engine_bytes + npus * npus * PHASE_BYTES_PER_PAIR
+                + min(CHUNK_MESSAGES, npus * npus) * PHASE_BYTES_PER_ROUTED_MESSAGE)
     return engine_bytes

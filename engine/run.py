@@ -14,22 +14,24 @@ from .ns3.transport import Ns3Transport
 from .simulation import Simulation
 from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, MessageLog, PacketTransport, SystemLayer
 from .system.messages import flow_rows
-from .units import ns_to_ps, ps_to_s, s_to_ps
+from .system.phase import FluidPhases
+from .units import ms_to_ps, ns_to_ps, ps_to_s, s_to_ps
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
 from .workload.chakra import TraceReplay, duration_ps_per_unit, read_trace
 
 
 PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "loss_probes",
                        "rack_lost_segments", "drops", "ecn_marks", "max_queue_kb")
-# alpha_beta times whole collective phases: it has no messages to count (and no `flows` rows)
+# alpha_beta and phase time whole collective phases: they have no messages to count (and no `flows` rows)
 MESSAGE_COLUMNS = ("flows", "flows_completed", "mean_fct_s", "max_fct_s")
+PHASE_BACKENDS = ("alpha_beta", "phase")
 
 
 @dataclass
 class PreparedRun:
     """A simulation with its workload wired up and not yet started: `start()`, then run the event
     list (all at once with `simulate()`, or in steps to observe it), then `rows()`. `transport` is
-    None on the alpha_beta backend, which sends no messages; on the ns3 backend it runs a helper
+    None on the alpha_beta and phase backends, which send no messages; on the ns3 backend it runs a helper
     process, which `simulate()` ends (or `close()`, for a run not simulated)."""
 
     config: SimConfig
@@ -38,6 +40,7 @@ class PreparedRun:
     flows: FlowsWorkload | None = None
     system: SystemLayer | None = None
     training: TrainingLoop | TraceReplay | None = None  # a trace replays like a training loop
+    fluid: FluidPhases | None = None  # the phase backend's sharing of links among phases
 
     @property
     def finished(self) -> bool:
@@ -86,9 +89,11 @@ class PreparedRun:
         elif backend != "packet":
             # the fluid and closed-form models have no packets, queues or losses (and alpha_beta
             # sends no messages): say so instead of reporting zeros
-            run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend == "alpha_beta" else ())))
+            run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend in PHASE_BACKENDS else ())))
         if isinstance(self.transport, AnalyticalTransport):
             run_row.update(self.transport.screen_risks(self.sim.eventlist.now_ps, self.sim.topology.switch_ports))
+        if self.fluid is not None:
+            run_row.update(self.fluid.screen_risks(self.sim.eventlist.now_ps))
         return {"runs": [run_row], **tables}
 
     def link_rows(self, end_ps: int) -> list[dict[str, Any]]:
@@ -100,6 +105,8 @@ class PreparedRun:
             return packet_link_rows(topology, link_stats, end_ps)
         if isinstance(self.transport, AnalyticalTransport):
             return fluid_link_rows(topology, link_stats, end_ps, self.transport.link_bytes(), host_links_only=False)
+        if self.fluid is not None:
+            return fluid_link_rows(topology, link_stats, end_ps, self.fluid.link_bytes_by_link(), host_links_only=False)
         assert isinstance(self.system, AlphaBetaSystemLayer)
         return fluid_link_rows(topology, link_stats, end_ps, self.system.host_link_bytes(), host_links_only=True)
 
@@ -120,7 +127,13 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
         assert isinstance(transport, PacketTransport)
         flows = FlowsWorkload(sim.eventlist, transport, cfg.workload, cfg.network.npus, cfg.seed)
         return PreparedRun(cfg, sim, transport, flows=flows)
-    system = build_system_layer(cfg, sim, transport)
+    fluid = None
+    if cfg.engine.backend == "phase":
+        fluid = FluidPhases(sim.eventlist, sim.topology, cfg.segment_bytes, cfg.header_bytes, cfg.seed,
+                            cfg.tcp.init_cwnd_pkts,
+                            (ms_to_ps(cfg.tcp.initial_rto_ms), ms_to_ps(cfg.tcp.min_rto_ms)) if cfg.engine.incast_rto
+                            else None)
+    system = build_system_layer(cfg, sim, transport, fluid)
     wl = cfg.workload
     # NPUs per group of each network dimension: the readers convert ASTRA-sim's sizes with them
     dimension_sizes = tuple(len(groups[0]) for groups in sim.topology.dimensions())
@@ -128,9 +141,9 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
         assert wl.path is not None
         replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus, dimension_sizes),
                              duration_ps_per_unit(wl.duration_unit, wl.cycle_ns), wl.iterations)
-        return PreparedRun(cfg, sim, transport, system=system, training=replay)
+        return PreparedRun(cfg, sim, transport, system=system, training=replay, fluid=fluid)
     training = TrainingLoop(sim.eventlist, system, workload_spec(cfg, dimension_sizes), wl.iterations)
-    return PreparedRun(cfg, sim, transport, system=system, training=training)
+    return PreparedRun(cfg, sim, transport, system=system, training=training, fluid=fluid)
 
 
 def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> dict[str, Any]:
@@ -177,9 +190,11 @@ def cyclic_collector_paused() -> Iterator[None]:
 
 
 def build_system_layer(cfg: SimConfig, sim: Simulation,
-                       transport: PacketTransport | AnalyticalTransport | Ns3Transport | None) -> SystemLayer:
+                       transport: PacketTransport | AnalyticalTransport | Ns3Transport | None,
+                       fluid: FluidPhases | None = None) -> SystemLayer:
     """The system layer on the topology's dimensions with the configured algorithms; without a
-    transport (alpha_beta), the one that times each phase in closed form."""
+    transport, the one that times each phase itself: in closed form (alpha_beta), or as fluid
+    coflows sharing links when `fluid` times them (phase)."""
     system = cfg.system
     dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(sim.topology.dimensions())]
     node_size = cfg.network.npus_per_node if cfg.network.topology == "hierarchical" else 1
@@ -189,7 +204,7 @@ def build_system_layer(cfg: SimConfig, sim: Simulation,
     if transport is None:
         return AlphaBetaSystemLayer(sim.eventlist, sim.topology, cfg.segment_bytes, dimensions, flat, algorithms,
                                     system.splits, system.scheduling, system.hierarchy, endpoint_delay_ps,
-                                    cfg.header_bytes, system.astra_compat)
+                                    cfg.header_bytes, system.astra_compat, None if fluid is None else fluid.start)
     return SystemLayer(sim.eventlist, transport, dimensions, flat, algorithms, system.splits,
                        system.scheduling, system.hierarchy, endpoint_delay_ps, system.astra_compat)
 

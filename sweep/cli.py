@@ -56,12 +56,18 @@ def _count(value: Any) -> str:
 
 
 def _network_lines(run: Mapping[str, Any]) -> list[str]:
-    """Packet counters and engine speed; the analytical and alpha_beta backends have no packets to count."""
+    """Packet counters and engine speed; the analytical, alpha_beta and phase backends have no packets to
+    count (phase: its TCP risk signals instead)."""
     lines = []
     if run.get("engine.backend") == "analytical":
         lines.append("  packets          n/a (analytical backend: no packets, queues or losses)")
     elif run.get("engine.backend") == "alpha_beta":
         lines.append("  packets          n/a (alpha_beta backend: collective steps in closed form, no contention)")
+    elif run.get("engine.backend") == "phase":
+        lines.append("  packets          n/a (phase backend: collective phases as fluid coflows sharing links)")
+        lines.append(f"  TCP risk         busiest link {_number(run.get('max_link_utilisation'), 4)}   "
+                     f"max_port_flows {_count(run.get('max_port_flows'))}   "
+                     f"incast_phases {_count(run.get('incast_phases'))}")
     else:
         lines += [
             f"  retransmits      {_count(run.get('retransmits'))}   timeouts {_count(run.get('timeouts'))}",

@@ -39,6 +39,8 @@ _RUN_METRICS = {
     "exposed_comm_s": _FLOAT, "all_to_all_s": _FLOAT, "all_reduce_s": _FLOAT,
     # the analytical backend's signals of where TCP would part from it (screening: `sweep.fidelity`)
     "max_link_utilisation": _FLOAT, "max_port_flows": _INT, "slow_start_share": _FLOAT,
+    # the phase backend's: phases whose messages' opening windows overflow a switch port's buffer
+    "incast_phases": _INT,
 }
 # A two-fidelity sweep (`sweep.fidelity`): the grid point a run belongs to (its config but
 # `engine.backend`: shared by the screening and the refined run) and why a point was refined.

@@ -54,6 +54,11 @@ CASES = {
         "tcp": {"min_rto_ms": 1, "initial_rto_ms": 1},
         "workload": {"type": "collective", "op": "all_to_all", "bytes": 2**20, "iterations": 2},
     },
+    "astra_dlrm_leaf_spine_phase": {  # 8:1 uplinks: the all-to-alls flagged as incasts and charged an RTO
+        "engine": {"backend": "phase", "incast_rto": True, "link_stats": "switch_ports"},
+        "network": {"topology": "leaf_spine", "npus": 64, "hosts_per_leaf": 16, "spines": 2, "uplink_gbps": 100},
+        "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 2},
+    },
     "dlrm_ring_analytical": {
         "engine": {"backend": "analytical"},
         "network": {"topology": "ring", "npus": 6, "link_gbps": 50, "link_latency_us": 1},

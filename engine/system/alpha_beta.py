@@ -51,6 +51,9 @@ from .collectives import Dimension, SystemLayer, _Chunk, _Phase
 
 ClassCounts = tuple[tuple[int, int], ...]  # sorted (route class, messages) of one rank's step
 PhaseKey = tuple[int, str, int, int | None]  # dimension, op, chunk bytes, ASTRA-sim tree (astra_compat)
+# Decides when a phase ends, given the layer, the chunk, its queue, the phase, its key and alpha_beta's
+# duration of it (the phase backend's `FluidPhases.start`); it must call `phase_ender(...)()` then.
+PhaseTimer = Callable[["AlphaBetaSystemLayer", _Chunk, int, _Phase, PhaseKey, int], None]
 
 
 class RouteCosts:
@@ -139,12 +142,13 @@ class RouteCosts:
 class AlphaBetaSystemLayer(SystemLayer):
     """The system layer of the alpha_beta backend: the same collectives, chunks, phases, scheduling
     and hierarchy as `SystemLayer`, but each phase ends after a computed duration (one event) instead
-    of running its messages over a transport."""
+    of running its messages over a transport; or, with a `phase_timer` (the phase backend), when
+    that timer says."""
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
                  hierarchy: str, endpoint_delay_ps: int, header_bytes: int = TCP_IP_HEADER_BYTES,
-                 astra_compat: bool = False) -> None:
+                 astra_compat: bool = False, phase_timer: PhaseTimer | None = None) -> None:
         super().__init__(eventlist, None, dimensions, flat_dimension, algorithms, splits, scheduling, hierarchy,
                          endpoint_delay_ps, astra_compat)
         self.topology = topology
@@ -154,20 +158,29 @@ class AlphaBetaSystemLayer(SystemLayer):
         self._peer_counts: dict[tuple[int, ...], set[ClassCounts]] = {}  # group -> its ranks' direct steps
         # phases of each kind that ended: what `host_link_bytes` expands
         self.phases_done: dict[PhaseKey, int] = {}
+        self.phase_timer = phase_timer
 
     def _run_phase(self, chunk: _Chunk, queue: int) -> None:
         """End the chunk's current phase after its computed duration (then free `queue`)."""
         phase = chunk.phases[chunk.next_phase]
-        dim = self.dimensions[phase.dimension]
-        if dim.size == 1:
+        if self.dimensions[phase.dimension].size == 1:
             self._phase_done(chunk, queue)
             return
+        key, duration_ps = self.phase_ps(phase)
+        if self.phase_timer is not None:
+            self.phase_timer(self, chunk, queue, phase, key, duration_ps)
+            return
+        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self.phase_ender(chunk, queue, key))
+
+    def phase_ps(self, phase: _Phase) -> tuple[PhaseKey, int]:
+        """The phase's key and its duration on its dimension (its slowest group), computed once per key."""
+        dim = self.dimensions[phase.dimension]
         key = (phase.dimension, phase.op, phase.chunk_bytes, phase.astra_tree)
         duration_ps = self._phase_ps.get(key)
         if duration_ps is None:
             duration_ps = max(self.group_ps(group, phase, dim) for group in dim.groups)
             self._phase_ps[key] = duration_ps
-        self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self._phase_ender(chunk, queue, key))
+        return key, duration_ps
 
     def point_to_point(self, src: int, dst: int, size_bytes: int, on_delivered: Callable[[], None]) -> None:
         """A message outside any collective, delivered after its cost alone on its route (one step of
@@ -176,7 +189,8 @@ class AlphaBetaSystemLayer(SystemLayer):
         self.eventlist.call_at(self.eventlist.now_ps + self.costs.step_ps(((route_class, 1),), size_bytes),
                                on_delivered)
 
-    def _phase_ender(self, chunk: _Chunk, queue: int, key: PhaseKey) -> Callable[[], None]:
+    def phase_ender(self, chunk: _Chunk, queue: int, key: PhaseKey) -> Callable[[], None]:
+        """What ends the chunk's phase of `key` (then frees `queue`) when called."""
         def end() -> None:
             self.phases_done[key] = self.phases_done.get(key, 0) + 1
             self._phase_done(chunk, queue)

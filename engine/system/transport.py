@@ -186,19 +186,8 @@ class AnalyticalTransport(EventSource):
         self._wake_at(now)
 
     def _slow_start_dominates(self, nbytes: int, transmission_ps: float, rtt_ps: int, bottleneck_bps: float) -> bool:
-        """Whether a message of `nbytes`, sent from a cold TCP window of `init_window_bytes` that
-        doubles every round trip (RFC 5681 slow start, an ACK per segment), would spend longer in
-        slow start than its transmission at the path's bottleneck (`transmission_ps`): the window
-        must grow until it covers the message or the path's bandwidth-delay product, one `rtt_ps`
-        per doubling."""
-        bdp_bytes = bottleneck_bps * (rtt_ps / PS_PER_S) / BITS_PER_BYTE
-        needed_bytes = min(float(nbytes), bdp_bytes)
-        window_bytes = float(self.init_window_bytes)
-        rounds = 0
-        while window_bytes < needed_bytes:
-            window_bytes *= 2
-            rounds += 1
-        return rounds * rtt_ps > transmission_ps
+        """`slow_start_dominates` from this transport's initial window."""
+        return slow_start_dominates(nbytes, transmission_ps, rtt_ps, bottleneck_bps, self.init_window_bytes)
 
     def screen_risks(self, sim_time_ps: int, switch_ports: list[Link]) -> dict[str, float | int | None]:
         """The signals of where TCP would part from this model, for the runs row:
@@ -275,3 +264,20 @@ class AnalyticalTransport(EventSource):
             heappop(completions)  # stale entries at the top
         if completions:
             self._wake_at(completions[0][0])
+
+
+def slow_start_dominates(nbytes: int, transmission_ps: float, rtt_ps: float, bottleneck_bps: float,
+                         init_window_bytes: int) -> bool:
+    """Whether a message of `nbytes`, sent from a cold TCP window of `init_window_bytes` that
+    doubles every round trip (RFC 5681 slow start, an ACK per segment), would spend longer in
+    slow start than its transmission at the path's bottleneck (`transmission_ps`): the window
+    must grow until it covers the message or the path's bandwidth-delay product, one `rtt_ps`
+    per doubling."""
+    bdp_bytes = bottleneck_bps * (rtt_ps / PS_PER_S) / BITS_PER_BYTE
+    needed_bytes = min(float(nbytes), bdp_bytes)
+    window_bytes = float(init_window_bytes)
+    rounds = 0
+    while window_bytes < needed_bytes:
+        window_bytes *= 2
+        rounds += 1
+    return rounds * rtt_ps > transmission_ps

@@ -1,0 +1,641 @@
+"""The phase backend: collective phases as fluid coflows sharing links max-min fairly, solved per
+phase with numpy, never per message; and TCP's signature at scale (busiest link, port fan-in, incast).
+
+A phase (one chunk of a collective on one network dimension) is described once per distinct kind by
+its stages (its consecutive steps of one pattern: all the steps of a ring, one exchange of
+halving-doubling) and their demand on every link: the wire bytes their messages put there
+(`StageDemand.link_bytes`) and how many of them cross the link at once, found by routing all the
+messages of a pattern at once as numpy arrays with the packet engine's ECMP hash (`VectorRoutes`).
+A pattern (a ring, an XOR exchange, every pair) is routed once per group and reused for every size.
+
+A phase lasts a fluid part, its stages one after another, then a fixed part. A stage alone on the
+network takes the time its busiest link needs (max over links of bytes / capacity: the coflow bound
+of Varys, and Parsimon's per-link view). Stages of phases in their fluid part at once share links
+max-min fairly per message: a stage holding w of the messages on a link gets w shares of it, as
+`analytical` gives every message one share; one progressive filling over the active stages (a few)
+and the links, vectorised, gives each a progress rate, recomputed when a stage starts or ends. The
+fixed part is alpha_beta's duration of the phase less the serialisation
+alpha_beta charges (the bytes an NPU's link carries one message after another, or a single message
+on a slower link of its route): latencies and endpoint delays, which share nothing. So a phase alone
+on a fabric that adds no load beyond what alpha_beta charges lasts exactly alpha_beta's time, and a
+phase whose bytes pile up on an uplink lasts longer by what the uplink needs beyond that
+(oversubscription, ECMP collisions).
+
+TCP's signature (`screen_risks`): the busiest link's utilisation over the run; the most messages
+into one switch port at once (`max_port_flows`, over the stages in their fluid part together); and
+`incast_phases`, the phases that, as one of their stages starts, queue at some switch port more than
+its buffer holds (`_opens_incast`: each message opens with min(its wire bytes, `init_cwnd_pkts` full
+packets); the port drains while they arrive). With `engine.incast_rto` each such phase is charged
+one retransmission timeout more (its tail waits for it): `tcp.initial_rto_ms` where it opens
+connections, `tcp.min_rto_ms` where they have sent before; a first-order estimate of the collapse.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from math import inf
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..eventlist import EventList, EventSource
+from ..network import TCP_IP_HEADER_BYTES, Link, wire_bytes
+from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topology
+from ..units import BITS_PER_BYTE, PS_PER_S, serialisation_ps
+from .algorithms import ALL, RING, XOR, Program, symmetric_steps
+from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
+from .collectives import _Chunk, _Phase
+from .maxmin import RATE_TOLERANCE
+from .transport import slow_start_dominates
+
+CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays stay in the CPU caches
+_SPLITMIX_START = 0x9E3779B97F4A7C15
+_SPLITMIX_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_SPLITMIX_MUL2 = np.uint64(0x94D049BB133111EB)
+
+
+def flow_hash_array(*values: np.ndarray | int) -> np.ndarray:
+    """`topology.flow_hash` of many tuples at once: element i mixes the i-th entries (or the scalar)
+    of `values`, with the same splitmix64 steps, in uint64 arithmetic that wraps as the `& mask` does."""
+    with np.errstate(over="ignore"):
+        state = np.asarray(_SPLITMIX_START, dtype=np.uint64)
+        for value in values:
+            state = (state ^ np.asarray(value).astype(np.uint64)) * _SPLITMIX_MUL1
+            state = (state ^ (state >> np.uint64(27))) * _SPLITMIX_MUL2
+            state = state ^ (state >> np.uint64(31))
+    return np.asarray(state)
+
+
+class VectorRoutes:
+    """The links (indices into `topology.links`) of many messages at once, as `topology.path` gives
+    them: vectorised for switch, leaf_spine and fat_tree; other topologies are routed message by
+    message through `path` (they are not the ones simulated at thousands of NPUs)."""
+
+    def __init__(self, topology: Topology, seed: int) -> None:
+        self.topology = topology
+        self.seed = seed
+        self.link_count = len(topology.links)
+        self._index = {id(link): index for index, link in enumerate(topology.links)}
+        # the topology's link lists as index arrays, for the vectorised routes
+        self._arrays: dict[str, np.ndarray] = {}
+        if isinstance(topology, (SwitchTopology, LeafSpineTopology)):
+            self._arrays.update(up=self._indices(topology.up), down=self._indices(topology.down))
+        if isinstance(topology, LeafSpineTopology):
+            self._arrays.update(leaf_up=self._indices([link for row in topology.leaf_up for link in row]),
+                                spine_down=self._indices([link for row in topology.spine_down for link in row]))
+        if isinstance(topology, FatTreeTopology):
+            for name in ("host_up", "host_down", "edge_up", "agg_up", "core_down", "agg_down"):
+                self._arrays[name] = self._indices(getattr(topology, name))
+            edge = np.arange(topology.npus, dtype=np.int64) // topology.half  # each host's edge switch
+            self._arrays.update(edge_of_host=edge, first_edge_of_pod_of_host=edge - edge % topology.half,
+                                pod_of_host=edge // topology.half, edge_in_pod_of_host=edge % topology.half)
+
+    def _indices(self, links: Sequence[object]) -> np.ndarray:
+        return np.array([self._index[id(link)] for link in links], dtype=np.int64)
+
+    def hops(self, src: np.ndarray, dst: np.ndarray, flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """The link index of every hop of every message (-1 where a route is shorter; ECMP hashes
+        `flow_ids`, the packet engine's ids of the pairs' connections), and which hops
+        are endpoint links (a route's first and last: the links alpha_beta charges)."""
+        topology = self.topology
+        if isinstance(topology, SwitchTopology):
+            return [self._arrays["up"][src], self._arrays["down"][dst]], np.array([True, True])
+        if isinstance(topology, LeafSpineTopology):
+            return self._leaf_spine(topology, src, dst, flow_ids), np.array([True, False, False, True])
+        if isinstance(topology, FatTreeTopology):
+            return self._fat_tree(topology, src, dst, flow_ids), np.array([True, False, False, False, False, True])
+        return self._one_by_one(src, dst, flow_ids)
+
+    def _leaf_spine(self, topology: LeafSpineTopology, src: np.ndarray, dst: np.ndarray,
+                    flow_ids: np.ndarray) -> list[np.ndarray]:
+        per_leaf, spines = topology.hosts_per_leaf, len(topology.spine_down)
+        leaves = len(topology.leaf_up)
+        src_leaf, dst_leaf = src // per_leaf, dst // per_leaf
+        cross = src_leaf != dst_leaf
+        spine = (flow_hash_array(self.seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
+                 % np.uint64(spines)).astype(np.int64)
+        arrays = self._arrays  # leaf_up at [leaf * spines + spine], spine_down at [spine * leaves + leaf]
+        return [arrays["up"][src],
+                np.where(cross, arrays["leaf_up"][src_leaf * spines + spine], -1),
+                np.where(cross, arrays["spine_down"][spine * leaves + dst_leaf], -1),
+                arrays["down"][dst]]
+
+    def _fat_tree(self, topology: FatTreeTopology, src: np.ndarray, dst: np.ndarray,
+                  flow_ids: np.ndarray) -> list[np.ndarray]:
+        half, k = topology.half, topology.k
+        arrays = self._arrays
+        src_edge, dst_edge = arrays["edge_of_host"][src], arrays["edge_of_host"][dst]  # lookups: no division
+        other_edge = src_edge != dst_edge
+        choice = flow_hash_array(self.seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
+        # path's choice % half and choice // half % half, from one 64-bit division: with
+        # choice = a * half^2 + r, they are r % half and r // half
+        r = (choice % np.uint64(half * half)).astype(np.int64)
+        j, m = r % half, r // half
+        src_agg = arrays["first_edge_of_pod_of_host"][src] + j
+        dst_agg = arrays["first_edge_of_pod_of_host"][dst] + j
+        other_pod = other_edge & (src_agg != dst_agg)
+        core = j * half + m
+        return [arrays["host_up"][src],
+                np.where(other_edge, arrays["edge_up"][src_edge * half + j], -1),
+                np.where(other_pod, arrays["agg_up"][src_agg * half + m], -1),
+                np.where(other_pod, arrays["core_down"][core * k + arrays["pod_of_host"][dst]], -1),
+                np.where(other_edge, arrays["agg_down"][dst_agg * half + arrays["edge_in_pod_of_host"][dst]], -1),
+                arrays["host_down"][dst]]
+
+    def _one_by_one(self, src: np.ndarray, dst: np.ndarray,
+                    flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        paths = [self.topology.path(int(s), int(d), int(f)) for s, d, f in zip(src, dst, flow_ids)]
+        longest = max((len(path) for path in paths), default=1)
+        # row 0: the first link; row `longest`: the last one of a longer route (so both are endpoints)
+        hops = np.full((longest + 1, len(paths)), -1, dtype=np.int64)
+        for column, path in enumerate(paths):
+            indices = [self._index[id(link)] for link in path]
+            if len(indices) == 1:
+                hops[0, column] = indices[0]
+            else:
+                hops[:len(indices) - 1, column] = indices[:-1]
+                hops[longest, column] = indices[-1]
+        endpoint = np.zeros(longest + 1, dtype=bool)
+        endpoint[0] = endpoint[longest] = True
+        return list(hops), endpoint
+
+
+class PairFlowIds:
+    """The flow id of each ordered pair of NPUs, given in the order pairs first send, as the packet
+    engine numbers its connections (one per pair, opened by its first message): an int32 table of
+    npus^2 entries, made on first use. `opened` counts the pairs numbered so far (connections open)."""
+
+    def __init__(self, npus: int) -> None:
+        self.npus = npus
+        self._table: np.ndarray | None = None
+        self.opened = 0
+
+    def ids(self, src: np.ndarray, dst: np.ndarray, distinct: bool) -> np.ndarray:
+        """The pairs' ids, numbering the new ones in order of first appearance; `distinct`: no pair
+        occurs twice in the arrays (a symmetric step), which spares finding the first appearances."""
+        if self._table is None:
+            self._table = np.full(self.npus * self.npus, -1, dtype=np.int32)
+        pairs = src * self.npus + dst
+        ids = self._table[pairs]
+        new = ids < 0
+        if new.any():
+            fresh = pairs[new]
+            if not distinct:
+                fresh, first = np.unique(fresh, return_index=True)
+                fresh = fresh[np.argsort(first)]
+            self._table[fresh] = np.arange(self.opened, self.opened + len(fresh), dtype=np.int32)
+            self.opened += len(fresh)
+            ids = self._table[pairs]
+        return ids
+
+
+@dataclass
+class LinkCounts:
+    """Messages of one pattern crossing each link: on any hop, and as a route's first or last link;
+    and the rate at which their first bytes arrive there (`arrival_bytes_per_ps`): each message leaves its
+    sender at an equal share of the sender's link among the messages it sends at once."""
+
+    any_hop: np.ndarray  # int64 per link
+    endpoint: np.ndarray  # int64 per link
+    arrival_bytes_per_ps: np.ndarray  # float64 per link: bytes a picosecond
+    # messages per kind of route: the (rate, latency) kind of each of its links, in order (`_route_kinds`)
+    routes: dict[tuple[int, ...], int]
+
+
+@dataclass
+class StageDemand:
+    """What a stage of a phase (its consecutive steps of one pattern: all the steps of a ring, one
+    exchange of halving-doubling) asks of the links (arrays indexed like `topology.links`)."""
+
+    link_bytes: np.ndarray  # float64: wire bytes it puts on each link, all its steps
+    share_weight: np.ndarray  # float64: link_bytes / bytes_per_share (its messages there at once, about)
+    bytes_per_share: float  # wire bytes one message-share of it carries
+    alpha_beta_ps: int  # the serialisation alpha_beta charges it: an endpoint link's bytes, or one message's
+    peak_messages: np.ndarray  # int64: its messages crossing each link at once (a step's; a tree's: mean)
+    opening_bytes: np.ndarray  # float64: the bytes those messages open with on each link
+    arrival_bytes_per_ps: np.ndarray  # float64: the rate at which they arrive at each link (`LinkCounts`)
+
+
+class _Fluid:
+    """A phase in its fluid part: its current stage, the fraction of that stage's link bytes left at
+    `updated_ps` and the fraction it carries a picosecond (`progress_per_ps`); `end` ends the phase
+    (after the fixed part)."""
+
+    __slots__ = ("end", "stages", "stage", "left", "progress_per_ps", "updated_ps", "tail_ps", "flagged",
+                 "opens_connections")
+
+    def __init__(self, end: Callable[[], None], stages: list[StageDemand], now_ps: int, tail_ps: int) -> None:
+        self.end = end
+        self.stages = stages
+        self.stage = 0
+        self.left = 1.0
+        self.progress_per_ps = 0.0
+        self.updated_ps = now_ps
+        self.tail_ps = tail_ps  # the fixed part, after the fluid one
+        self.flagged = False  # counted in `incast_phases`
+        self.opens_connections = False  # its messages are the first between some pairs of NPUs
+
+
+class _Wake(EventSource):
+    """The fluid clock: wakes `FluidPhases` when the next phase leaves its fluid part."""
+
+    __slots__ = ("phases",)
+
+    def __init__(self, phases: FluidPhases) -> None:
+        self.phases = phases
+
+    def do_next_event(self) -> None:
+        self.phases.wake()
+
+
+def max_min_levels(share_weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Progressive filling of phases (rows of `share_weight`, each row its shares of every link):
+    every phase's level (bytes per unit time per share) rises together; when a link of `capacity`
+    fills, the phases crossing it keep their level. Returns the levels. A round per filled link,
+    each vectorised over the links."""
+    phases = share_weight.shape[0]
+    levels = np.zeros(phases)
+    unfixed = np.ones(phases, dtype=bool)
+    left = capacity.astype(np.float64).copy()
+    while unfixed.any():  # every phase puts bytes on some link, so each round fixes at least one
+        load = share_weight[unfixed].sum(axis=0)
+        used = load > 0
+        shares = np.full(load.shape, inf)
+        shares[used] = np.maximum(left[used], 0.0) / load[used]
+        bottleneck = int(np.argmin(shares))
+        fixing = unfixed & (share_weight[:, bottleneck] > 0)
+        levels[fixing] = shares[bottleneck]
+        left -= shares[bottleneck] * share_weight[fixing].sum(axis=0)
+        unfixed &= ~fixing
+    return levels
+
+
+class FluidPhases:
+    """The phase backend (module docstring): the `phase_timer` of an `AlphaBetaSystemLayer`, which
+    then keeps alpha_beta's collectives, phases and scheduling while each phase lasts its fixed part
+    plus a fluid part shared with the phases active at once."""
+
+    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int,
+                 header_bytes: int = TCP_IP_HEADER_BYTES, seed: int = 0, init_cwnd_pkts: int = 10,
+                 incast_rto_ps: tuple[int, int] | None = None) -> None:
+        self.eventlist = eventlist
+        self.topology = topology
+        self.routes = VectorRoutes(topology, seed)
+        self.flow_ids = PairFlowIds(topology.npus)
+        self.mss_bytes = mss_bytes
+        self.header_bytes = header_bytes
+        self.init_window_bytes = init_cwnd_pkts * (mss_bytes + header_bytes)  # what a cold window opens with
+        # (initial, minimum) RTO charged to each incast phase (`_stage_starts`); None: not charged
+        self.incast_rto_ps = incast_rto_ps
+        links = topology.links
+        self.capacity_bytes_per_ps = np.array([link.rate_bps for link in links], dtype=np.float64) / (
+            BITS_PER_BYTE * PS_PER_S)  # bytes a picosecond
+        switch_ports = {id(link) for link in topology.switch_ports}
+        self.switch_port = np.array([id(link) in switch_ports for link in links])
+        self.buffer_bytes = np.array([inf if link.buffer_bytes is None else link.buffer_bytes for link in links])
+        self.link_bytes = np.zeros(len(links))  # wire bytes of the fluid parts that ended
+        self.max_port_flows = 0
+        self.incast_phases = 0
+        self._demands: dict[PhaseKey, list[StageDemand]] = {}
+        # slow start (`slow_start_share`): messages whose slow start would outlast their transmission,
+        # and all messages, of the phases started; and of one phase of each kind
+        self.slow_start_messages = 0
+        self.messages = 0
+        self._slow_start: dict[PhaseKey, tuple[int, int]] = {}
+        self.init_payload_window_bytes = init_cwnd_pkts * mss_bytes  # as `AnalyticalTransport` counts it
+        # links by kind, (rate, latency): kind 0 is no link (a hop of -1), so that routes count by kind
+        kinds = sorted({(link.rate_bps, link.latency_ps) for link in links})
+        self._kinds: list[tuple[int, int]] = [(0, 0)] + kinds
+        kind_of = {kind: index + 1 for index, kind in enumerate(kinds)}
+        self._link_kind = np.array([kind_of[(link.rate_bps, link.latency_ps)] for link in links] + [0], np.int32)
+        self._patterns: dict[tuple[tuple[int, ...], str, int], LinkCounts] = {}
+        self._fluid: list[_Fluid] = []
+        self._wake = _Wake(self)
+        self._next_wake_ps = -1
+
+    # -- phases ------------------------------------------------------------------------------------
+
+    def start(self, layer: AlphaBetaSystemLayer, chunk: _Chunk, queue: int, phase: _Phase, key: PhaseKey,
+              duration_ps: int) -> None:
+        """Start a chunk's phase of alpha_beta duration `duration_ps`: its fluid part now, sharing
+        links with the phases in theirs (the layer's `PhaseTimer`)."""
+        opened = self.flow_ids.opened
+        stages = self.demand(layer, key, phase)
+        slow, messages = self._slow_start[key]
+        self.slow_start_messages += slow
+        self.messages += messages
+        now = self.eventlist.now_ps
+        self._advance(now)
+        tail_ps = max(0, duration_ps - sum(stage.alpha_beta_ps for stage in stages))
+        fluid = _Fluid(layer.phase_ender(chunk, queue, key), stages, now, tail_ps)
+        fluid.opens_connections = self.flow_ids.opened > opened
+        self._fluid.append(fluid)
+        self._stage_starts(fluid)
+        self._share(now)
+
+    def _stage_starts(self, fluid: _Fluid) -> None:
+        """A phase's stage opens its messages' windows: keep `max_port_flows`, and flag (and charge)
+        the phase, once at most, if they overflow a port (`_opens_incast`). The charge is one RTO:
+        the initial one (RFC 6298: 1 s, before any RTT sample) where the phase opens connections
+        that never sent before, the minimum one where they have."""
+        if self._opens_incast() and not fluid.flagged:
+            fluid.flagged = True
+            self.incast_phases += 1
+            if self.incast_rto_ps is not None:
+                initial_rto_ps, min_rto_ps = self.incast_rto_ps
+                fluid.tail_ps += initial_rto_ps if fluid.opens_connections else min_rto_ps
+
+    def _opens_incast(self) -> bool:
+        """Whether the current stages of the phases in their fluid part queue at some switch port more
+        than its buffer holds: the opening bytes of the messages into it, less what the port sends
+        on while they arrive (a port fed at rate A drains C of every A: the queue peaks at opening x
+        (1 - C / A), none when A <= C). Also keeps `max_port_flows`."""
+        active = [fluid.stages[fluid.stage] for fluid in self._fluid]
+        ports = self.switch_port
+        port_flows = sum(demand.peak_messages[ports] for demand in active)
+        self.max_port_flows = max(self.max_port_flows, int(port_flows.max(initial=0)))
+        opening = sum(demand.opening_bytes[ports] for demand in active)
+        arrival = sum(demand.arrival_bytes_per_ps[ports] for demand in active)
+        drained = np.divide(self.capacity_bytes_per_ps[ports], arrival, out=np.ones_like(arrival), where=arrival > 0)
+        queued = 1.0 - drained
+        queued[queued < RATE_TOLERANCE] = 0.0  # a port fed at its own rate, within float rounding: no queue
+        queue_bytes = opening * queued
+        return bool((queue_bytes > self.buffer_bytes[ports]).any())
+
+    def wake(self) -> None:
+        """End the fluid parts that are over (their fixed parts follow), then share the links again."""
+        now = self.eventlist.now_ps
+        if now != self._next_wake_ps:
+            return  # superseded by an earlier wake-up
+        self._next_wake_ps = -1
+        self._advance(now)
+        still: list[_Fluid] = []
+        starting: list[_Fluid] = []  # phases entering their next stage
+        for fluid in self._fluid:
+            if fluid.left <= 0.0:
+                self.link_bytes += fluid.stages[fluid.stage].link_bytes
+                fluid.stage += 1
+                if fluid.stage == len(fluid.stages):
+                    self.eventlist.call_at(now + fluid.tail_ps, fluid.end)
+                    continue
+                fluid.left = 1.0  # the next stage's messages go out at once
+                starting.append(fluid)
+            still.append(fluid)
+        self._fluid = still
+        for fluid in starting:
+            self._stage_starts(fluid)
+        self._share(now)
+
+    def _advance(self, now: int) -> None:
+        """Bring every fluid part's progress up to `now`; one due by now (within a picosecond) is over."""
+        for fluid in self._fluid:
+            elapsed = now - fluid.updated_ps
+            if fluid.progress_per_ps > 0.0 and elapsed > 0:
+                due_ps = round(fluid.left / fluid.progress_per_ps)
+                fluid.left = 0.0 if elapsed >= due_ps else fluid.left - fluid.progress_per_ps * elapsed
+            fluid.updated_ps = now
+
+    def _share(self, now: int) -> None:
+        """Max-min fair rates for the phases in their fluid part; wake at the first to finish."""
+        if not self._fluid:
+            return
+        levels = max_min_levels(np.stack([fluid.stages[fluid.stage].share_weight for fluid in self._fluid]),
+                                self.capacity_bytes_per_ps)
+        first_ps = -1
+        for fluid, level in zip(self._fluid, levels):
+            fluid.progress_per_ps = float(level) / fluid.stages[fluid.stage].bytes_per_share
+            # at least 1 ps ahead, so that float rounding never spins at one instant
+            finish_ps = now + max(1, round(fluid.left / fluid.progress_per_ps))
+            first_ps = finish_ps if first_ps < 0 else min(first_ps, finish_ps)
+        if first_ps != self._next_wake_ps:  # a wake-up pending for another time will find it is not its own
+            self._next_wake_ps = first_ps
+            self.eventlist.schedule(self._wake, first_ps)
+
+    # -- what a phase asks of the links ------------------------------------------------------------
+
+    def demand(self, layer: AlphaBetaSystemLayer, key: PhaseKey, phase: _Phase) -> list[StageDemand]:
+        """The link demand of a kind of phase, stage by stage, over every group of its dimension
+        (computed once). The steps of a stage are added up first, then applied to their pattern's
+        link counts once: O(steps + stages x links)."""
+        cached = self._demands.get(key)
+        if cached is not None:
+            return cached
+        dim = layer.dimensions[phase.dimension]
+        # per stage, for each group: (link counts, wire bytes of all its steps, the steps its messages
+        # are there for, the largest opening of one of its messages); and the stage's steps
+        stage_pieces: list[list[tuple[LinkCounts, int, int, int]]] = []
+        stage_steps: list[int] = []
+        slow = messages = 0
+        for group in dim.groups:
+            if len(group) < 2:
+                continue
+            steps = symmetric_steps(phase.op, layer.algorithms[phase.op], len(group), phase.chunk_bytes)
+            if steps is None:  # ranks in different roles (double binary tree): one stage of every message
+                programs = layer.plan_phase(phase, dim)
+                longest = max(len(rank_steps) for program in programs for rank_steps in program)
+                sized = self._program_counts(group, programs)
+                pieces = [[(counts, wire, 1, opening) for counts, wire, opening, _ in sized]]
+                steps_of = [longest]
+                for counts, _, _, size_bytes in sized:
+                    slow, messages = slow + self._slow_starts(counts, size_bytes), messages + sum(counts.routes.values())
+            else:
+                # consecutive steps of one pattern: their sizes
+                runs: list[tuple[str, int, list[int]]] = []
+                for step in steps:
+                    if runs and runs[-1][:2] == (step.pattern, step.mask):
+                        runs[-1][2].append(step.size_bytes)
+                    else:
+                        runs.append((step.pattern, step.mask, [step.size_bytes]))
+                pieces = []
+                for pattern, mask, sizes in runs:
+                    counts = self._pattern(layer, group, pattern, mask, phase)
+                    wires = [wire_bytes(size, self.mss_bytes, self.header_bytes) for size in sizes]
+                    pieces.append([(counts, sum(wires), len(wires), min(max(wires), self.init_window_bytes))])
+                    for size, times in Counter(sizes).items():
+                        slow += times * self._slow_starts(counts, size)
+                        messages += times * sum(counts.routes.values())
+                steps_of = [len(sizes) for _, _, sizes in runs]
+            for index, stage in enumerate(pieces):  # the groups run the same stages side by side
+                if index == len(stage_pieces):
+                    stage_pieces.append([])
+                    stage_steps.append(1)
+                stage_pieces[index] += stage
+                stage_steps[index] = max(stage_steps[index], steps_of[index])
+        stages = [self._stage(pieces, steps) for pieces, steps in zip(stage_pieces, stage_steps)]
+        self._demands[key] = stages
+        self._slow_start[key] = (slow, messages)
+        return stages
+
+    def _slow_starts(self, counts: LinkCounts, size_bytes: int) -> int:
+        """How many messages of `size_bytes` on the routes of `counts` would spend longer in slow start
+        than in transmission (`slow_start_dominates`, with `analytical`'s costs of a route alone: its
+        propagation and one packet stored and forwarded at every link after the first, twice for the
+        RTT; the message's wire bytes at its slowest link)."""
+        packet_bytes = min(self.mss_bytes, size_bytes) + self.header_bytes
+        message_wire_bytes = wire_bytes(size_bytes, self.mss_bytes, self.header_bytes)
+        slow = 0
+        for route, count in counts.routes.items():
+            links = [self._kinds[kind] for kind in route if kind]
+            latency_ps = sum(latency for _, latency in links) + sum(
+                serialisation_ps(packet_bytes, rate_bps) for rate_bps, _ in links[1:])
+            bottleneck_bps = min(rate_bps for rate_bps, _ in links)
+            transmission_ps = message_wire_bytes * BITS_PER_BYTE / bottleneck_bps * PS_PER_S
+            if slow_start_dominates(size_bytes, transmission_ps, 2 * latency_ps, bottleneck_bps,
+                                    self.init_payload_window_bytes):
+                slow += count
+        return slow
+
+    def _stage(self, pieces: list[tuple[LinkCounts, int, int, int]], steps_count: int) -> StageDemand:
+        """A stage of `steps_count` steps from its pieces: (link counts, their wire bytes over the
+        stage, the steps each of their messages is there for, one message's opening)."""
+        link_count = self.routes.link_count
+        link_bytes = np.zeros(link_count)
+        alpha_beta_bytes = np.zeros(link_count)  # what alpha_beta serialises on each link, one after another
+        message_steps = np.zeros(link_count)  # messages x steps: what one step holds at once, summed
+        peak = np.zeros(link_count, dtype=np.int64)
+        opening = np.zeros(link_count)
+        arrival = np.zeros(link_count)
+        for counts, wire_total, steps, opening_bytes in pieces:
+            link_bytes += counts.any_hop * float(wire_total)
+            # alpha_beta: the messages leaving or entering an NPU by one link in turn; any other link
+            # carries one message at a time (its route's bottleneck)
+            alpha_beta_bytes += np.maximum(counts.endpoint, counts.any_hop > 0) * float(wire_total)
+            message_steps += counts.any_hop * float(steps)
+            # at once: all of a pattern repeated over the stage's steps; of a double binary tree's
+            # messages (each there for one of the stage's steps), their mean over the steps
+            at_once = counts.any_hop * (steps / steps_count)
+            peak += np.ceil(at_once).astype(np.int64)
+            opening += at_once * float(opening_bytes)
+            arrival += counts.arrival_bytes_per_ps * (steps / steps_count)
+        used = message_steps > 0
+        weight = message_steps / steps_count  # messages of the stage on the link at once, on average
+        bytes_per_share = float((link_bytes[used] / weight[used]).max()) if used.any() else 1.0
+        alpha_beta_ps = round(float((alpha_beta_bytes / self.capacity_bytes_per_ps).max()))
+        return StageDemand(link_bytes, link_bytes / bytes_per_share, bytes_per_share, alpha_beta_ps, peak, opening,
+                           arrival)
+
+    def _pattern(self, layer: AlphaBetaSystemLayer, group: tuple[int, ...], pattern: str, mask: int,
+                 phase: _Phase) -> LinkCounts:
+        """Link counts of one step's messages on a group (every rank alike), counted once per pattern."""
+        key = (group, pattern, mask)
+        counts = self._patterns.get(key)
+        if counts is None:
+            hosts = np.array(group, dtype=np.int64)
+            p = len(group)
+            ranks = np.arange(p)
+            if pattern == RING:
+                counts = self._count(hosts, hosts[(ranks + 1) % p], distinct=True, sends_per_rank=1)
+            elif pattern == XOR:
+                counts = self._count(hosts, hosts[ranks ^ mask], distinct=True, sends_per_rank=1)
+            else:
+                assert pattern == ALL
+                counts = self._count_all(hosts, layer.plan_phase(phase, layer.dimensions[phase.dimension])[0])
+            self._patterns[key] = counts
+        return counts
+
+    def _count_all(self, hosts: np.ndarray, program: Program) -> LinkCounts:
+        """Every rank to every other in its program's send order (ranks of one node-local index share
+        one order of peer offsets), rank after rank as the packet engine opens the pairs'
+        connections, in chunks of at most `CHUNK_MESSAGES` messages."""
+        p = len(hosts)
+        lists: dict[int, int] = {}  # id of a rank's step list -> its row in `offsets`
+        rows_of_rank = np.array([lists.setdefault(id(program[r]), len(lists)) for r in range(p)], dtype=np.int64)
+        first_rank = {row: r for r, row in reversed(list(enumerate(rows_of_rank.tolist())))}
+        offsets = np.array([[send.peer_offset for send in program[first_rank[row]][0].sends]
+                            for row in range(len(lists))], dtype=np.int64)
+        link_count = self.routes.link_count
+        total = LinkCounts(np.zeros(link_count, np.int64), np.zeros(link_count, np.int64), np.zeros(link_count), {})
+        rows = max(1, CHUNK_MESSAGES // max(1, p - 1))
+        for start in range(0, p, rows):
+            ranks = np.arange(start, min(p, start + rows))
+            src = np.repeat(ranks, p - 1)
+            dst = (src + offsets[rows_of_rank[ranks]].ravel()) % p
+            part = self._count(hosts[src], hosts[dst], distinct=True, sends_per_rank=p - 1)
+            total.any_hop += part.any_hop
+            total.endpoint += part.endpoint
+            total.arrival_bytes_per_ps += part.arrival_bytes_per_ps
+            for route, count in part.routes.items():
+                total.routes[route] = total.routes.get(route, 0) + count
+        return total
+
+    def _count(self, src: np.ndarray, dst: np.ndarray, distinct: bool, sends_per_rank: int) -> LinkCounts:
+        """Route messages `src` -> `dst` (host arrays) and count them per link; `distinct`: no pair
+        twice; `sends_per_rank`: how many messages each sender sends at once (sharing its link)."""
+        flow_ids = self.flow_ids.ids(src, dst, distinct)  # ECMP hashes them; new ones open connections
+        hops, endpoint = self.routes.hops(src, dst, flow_ids)
+        link_count = self.routes.link_count
+        any_hop = np.zeros(link_count, np.int64)
+        ends = np.zeros(link_count, np.int64)
+        arrival = np.zeros(link_count)
+        sender_share = self.capacity_bytes_per_ps[hops[0]] / sends_per_rank  # every route has a first link
+        for hop, is_endpoint in zip(hops, endpoint):
+            on_route = hop >= 0
+            counted = np.bincount(hop[on_route], minlength=link_count)
+            any_hop += counted
+            arrival += np.bincount(hop[on_route], weights=sender_share[on_route], minlength=link_count)
+            if is_endpoint:
+                ends += counted
+        return LinkCounts(any_hop, ends, arrival, self._route_kinds(hops))
+
+    def _route_kinds(self, hops: list[np.ndarray]) -> dict[tuple[int, ...], int]:
+        """Messages per kind of route (the kinds of its hops, 0 for none), counted without sorting: each
+        route's kinds as the digits of one integer, tallied with `bincount`; or, where so many hops make
+        the integer too large (a long ring), found with `np.unique`."""
+        kinds = [self._link_kind[hop] for hop in hops]
+        base = len(self._kinds)
+        if base ** len(hops) >= 2**62:
+            routes, tally = np.unique(np.stack(kinds), axis=1, return_counts=True)
+            return {tuple(int(kind) for kind in route): int(count) for route, count in zip(routes.T, tally)}
+        # 32-bit digits where they fit (half the memory traffic of 64)
+        code: np.ndarray = np.zeros(len(hops[0]), np.int32 if base ** len(hops) < 2**31 else np.int64)
+        for hop_kinds in reversed(kinds):
+            np.multiply(code, base, out=code)
+            np.add(code, hop_kinds, out=code)
+        tally = np.bincount(code)
+        result: dict[tuple[int, ...], int] = {}
+        for value in np.flatnonzero(tally):
+            digits, rest = [], int(value)
+            for _ in hops:
+                rest, digit = divmod(rest, base)
+                digits.append(digit)
+            result[tuple(digits)] = int(tally[value])
+        return result
+
+    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int, int, int]]:
+        """Link counts of every message of step programs whose ranks differ (double binary tree), one
+        piece per message size: (counts, its wire bytes, its opening, its size); O(messages), which
+        such programs keep to O(p x blocks)."""
+        by_size: dict[int, tuple[list[int], list[int]]] = {}
+        for program in programs:
+            for rank, steps in enumerate(program):
+                for step in steps:
+                    for send in step.sends:
+                        sources, targets = by_size.setdefault(send.size_bytes, ([], []))
+                        sources.append(group[rank])
+                        targets.append(group[(rank + send.peer_offset) % len(group)])
+        pieces = []
+        for size, (sources, targets) in by_size.items():
+            wire = wire_bytes(size, self.mss_bytes, self.header_bytes)
+            counts = self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64), distinct=False,
+                                 sends_per_rank=1)
+            pieces.append((counts, wire, min(wire, self.init_window_bytes), size))
+        return pieces
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def screen_risks(self, sim_time_ps: int) -> dict[str, float | int | None]:
+        """The runs row's TCP signals (module docstring), and `slow_start_share` as `analytical` counts it
+        (of all messages, those whose slow start would outlast their transmission)."""
+        busiest = 0.0
+        if sim_time_ps > 0:
+            busiest = float((self.link_bytes / (self.capacity_bytes_per_ps * sim_time_ps)).max())
+        return {"max_link_utilisation": busiest, "max_port_flows": self.max_port_flows,
+                "slow_start_share": self.slow_start_messages / self.messages if self.messages else None,
+                "incast_phases": self.incast_phases}
+
+    def link_bytes_by_link(self) -> dict[Link, int]:
+        """Wire bytes of the phases' fluid parts that ended, per link that carried any (`links` table)."""
+        links = self.topology.links
+        return {links[index]: int(round(self.link_bytes[index])) for index in np.flatnonzero(self.link_bytes)}
+
