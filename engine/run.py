@@ -131,7 +131,7 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     if cfg.engine.backend == "phase":
         fluid = FluidPhases(sim.eventlist, sim.topology, cfg.segment_bytes, cfg.header_bytes, cfg.seed,
                             cfg.tcp.init_cwnd_pkts,
-                            (ms_to_ps(cfg.tcp.initial_rto_ms), ms_to_ps(cfg.tcp.min_rto_ms)) if cfg.engine.incast_rto
+                            (opening_rto_ps(cfg), ms_to_ps(cfg.tcp.min_rto_ms)) if cfg.engine.incast_rto
                             else None)
     system = build_system_layer(cfg, sim, transport, fluid)
     wl = cfg.workload
@@ -144,6 +144,13 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
         return PreparedRun(cfg, sim, transport, system=system, training=replay, fluid=fluid)
     training = TrainingLoop(sim.eventlist, system, workload_spec(cfg, dimension_sizes), wl.iterations)
     return PreparedRun(cfg, sim, transport, system=system, training=training, fluid=fluid)
+
+
+def opening_rto_ps(cfg: SimConfig) -> int:
+    """The RTO a connection's first loss waits: the minimum RTO once a handshake has given it an RTT
+    sample (a datacenter round trip of microseconds sets RTO = SRTT + 4 RTTVAR far below the floor),
+    else the initial RTO (RFC 6298 before any sample)."""
+    return ms_to_ps(cfg.tcp.min_rto_ms if cfg.tcp.handshake else cfg.tcp.initial_rto_ms)
 
 
 def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> dict[str, Any]:

@@ -33,6 +33,7 @@ def run(op: str, algorithm: str, size_bytes: int, backend: str = "phase", npus: 
     rows = engine.run({
         "engine": {"backend": backend, **(engine_keys or {})},
         "network": network,
+        "tcp": {"timestamps": False},  # 1460-byte segments, 40-byte headers: the hand computations' framing
         "system": {op: algorithm, "endpoint_delay_ns": 0, **(system or {})},
         "workload": {"type": "collective", "op": op, "bytes": size_bytes},
     })
@@ -70,6 +71,7 @@ def test_two_concurrent_phases_share_a_host_link_by_hand() -> None:
     # Then each waits its fixed part: per step 2 us propagation + one packet's store-and-forward.
     prepared = prepare({"engine": {"backend": "phase"},
                         "network": {"topology": "switch", "npus": 2, "link_gbps": 100, "link_latency_us": 1},
+                        "tcp": {"timestamps": False},  # 1460-byte segments, 40-byte headers
                         "system": {"endpoint_delay_ns": 0},
                         "workload": {"type": "collective", "op": "all_reduce", "bytes": 1}})
     system = prepared.system
@@ -178,18 +180,22 @@ def test_incast_flag_threshold(message_bytes, opening_bytes) -> None:
 
 
 def test_incast_rto_charges_an_rto_to_each_flagged_phase() -> None:
-    # as above: 9/16 x 16 x 1,040 bytes queue at the leaf's uplink, of 1 KiB: flagged. Its first
-    # all-to-all opens the connections (no RTT sample yet: RFC 6298's initial RTO, tcp.initial_rto_ms =
-    # 1 s); the second finds them open (tcp.min_rto_ms = 200 ms)
+    # as above: 9/16 x 16 x 1,040 bytes queue at the leaf's uplink, of 1 KiB: flagged, both
+    # all-to-alls. The first opens the connections: after a handshake (default) its first loss waits
+    # the minimum RTO (the handshake's microsecond RTT sets SRTT + 4 RTTVAR far below it: 200 ms);
+    # without one, RFC 6298's initial RTO before any sample (tcp.initial_rto_ms = 1 s). The second
+    # finds them open: tcp.min_rto_ms = 200 ms either way.
     leaf_spine = {"topology": "leaf_spine", "hosts_per_leaf": 4, "spines": 1, "uplink_gbps": 100, "buffer_kb": 1.0}
 
-    def total_ps(**engine_keys) -> int:
+    def total_ps(handshake: bool = True, **engine_keys) -> int:
         rows = engine.run({"engine": {"backend": "phase", **engine_keys},
                            "network": {"npus": 8, "link_gbps": 100, "link_latency_us": 1, **leaf_spine},
+                           "tcp": {"handshake": handshake, "timestamps": False},
                            "workload": {"type": "collective", "op": "all_to_all", "bytes": 8 * 1000, "iterations": 2}})
         return round(rows["runs"][0]["sim_time_s"] * 1e12)
 
-    assert total_ps(incast_rto=True) - total_ps() == (1000 + 200) * 10**9
+    assert total_ps(incast_rto=True) - total_ps() == (200 + 200) * 10**9
+    assert total_ps(False, incast_rto=True) - total_ps(False) == (1000 + 200) * 10**9
 
 
 def test_incast_rto_needs_the_phase_backend() -> None:

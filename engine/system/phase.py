@@ -26,8 +26,9 @@ into one switch port at once (`max_port_flows`, over the stages in their fluid p
 `incast_phases`, the phases that, as one of their stages starts, queue at some switch port more than
 its buffer holds (`_opens_incast`: each message opens with min(its wire bytes, `init_cwnd_pkts` full
 packets); the port drains while they arrive). With `engine.incast_rto` each such phase is charged
-one retransmission timeout more (its tail waits for it): `tcp.initial_rto_ms` where it opens
-connections, `tcp.min_rto_ms` where they have sent before; a first-order estimate of the collapse.
+one retransmission timeout more (its tail waits for it): where it opens connections, the RTO a
+first loss waits (`tcp.min_rto_ms` after a handshake, `tcp.initial_rto_ms` without one), else
+`tcp.min_rto_ms`; a first-order estimate of the collapse.
 """
 
 from __future__ import annotations
