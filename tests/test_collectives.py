@@ -202,10 +202,7 @@ def test_double_binary_tree_approaches_2n_over_b():
     two_n_over_b = 2 * LARGE * 8 / (LINK_GBPS * 1e9 * EFFICIENCY)
     analytical = collective_time_s("all_reduce", "double_binary_tree", LARGE, "analytical")
     assert 1.0 <= analytical / two_n_over_b <= 1.3
-    packet = collective_time_s("all_reduce", "double_binary_tree", LARGE)
-    # a node passes block b on once both children's block b are in: the max-min fluid's equal
-    # shares are the best TCP can do; TCP's are less even (the next test says why)
-    assert analytical <= packet <= 1.8 * two_n_over_b
+    # (the packet backend against this fluid time, and why it lags: the next test)
 
 
 def test_double_binary_tree_lags_the_fluid_model_by_its_windows():
@@ -219,8 +216,10 @@ def test_double_binary_tree_lags_the_fluid_model_by_its_windows():
     analytical = collective_time_s("all_reduce", "double_binary_tree", LARGE, "analytical")
     packet = collective_time_s("all_reduce", "double_binary_tree", LARGE)
     capped = collective_time_s("all_reduce", "double_binary_tree", LARGE, tcp={"rcv_wnd_kb": 64})
+    # a node passes block b on once both children's block b are in: the max-min fluid's equal
+    # shares are the best TCP can do, so the fluid time is a lower bound for every window
     assert packet > 1.3 * analytical
-    assert capped == pytest.approx(analytical, rel=0.10)
+    assert analytical <= capped <= 1.10 * analytical
 
 
 def test_hierarchical_local_bw_aware_cuts_the_scale_out_term():
