@@ -236,9 +236,10 @@ def _scripted_sender(sack: bool = True, writes: tuple[int, ...] = (30 * SEG,)) -
     return sender, wire
 
 
-def _ack(sender: TcpSender, ack_bytes: int, *sacked: tuple[int, int]) -> None:
-    """Deliver an ACK of `ack_bytes` carrying the SACK blocks `sacked` ([start, end) in bytes)."""
-    pkt = Packet((), 40, 0, 0, ack_bytes, 0, False, False)
+def _ack(sender: TcpSender, ack_bytes: int, *sacked: tuple[int, int], echoed_sent_ps: int = 0) -> None:
+    """Deliver an ACK of `ack_bytes` carrying the SACK blocks `sacked` ([start, end) in bytes), sent
+    for the segment sent at `echoed_sent_ps` (the send time the receiver echoes)."""
+    pkt = Packet((), 40, 0, 0, ack_bytes, echoed_sent_ps, False, False)
     pkt.sack_blocks = sacked
     sender.receive_packet(pkt)
 
@@ -349,3 +350,32 @@ def test_a_cumulative_ack_that_sacks_new_data_is_a_duplicate_ack_too():
     assert sender.dupacks == 1 and sender.fast_retransmits == 1
     assert sender.cc.ssthresh_bytes == 2.5 * SEG
     assert _sent(wire) == list(range(10)) + [1]
+
+
+def test_only_retransmissions_sent_before_a_delivered_segment_are_found_lost():
+    # Lost-retransmission detection (test_a_lost_retransmission_is_resent_without_waiting_for_the_rto)
+    # scripted at microsecond steps, to pin down which retransmissions a delivery condemns: those
+    # sent strictly before the delivered segment, and only if still neither ACKed nor SACKed. Segments 0..9 go at t = 0; 0 and 4 are lost.
+    # t = 1 us, ACK 0 SACK 1-3: 3,000 > 2 SMSS bytes SACKed above 0 (IsLost): fast recovery,
+    #   ssthresh = cwnd = pipe / 2 = (10 - 4) / 2 = 3 segments; 0 is resent at once (pipe 7).
+    # t = 2 us, ACK 0 SACK 1-3, 5-9 (echoing t = 0): pipe = 1 (the resent 0), nothing was sent
+    #   after t = 0 and delivered, so 0 is not lost yet; cwnd - pipe = 2: resend the hole 4, then
+    #   new segment 10 (no hole below the highest SACK is left).
+    # t = 3 us, ACK 0 SACK 4 (the copy of 4 sent at t = 2 us arrived; 0's copy from t = 1 us did
+    #   not): the copy of 0 was lost; 4's copy, sent at the delivered segment's own time, is not.
+    #   0 goes a third time; RFC 6675's pipe counts the hole 0 once (it lies below HighRxt = 5),
+    #   lost copy or not: pipe = (11 - 10) for 10 + 1 for 0 = 2 < 3, so new segment 11 follows.
+    us = PS_PER_US
+    sender, wire = _scripted_sender()
+    sender.eventlist.now_ps = 1 * us
+    _ack(sender, 0, (1 * SEG, 4 * SEG))
+    assert sender.in_recovery and sender.cc.cwnd_bytes == 3 * SEG
+    assert _sent(wire) == list(range(10)) + [0]
+    sender.eventlist.now_ps = 2 * us
+    _ack(sender, 0, (5 * SEG, 10 * SEG), (1 * SEG, 4 * SEG))
+    assert _sent(wire) == list(range(10)) + [0, 4, 10]
+    sender.eventlist.now_ps = 3 * us
+    _ack(sender, 0, (4 * SEG, 5 * SEG), (1 * SEG, 4 * SEG), (5 * SEG, 10 * SEG), echoed_sent_ps=2 * us)
+    assert _sent(wire) == list(range(10)) + [0, 4, 10, 0, 11]
+    assert [pkt.sent_ps for pkt in wire.packets[10:]] == [1 * us, 2 * us, 2 * us, 3 * us, 3 * us]
+    assert sender.retransmits == 3 and sender.timeouts == 0 and sender.in_recovery

@@ -19,6 +19,7 @@ emptied, so an idle connection holds scalars, its two routes and its congestion 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Final
 
@@ -171,8 +172,10 @@ class TcpSender(PacketSink):
         self.dupacks = 0
         self.sacked: list[list[int]] | None = None
         self.high_rxt = 0
-        self.recovery_retransmits: list[tuple[int, int, int]] | None = None  # (start, end, sent_ps) in recovery
-        self.lost_retransmits: list[tuple[int, int]] | None = None  # retransmissions known lost, to resend
+        # (start, end, sent_ps) of the recovery's retransmissions, in the order sent; and the
+        # retransmissions known lost, to resend. Queues: a recovery may hold hundreds of thousands
+        self.recovery_retransmits: deque[tuple[int, int, int]] | None = None
+        self.lost_retransmits: deque[tuple[int, int]] | None = None
         self.ecn_recover_seq = 0
         self.cwr_pending = False
         self.cwr_end_seq = 0  # SND.MAX at the last ECN reduction: no growth until an ACK passes it
@@ -293,7 +296,7 @@ class TcpSender(PacketSink):
             else:
                 lost = self.lost_retransmits
                 if lost:
-                    start, end = lost.pop(0)
+                    start, end = lost.popleft()
                     if not lost:
                         self.lost_retransmits = None
                     self._retransmit(start, end - start)
@@ -322,26 +325,28 @@ class TcpSender(PacketSink):
         if self.rack is not None:
             return
         if self.recovery_retransmits is None:
-            self.recovery_retransmits = []
+            self.recovery_retransmits = deque()
         self.recovery_retransmits.append((start, start + length, self.eventlist.now_ps))
 
     def _detect_lost_retransmissions(self, delivered_sent_ps: int) -> None:
         """A segment sent at `delivered_sent_ps` has reached the receiver. Paths keep each flow's
         packets in order, so a retransmission sent before it that is still missing was lost (the
         idea of RACK, RFC 8985): queue it to be sent again instead of waiting for the RTO.
-        Called only while there are recovery retransmissions."""
-        assert self.recovery_retransmits is not None
-        still_out = []
-        for start, end, sent_ps in self.recovery_retransmits:
+        Called only while there are recovery retransmissions. Only those sent before
+        `delivered_sent_ps` are looked at, the head of the queue, and each leaves it: a later one
+        already delivered waits for its turn, so every retransmission is examined once, not on
+        every ACK of the recovery."""
+        retransmits = self.recovery_retransmits
+        assert retransmits is not None
+        while retransmits and retransmits[0][2] < delivered_sent_ps:
+            start, end, _ = retransmits.popleft()
             if end <= self.snd_una or self._is_sacked(start, end):
                 continue  # delivered
-            if sent_ps < delivered_sent_ps:
-                if self.lost_retransmits is None:
-                    self.lost_retransmits = []
-                self.lost_retransmits.append((max(start, self.snd_una), end))
-            else:
-                still_out.append((start, end, sent_ps))
-        self.recovery_retransmits = still_out or None
+            if self.lost_retransmits is None:
+                self.lost_retransmits = deque()
+            self.lost_retransmits.append((max(start, self.snd_una), end))
+        if not retransmits:
+            self.recovery_retransmits = None
 
     def _is_sacked(self, start: int, end: int) -> bool:
         if self.sacked is not None:
