@@ -183,7 +183,7 @@ def test_a_node_removed_mid_sweep(cluster: LoopbackCluster, tmp_path: Path) -> N
     cluster.start(workers=1)
     head, node = cluster.nodes
     head_id, node_id = cluster.node_id_of(head), cluster.node_id_of(node)
-    # 4 GB a flow: about 2 s a run with the lean engine, so the node dies inside one
+    # 4 GB a flow: a few seconds a run with the compiled kernel (3-6 s), so the node dies inside one
     grid = ["seed=range(16)", "workload=incast", "workload.senders=2", "workload.bytes_per_flow=4000000000",
             "name=node_lost", f"results_dir={tmp_path / 'results'}", f"ray.address={cluster.address}",
             "hydra.launcher.flush_rows=1"]
