@@ -9,10 +9,8 @@ import math
 import pytest
 
 import engine
-from engine.eventlist import EventList
 from engine.network import wire_bytes
-from engine.system.transport import AnalyticalTransport
-from engine.topology import build_topology
+from engine.system.transport import slow_start_dominates
 from sweep_support import compose_config
 
 MSS = 1460
@@ -31,20 +29,18 @@ def test_slow_start_rounds_against_the_transmission_time() -> None:
     of transmission: slow start dominates. 10 MB need the window to cover the BDP only: 4 doublings
     (233,600), 40 us, against 822 us of transmission: it does not. A message within the initial
     window needs no doubling at all."""
-    config = engine.load_config(compose_config(["engine.backend=analytical"]))
-    eventlist = EventList()
-    transport = AnalyticalTransport(eventlist, build_topology(eventlist, config.network, 0), MSS, init_cwnd_pkts=10)
+    init_window_bytes = 10 * MSS
     rtt_ps = 10_000_000
 
     def transmission_ps(nbytes: int) -> float:
         return wire_bytes(nbytes, MSS) * 8 / GBPS_100 * 1e12
 
     assert transmission_ps(100_000) == pytest.approx(8.2208e6)  # (100,000 + 69 x 40) bytes at 100 Gb/s
-    assert transport._slow_start_dominates(100_000, transmission_ps(100_000), rtt_ps, GBPS_100)
-    assert not transport._slow_start_dominates(10_000_000, transmission_ps(10_000_000), rtt_ps, GBPS_100)
-    assert not transport._slow_start_dominates(14_000, transmission_ps(14_000), rtt_ps, GBPS_100)
+    assert slow_start_dominates(100_000, transmission_ps(100_000), rtt_ps, GBPS_100, init_window_bytes)
+    assert not slow_start_dominates(10_000_000, transmission_ps(10_000_000), rtt_ps, GBPS_100, init_window_bytes)
+    assert not slow_start_dominates(14_000, transmission_ps(14_000), rtt_ps, GBPS_100, init_window_bytes)
     # 500 kB: the BDP's 4 doublings (40 us) against 41.1 us of transmission: just not
-    assert not transport._slow_start_dominates(500_000, transmission_ps(500_000), rtt_ps, GBPS_100)
+    assert not slow_start_dominates(500_000, transmission_ps(500_000), rtt_ps, GBPS_100, init_window_bytes)
 
 
 def test_slow_start_share_of_a_ring_all_reduce() -> None:

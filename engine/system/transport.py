@@ -172,7 +172,7 @@ class AnalyticalTransport(EventSource):
         for shared in shared_links:
             bottleneck_bps = min(bottleneck_bps, shared.capacity_bps)
         transmission_ps = message_wire_bytes * BITS_PER_BYTE / bottleneck_bps * PS_PER_S
-        if self._slow_start_dominates(nbytes, transmission_ps, 2 * latency_ps, bottleneck_bps):
+        if slow_start_dominates(nbytes, transmission_ps, 2 * latency_ps, bottleneck_bps, self.init_window_bytes):
             self.slow_start_messages += 1
         message = _FluidMessage(shared_links, record, message_wire_bytes, latency_ps, on_delivered)
         pair = src * self.topology.npus + dst
@@ -185,15 +185,11 @@ class AnalyticalTransport(EventSource):
         # many messages start at the same instant (a collective step): share the links once for all
         self._wake_at(now)
 
-    def _slow_start_dominates(self, nbytes: int, transmission_ps: float, rtt_ps: int, bottleneck_bps: float) -> bool:
-        """`slow_start_dominates` from this transport's initial window."""
-        return slow_start_dominates(nbytes, transmission_ps, rtt_ps, bottleneck_bps, self.init_window_bytes)
-
     def screen_risks(self, sim_time_ps: int, switch_ports: list[Link]) -> dict[str, float | int | None]:
         """The signals of where TCP would part from this model, for the runs row:
         `max_link_utilisation` (the busiest link's delivered wire bits over its capacity times the
         run's `sim_time_ps`), `max_port_flows` (the most messages that crossed one of `switch_ports` at
-        once) and `slow_start_share` (of all messages, those `_slow_start_dominates`)."""
+        once) and `slow_start_share` (of all messages, those for which `slow_start_dominates`)."""
         busiest = 0.0
         if sim_time_ps > 0:
             for shared in self._shared_links.values():
