@@ -26,7 +26,7 @@ os.environ["NETSWEEP_PURE_PYTHON"] = "1"  # wrappers below need the interpreted 
 
 import engine  # noqa: E402
 from engine import network  # noqa: E402
-from engine.ns3.build import unavailable_reason  # noqa: E402
+from engine.backends.ns3.build import unavailable_reason  # noqa: E402
 from engine.transport import tcp  # noqa: E402
 from validate_ns3 import config_of  # noqa: E402
 

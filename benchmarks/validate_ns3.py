@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import engine
-from engine.ns3.transport import Ns3Error
+from engine.backends.ns3.helper import Ns3Error
 
 HERE = Path(__file__).resolve().parent
 BACKENDS = ("packet", "ns3", "analytical", "alpha_beta")

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from .backends import BACKEND_NAMES, backend_class
 from .network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
@@ -18,8 +19,6 @@ CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 # What the sender does with its SACK scoreboard at an RTO: keep it and resend only the holes (Linux,
 # ns-3, RFC 6675 with erratum 1610) or discard it and resend everything from snd_una (RFC 2018).
 SACK_AFTER_RTO = ("keep", "discard")
-BACKENDS = ("packet", "analytical", "alpha_beta", "phase", "ns3")
-NS3_MAX_NPUS = 128  # the ns3 backend opens a connection per ordered pair of NPUs before time 0
 # Which links get a row in the `links` table: none, the switches' egress ports, or every link.
 LINK_STATS = ("none", "switch_ports", "all")
 WORKLOAD_TYPES = ("dlrm", "astra", "chakra", "collective", "flows")
@@ -312,11 +311,12 @@ def _flow_specs(raw: Any) -> tuple[FlowSpec, ...]:
 
 def _validate(config: SimConfig) -> None:
     net, tcp, wl, eng = config.network, config.tcp, config.workload, config.engine
-    _one_of("engine.backend", eng.backend, BACKENDS)
+    _one_of("engine.backend", eng.backend, BACKEND_NAMES)
+    backend = backend_class(eng.backend)
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
-    _require(not eng.incast_rto or eng.backend == "phase", "engine.incast_rto", eng.incast_rto,
-             "false unless engine.backend=phase (the backend that flags incast phases)")
+    _require(not eng.incast_rto or backend.INCAST_RTO, "engine.incast_rto", eng.incast_rto,
+             f"false unless engine.backend={_backends_with('INCAST_RTO')} (the backend that flags incast phases)")
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
     _require(net.npus >= 2, "network.npus", net.npus, "an integer >= 2")
@@ -364,12 +364,12 @@ def _validate(config: SimConfig) -> None:
     _require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
 
     _validate_system(config)
-    if eng.backend == "ns3":
-        _validate_ns3(config)
+    backend.check_config(config)
     _one_of("workload.type", wl.type, WORKLOAD_TYPES)
     if wl.type == "flows":
-        _require(eng.backend == "packet", "engine.backend", eng.backend,
-                 "packet for workload.type=flows (TCP flows need the packet backend)")
+        carriers = _backends_with("CARRIES_FLOWS")
+        _require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,
+                 f"{carriers} for workload.type=flows (TCP flows need the {carriers} backend)")
         _validate_flows(config)
     else:
         _require(wl.iterations >= 1, "workload.iterations", wl.iterations, "an integer >= 1")
@@ -412,32 +412,9 @@ def _validate(config: SimConfig) -> None:
         _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
 
 
-def _validate_ns3(config: SimConfig) -> None:
-    """What ns-3 cannot express, refused on the key that asks for it; then whether ns-3 is here."""
-    net, tcp = config.network, config.tcp
-    _require(net.loss_rate == 0.0, "network.loss_rate", net.loss_rate,
-             "0 with engine.backend=ns3 (random loss is not mapped to ns-3)")
-    _require(tcp.max_rto_s == 60.0, "tcp.max_rto_s", tcp.max_rto_s,
-             "60 with engine.backend=ns3 (ns-3 caps the RTO at 60 s, not settable)")
-    _require(net.npus <= NS3_MAX_NPUS, "network.npus", net.npus,
-             f"at most {NS3_MAX_NPUS} with engine.backend=ns3 (it opens a TCP connection per ordered pair "
-             "of NPUs before time 0)")
-    _require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
-    _require(tcp.handshake, "tcp.handshake", tcp.handshake,
-             "true with engine.backend=ns3 (ns-3 opens every connection with its handshake before time 0)")
-    _require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
-             "none with engine.backend=ns3 (its helper reports no per-link counters)")
-    _require(tcp.sack_after_rto == "keep" or not tcp.sack, "tcp.sack_after_rto", tcp.sack_after_rto,
-             "keep with engine.backend=ns3 (ns-3 keeps the SACK scoreboard across an RTO; discarding it is not "
-             "settable)")
-    for key in ("rack_tlp", "prr", "hystart", "linux_delayed_ack"):  # the tcp=linux options
-        _require(not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
-                 "false with engine.backend=ns3 (its helper does not map this Linux option to ns-3)")
-    if config.workload.type != "flows":  # flows are refused below, with their own message
-        from .ns3.build import unavailable_reason  # stdlib only: no ns-3 import
-
-        reason = unavailable_reason()
-        _require(reason is None, "engine.backend", "ns3", f"packet, analytical, alpha_beta or phase here: {reason}")
+def _backends_with(flag: str) -> str:
+    """The registered backends whose class sets `flag` (a `NetworkBackend` constant), as `a or b`."""
+    return " or ".join(name for name in BACKEND_NAMES if getattr(backend_class(name), flag))
 
 
 def _validate_system(config: SimConfig) -> None:

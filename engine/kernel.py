@@ -31,7 +31,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
-# The hot path: event list, links and packets, TCP and its congestion control; the system layer.
+# The hot path: event list, links and packets, TCP and its congestion control; the system layer; the
+# backends that carry its messages (with their interface, which they subclass natively).
 KERNEL_MODULES = (
     "engine.units",
     "engine.eventlist",
@@ -44,8 +45,10 @@ KERNEL_MODULES = (
     "engine.system.collectives",
     "engine.system.maxmin",
     "engine.system.messages",
-    "engine.system.transport",
     "engine.system.alpha_beta",
+    "engine.backends.base",
+    "engine.backends.packet",
+    "engine.backends.analytical",
 )
 # mypyc compiles them into one shared library, `engine/_kernel__mypyc.*.so`, holding all their code,
 # and a small shim extension per module that loads it.

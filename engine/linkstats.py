@@ -2,11 +2,12 @@
 every switch egress port; `all`: every link, the hosts' NICs too).
 
 Everything here runs once, after the simulation: with `link_stats: none` (the default) nothing is
-collected and the run costs nothing more. What a row holds depends on what the backend knows:
+collected and the run costs nothing more. Each backend's `link_rows` (engine/backends/) builds its
+rows with one of the two functions here, from what it knows:
 - `packet`: the counters every link keeps anyway (packets and bytes accepted into its queue, drops,
-  CE marks, the largest backlog an arriving packet saw);
-- `analytical`: the wire bytes of the messages delivered, on every link of their routes (the
-  transport's own count, `AnalyticalTransport.link_bytes`);
+  CE marks, the largest backlog an arriving packet saw): `packet_link_rows`;
+- `analytical` and `phase`: the wire bytes delivered on every link of the messages' (the phases')
+  routes: `fluid_link_rows`;
 - `alpha_beta`: the wire bytes of the messages of the phases that ended, on the links that join a
   host to its first switch only (`HOST_LINK_KINDS`): it routes no message, so it cannot say which
   equal-cost path, hence which link between switches, one would take.

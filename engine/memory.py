@@ -1,40 +1,31 @@
 """How much memory a run will need, estimated from its config before it runs.
 
 A sweep declares this to its scheduler (Ray's `memory` resource), so that it never starts more big
-runs at once than a machine holds, and holds each run to it. What grows with a run is known ahead:
-its messages (an entry in the message log and, at the end, a `flows` row in columns), its TCP
-connections (packet backend: one per NPU pair that talks) and its links. The constants are upper
-ends of what runs measured (peak resident memory of `python -m sweep` on DLRM iterations of 64 to
-1,024 NPUs on leaf-spine, packet and analytical backends: 1,024 NPUs, 16.8 million messages, took
-3.7 GiB on the packet backend with its 1.05 million connections, 2.8 GiB on the analytical one),
-so the estimate errs on the large side. On the ns3 backend the network lives in a helper process
-that opens every pair's TCP connection before time 0: its peak resident memory, measured on
-all-to-alls over one switch, was 28 MiB at 16 NPUs, 130 MiB at 64 and 415 MiB at 128 (about 24 KiB
-a connection), counted here too since the run's machine holds it. The phase backend sends no message
-either; it keeps a flow id per ordered pair of NPUs (the packet engine's connection ids, which
-ECMP hashes: 4 bytes a pair) and routes a pattern's messages in chunks of `CHUNK_MESSAGES` (about 100 bytes each in
-temporary arrays): 423 MiB peak at 9,216 NPUs on leaf_spine, 454 MiB on fat_tree (docs/phase-backend.md).
+runs at once than a machine holds, and holds each run to it. Each backend gives its estimate
+(`NetworkBackend.estimate_bytes`, engine/backends/) from the share every run has, `process_bytes`:
+the process, its messages (an entry in the message log and, at the end, a `flows` row in columns)
+and its links, plus what only it holds (the packet backend's TCP connections, one per NPU pair that
+talks; the ns3 backend's helper process; the phase backend's arrays). The constants are upper ends of
+what runs measured (peak resident memory of `python -m sweep` on DLRM iterations of 64 to 1,024 NPUs
+on leaf-spine, packet and analytical backends: 1,024 NPUs, 16.8 million messages, took 3.7 GiB on the
+packet backend with its 1.05 million connections, 2.8 GiB on the analytical one), so the estimate
+errs on the large side.
 """
-
 from __future__ import annotations
 
 from functools import lru_cache
 
+from .backends import backend_class
 from .config import NetworkConfig, SimConfig, SystemConfig, WorkloadConfig
 from .system.algorithms import ALL, TREE_PIPELINE_BLOCKS, symmetric_steps
-from .system.phase import CHUNK_MESSAGES
 from .workload.flows import pattern_pairs
 from .workload.chakra import SEND, read_trace, trace_collectives
 from .workload.layers import workload_spec
 
 BASE_BYTES = 400 * 2**20  # a worker process with the engine, pandas and pyarrow loaded, and headroom
 BYTES_PER_MESSAGE = 256  # its log entry, its `flows` columns, its share of the messages in flight
-BYTES_PER_CONNECTION = 1_536  # a persistent TCP connection (943 bytes idle), its routes and timers
 BYTES_PER_LINK = 1_024
-NS3_HELPER_BYTES = 64 * 2**20  # the ns-3 helper process with no connection, and headroom
-NS3_BYTES_PER_CONNECTION = 32 * 1024  # an ns-3 TCP socket pair with its buffers and routes
-PHASE_BYTES_PER_PAIR = 4  # the phase backend's flow id of an ordered pair of NPUs (int32)
-PHASE_BYTES_PER_ROUTED_MESSAGE = 128  # its temporary arrays per message of a routing chunk, with headroom
+LINKS_PER_NPU = 4  # every topology has a few links per host
 
 
 def messages_per_collective(op: str, algorithm: str, npus: int) -> int:
@@ -72,16 +63,10 @@ def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
 
 
 def estimate_run_bytes(config: SimConfig) -> int:
-    """Peak memory the run will need, in bytes (see the module docstring)."""
-    npus = config.network.npus
-    backend = config.engine.backend
-    messages = estimate_messages(config) if backend not in ("alpha_beta", "phase") else 0  # they send none
-    connections = min(npus * (npus - 1), messages) if backend == "packet" else 0
-    links = 4 * npus  # every topology has a few links per host
-    engine_bytes = BASE_BYTES + messages * BYTES_PER_MESSAGE + connections * BYTES_PER_CONNECTION + links * BYTES_PER_LINK
-    if backend == "ns3":  # the helper process, with a connection per ordered pair of NPUs
-        return engine_bytes + NS3_HELPER_BYTES + npus * (npus - 1) * NS3_BYTES_PER_CONNECTION
-    if backend == "phase":
-        return (engine_bytes + npus * npus * PHASE_BYTES_PER_PAIR
-                + min(CHUNK_MESSAGES, npus * npus) * PHASE_BYTES_PER_ROUTED_MESSAGE)
-    return engine_bytes
+    """Peak memory the run will need, in bytes: its backend's estimate (see the module docstring)."""
+    return backend_class(config.engine.backend).estimate_bytes(config)
+
+
+def process_bytes(config: SimConfig, messages: int) -> int:
+    """What every run holds, in bytes: the worker process, `messages` messages and the links."""
+    return BASE_BYTES + messages * BYTES_PER_MESSAGE + LINKS_PER_NPU * config.network.npus * BYTES_PER_LINK

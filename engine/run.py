@@ -8,39 +8,30 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
+from .backends import backend_class
+from .backends.base import BACKEND_COLUMNS, NetworkBackend
 from .config import SimConfig, load_config
-from .linkstats import fluid_link_rows, packet_link_rows
-from .ns3.transport import Ns3Transport
 from .simulation import Simulation
-from .system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, MessageLog, PacketTransport, SystemLayer
+from .system import SystemLayer
 from .system.messages import flow_rows
-from .system.phase import FluidPhases
-from .units import ms_to_ps, ns_to_ps, ps_to_s, s_to_ps
+from .units import ps_to_s, s_to_ps
 from .workload import FlowsWorkload, TrainingLoop, workload_spec
 from .workload.chakra import TraceReplay, duration_ps_per_unit, read_trace
-
-
-PACKET_ONLY_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "loss_probes",
-                       "rack_lost_segments", "drops", "ecn_marks", "max_queue_kb")
-# alpha_beta and phase time whole collective phases: they have no messages to count (and no `flows` rows)
-MESSAGE_COLUMNS = ("flows", "flows_completed", "mean_fct_s", "max_fct_s")
-PHASE_BACKENDS = ("alpha_beta", "phase")
 
 
 @dataclass
 class PreparedRun:
     """A simulation with its workload wired up and not yet started: `start()`, then run the event
-    list (all at once with `simulate()`, or in steps to observe it), then `rows()`. `transport` is
-    None on the alpha_beta and phase backends, which send no messages; on the ns3 backend it runs a helper
-    process, which `simulate()` ends (or `close()`, for a run not simulated)."""
+    list (all at once with `simulate()`, or in steps to observe it), then `rows()`. `backend` is the
+    network the workload runs on (engine/backends/); `close()` releases what it holds outside this
+    process (the ns3 backend's helper)."""
 
     config: SimConfig
     sim: Simulation
-    transport: PacketTransport | AnalyticalTransport | Ns3Transport | None
+    backend: NetworkBackend
     flows: FlowsWorkload | None = None
     system: SystemLayer | None = None
     training: TrainingLoop | TraceReplay | None = None  # a trace replays like a training loop
-    fluid: FluidPhases | None = None  # the phase backend's sharing of links among phases
 
     @property
     def finished(self) -> bool:
@@ -55,17 +46,11 @@ class PreparedRun:
 
     def simulate(self) -> None:
         """Run the simulation to its end or to `engine.max_sim_time_s`."""
-        if isinstance(self.transport, Ns3Transport):
-            # ns-3 carries the packets: the two simulations advance together
-            until_ps = s_to_ps(self.config.engine.max_sim_time_s)
-            self.sim.time_limit_reached = not self.transport.run(until_ps)
-        else:
-            self.sim.run()
+        self.backend.simulate()
 
     def close(self) -> None:
-        """Release what the run holds outside this process (the ns-3 helper)."""
-        if isinstance(self.transport, Ns3Transport):
-            self.transport.close()
+        """Release what the run holds outside this process."""
+        self.backend.close()
 
     def rows(self, wall_s: float, flow_columns: bool = False) -> dict[str, Any]:
         """Result rows per table; `wall_s` is the wall time the caller measured. With
@@ -76,64 +61,32 @@ class PreparedRun:
             tables["collectives"] = [record.row() for record in self.system.records]
             tables["layers"] = self.training.layer_rows()
             workload_summary = self.training.summary()
-        flows = (MessageLog() if self.transport is None else self.transport.records).columns()
+        flows = self.backend.message_log().columns()
         tables["flows"] = flows if flow_columns else flow_rows(flows)
         run_row = {**summary_row(self.sim, self.finished, wall_s, flows), **workload_summary}
+        end_ps = s_to_ps(run_row["sim_time_s"])
         if self.config.engine.link_stats != "none":  # else no links table at all (and nothing collected)
-            tables["links"] = self.link_rows(s_to_ps(run_row["sim_time_s"]))
-        backend = self.config.engine.backend
-        if isinstance(self.transport, Ns3Transport):
-            # ns-3 counts segments, retransmissions, timeouts, drops and marks; the queue peak is not traced
-            run_row.update(self.transport.counters(), max_queue_kb=None)
-            run_row["events_per_s"] = run_row["events"] / wall_s if wall_s > 0 else None  # ns-3's events
-        elif backend != "packet":
-            # the fluid and closed-form models have no packets, queues or losses (and alpha_beta
-            # sends no messages): say so instead of reporting zeros
-            run_row.update(dict.fromkeys(PACKET_ONLY_COLUMNS + (MESSAGE_COLUMNS if backend in PHASE_BACKENDS else ())))
-        if isinstance(self.transport, AnalyticalTransport):
-            run_row.update(self.transport.screen_risks(self.sim.eventlist.now_ps, self.sim.topology.switch_ports))
-        if self.fluid is not None:
-            run_row.update(self.fluid.screen_risks(self.sim.eventlist.now_ps))
+            tables["links"] = self.backend.link_rows(self.config.engine.link_stats, end_ps)
+        # what the backend does not know is null, never zero (the summary sums the packet engine's
+        # counters, zero where it sent no packet); then what it counted itself
+        unknown = [column for column in BACKEND_COLUMNS if column in run_row and column not in self.backend.FILLS]
+        run_row.update(dict.fromkeys(unknown))
+        counters = self.backend.counters()
+        run_row.update(counters)
+        if "events" in counters:  # the backend's own events (ns-3's)
+            run_row["events_per_s"] = run_row["events"] / wall_s if wall_s > 0 else None
         return {"runs": [run_row], **tables}
-
-    def link_rows(self, end_ps: int) -> list[dict[str, Any]]:
-        """The `links` table (`engine.link_stats`; none: no rows), from what the backend knows up
-        to `end_ps`, the end of the run."""
-        link_stats, backend = self.config.engine.link_stats, self.config.engine.backend
-        topology = self.sim.topology
-        if backend == "packet":
-            return packet_link_rows(topology, link_stats, end_ps)
-        if isinstance(self.transport, AnalyticalTransport):
-            return fluid_link_rows(topology, link_stats, end_ps, self.transport.link_bytes(), host_links_only=False)
-        if self.fluid is not None:
-            return fluid_link_rows(topology, link_stats, end_ps, self.fluid.link_bytes_by_link(), host_links_only=False)
-        assert isinstance(self.system, AlphaBetaSystemLayer)
-        return fluid_link_rows(topology, link_stats, end_ps, self.system.host_link_bytes(), host_links_only=True)
 
 
 def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
-    """Validate the config and build the network, transport, system layer and workload."""
+    """Validate the config and build the network, its backend, the system layer and the workload."""
     cfg = config if isinstance(config, SimConfig) else load_config(config)
     sim = Simulation(cfg)
-    transport: PacketTransport | AnalyticalTransport | Ns3Transport | None = None
-    if cfg.engine.backend == "packet":
-        transport = PacketTransport(sim.eventlist, sim.open_connection, cfg.network.npus)
-    elif cfg.engine.backend == "analytical":
-        transport = AnalyticalTransport(sim.eventlist, sim.topology, cfg.segment_bytes, cfg.tcp.init_cwnd_pkts,
-                                        cfg.header_bytes)
-    elif cfg.engine.backend == "ns3":
-        transport = Ns3Transport(sim.eventlist, sim.topology, cfg)
-    if cfg.workload.type == "flows":
-        assert isinstance(transport, PacketTransport)
-        flows = FlowsWorkload(sim.eventlist, transport, cfg.workload, cfg.network.npus, cfg.seed)
-        return PreparedRun(cfg, sim, transport, flows=flows)
-    fluid = None
-    if cfg.engine.backend == "phase":
-        fluid = FluidPhases(sim.eventlist, sim.topology, cfg.segment_bytes, cfg.header_bytes, cfg.seed,
-                            cfg.tcp.init_cwnd_pkts,
-                            (opening_rto_ps(cfg), ms_to_ps(cfg.tcp.min_rto_ms)) if cfg.engine.incast_rto
-                            else None)
-    system = build_system_layer(cfg, sim, transport, fluid)
+    backend = backend_class(cfg.engine.backend)(cfg, sim)
+    if cfg.workload.type == "flows":  # the config refuses it on a backend that does not carry flows
+        flows = FlowsWorkload(sim.eventlist, backend.flow_sender(), cfg.workload, cfg.network.npus, cfg.seed)
+        return PreparedRun(cfg, sim, backend, flows=flows)
+    system = backend.system_layer()
     wl = cfg.workload
     # NPUs per group of each network dimension: the readers convert ASTRA-sim's sizes with them
     dimension_sizes = tuple(len(groups[0]) for groups in sim.topology.dimensions())
@@ -141,16 +94,9 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
         assert wl.path is not None
         replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus, dimension_sizes),
                              duration_ps_per_unit(wl.duration_unit, wl.cycle_ns), wl.iterations)
-        return PreparedRun(cfg, sim, transport, system=system, training=replay, fluid=fluid)
+        return PreparedRun(cfg, sim, backend, system=system, training=replay)
     training = TrainingLoop(sim.eventlist, system, workload_spec(cfg, dimension_sizes), wl.iterations)
-    return PreparedRun(cfg, sim, transport, system=system, training=training, fluid=fluid)
-
-
-def opening_rto_ps(cfg: SimConfig) -> int:
-    """The RTO a connection's first loss waits: the minimum RTO once a handshake has given it an RTT
-    sample (a datacenter round trip of microseconds sets RTO = SRTT + 4 RTTVAR far below the floor),
-    else the initial RTO (RFC 6298 before any sample)."""
-    return ms_to_ps(cfg.tcp.min_rto_ms if cfg.tcp.handshake else cfg.tcp.initial_rto_ms)
+    return PreparedRun(cfg, sim, backend, system=system, training=training)
 
 
 def run(config: Mapping[str, Any] | SimConfig, flow_columns: bool = False) -> dict[str, Any]:
@@ -194,26 +140,6 @@ def cyclic_collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def build_system_layer(cfg: SimConfig, sim: Simulation,
-                       transport: PacketTransport | AnalyticalTransport | Ns3Transport | None,
-                       fluid: FluidPhases | None = None) -> SystemLayer:
-    """The system layer on the topology's dimensions with the configured algorithms; without a
-    transport, the one that times each phase itself: in closed form (alpha_beta), or as fluid
-    coflows sharing links when `fluid` times them (phase)."""
-    system = cfg.system
-    dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(sim.topology.dimensions())]
-    node_size = cfg.network.npus_per_node if cfg.network.topology == "hierarchical" else 1
-    flat = Dimension("flat", (tuple(range(cfg.network.npus)),), node_size or 1)
-    algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
-    endpoint_delay_ps = ns_to_ps(system.endpoint_delay_ns)
-    if transport is None:
-        return AlphaBetaSystemLayer(sim.eventlist, sim.topology, cfg.segment_bytes, dimensions, flat, algorithms,
-                                    system.splits, system.scheduling, system.hierarchy, endpoint_delay_ps,
-                                    cfg.header_bytes, system.astra_compat, None if fluid is None else fluid.start)
-    return SystemLayer(sim.eventlist, transport, dimensions, flat, algorithms, system.splits,
-                       system.scheduling, system.hierarchy, endpoint_delay_ps, system.astra_compat)
 
 
 def summary_row(sim: Simulation, finished: bool, wall_s: float, flows: Mapping[str, Sequence]) -> dict:

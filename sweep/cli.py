@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
+from engine.backends import backend_class
 
 from .interrupts import interrupts_deferred
 from .plan import check_dataset, config_error, hydra_error, pop_force, validate
@@ -56,24 +57,22 @@ def _count(value: Any) -> str:
 
 
 def _network_lines(run: Mapping[str, Any]) -> list[str]:
-    """Packet counters and engine speed; the analytical, alpha_beta and phase backends have no packets to
-    count (phase: its TCP risk signals instead)."""
+    """Packet counters and engine speed; a backend that counts no packets (analytical, alpha_beta, phase)
+    says what it models instead, and a backend that reports TCP risk signals (phase) shows them."""
     lines = []
-    if run.get("engine.backend") == "analytical":
-        lines.append("  packets          n/a (analytical backend: no packets, queues or losses)")
-    elif run.get("engine.backend") == "alpha_beta":
-        lines.append("  packets          n/a (alpha_beta backend: collective steps in closed form, no contention)")
-    elif run.get("engine.backend") == "phase":
-        lines.append("  packets          n/a (phase backend: collective phases as fluid coflows sharing links)")
-        lines.append(f"  TCP risk         busiest link {_number(run.get('max_link_utilisation'), 4)}   "
-                     f"max_port_flows {_count(run.get('max_port_flows'))}   "
-                     f"incast_phases {_count(run.get('incast_phases'))}")
+    if run.get("packets_sent") is None:
+        backend = str(run.get("engine.backend"))
+        lines.append(f"  packets          n/a ({backend} backend: {backend_class(backend).DESCRIPTION})")
     else:
         lines += [
             f"  retransmits      {_count(run.get('retransmits'))}   timeouts {_count(run.get('timeouts'))}",
             f"  drops            {_count(run.get('drops'))}   ecn_marks {_count(run.get('ecn_marks'))}",
             f"  max_queue_kb     {_number(run.get('max_queue_kb'), 4)}",
         ]
+    if run.get("incast_phases") is not None:
+        lines.append(f"  TCP risk         busiest link {_number(run.get('max_link_utilisation'), 4)}   "
+                     f"max_port_flows {_count(run.get('max_port_flows'))}   "
+                     f"incast_phases {_count(run.get('incast_phases'))}")
     lines.append(f"  events/s         {_count(run.get('events_per_s'))}   "
                  f"({_count(run.get('events'))} events, wall {_number(run.get('wall_s'))} s)")
     return lines

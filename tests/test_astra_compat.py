@@ -18,9 +18,10 @@ from __future__ import annotations
 import pytest
 
 import engine
+from engine.backends.analytical import FluidMessages
 from engine.config import ConfigError, NetworkConfig, load_config
 from engine.eventlist import EventList
-from engine.system import AlphaBetaSystemLayer, AnalyticalTransport, Dimension, SystemLayer
+from engine.system import AlphaBetaSystemLayer, Dimension, SystemLayer
 from engine.system.algorithms import astra_tree_links
 from engine.topology import build_topology
 
@@ -130,7 +131,7 @@ def _system(backend: str, astra_compat: bool) -> SystemLayer:
     if backend == "alpha_beta":
         return AlphaBetaSystemLayer(eventlist, topology, MSS, [dim0], flat, algorithms, 1, "lifo", "baseline", 0,
                                     astra_compat=astra_compat)
-    return SystemLayer(eventlist, AnalyticalTransport(eventlist, topology, MSS), [dim0], flat, algorithms, 1,
+    return SystemLayer(eventlist, FluidMessages(eventlist, topology, MSS), [dim0], flat, algorithms, 1,
                        "lifo", "baseline", 0, astra_compat)
 
 

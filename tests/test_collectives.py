@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 import engine
+from engine.backends.analytical import FluidMessages
 from engine.eventlist import EventList
-from engine.system import AnalyticalTransport, Dimension, SystemLayer
+from engine.system import Dimension, SystemLayer
 from engine.system.algorithms import RING, XOR, plan, symmetric_steps
 from engine.config import NetworkConfig
 from engine.topology import build_topology
@@ -247,9 +248,9 @@ def test_hierarchical_local_bw_aware_cuts_the_scale_out_term():
 def _end_order(scheduling: str) -> list[int]:
     eventlist = EventList()
     topology = build_topology(eventlist, NetworkConfig(npus=4), seed=0)
-    transport = AnalyticalTransport(eventlist, topology, MSS)
+    messages = FluidMessages(eventlist, topology, MSS)
     dimension = Dimension("dim0", ((0, 1, 2, 3),))
-    system = SystemLayer(eventlist, transport, [dimension], dimension, {"all_reduce": "ring"}, 1,
+    system = SystemLayer(eventlist, messages, [dimension], dimension, {"all_reduce": "ring"}, 1,
                          scheduling, "baseline", 0)
     finished: list[int] = []
     for index in range(3):

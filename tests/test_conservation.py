@@ -52,7 +52,7 @@ def prepare_flows(config):
     prepare = getattr(engine, "prepare", None)
     if prepare is not None:
         prepared = prepare(config)
-        return prepared.sim, prepared, prepared.transport.records
+        return prepared.sim, prepared, prepared.backend.message_log()
     sim = Simulation(config)
     workload = FlowsWorkload(sim, config.workload)
     return sim, workload, workload.records

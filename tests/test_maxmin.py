@@ -11,7 +11,7 @@ import pytest
 
 from engine.config import NetworkConfig
 from engine.eventlist import EventList
-from engine.system import AnalyticalTransport
+from engine.backends.analytical import FluidMessages
 from engine.system.maxmin import Flow, MaxMinSharing, SharedLink
 from engine.topology import build_topology
 
@@ -155,9 +155,9 @@ def reference_completions(topology, mss_bytes: int, sends: list[tuple[int, int, 
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_analytical_transport_times_equal_a_fluid_simulation_that_recomputes_everything(seed):
+def test_analytical_messages_time_equal_a_fluid_simulation_that_recomputes_everything(seed):
     # Leaf-spine of 8 hosts (4 per leaf, 2 spines: ECMP), messages started at a few instants (so
-    # many at once), pairs repeated (queued behind each other). The transport rounds each
+    # many at once), pairs repeated (queued behind each other). The backend rounds each
     # completion to a whole picosecond, and so the instants at which the rates change: arrival
     # times may differ from the exact ones by a picosecond or two (1 at most over these seeds).
     rng = Random(seed)
@@ -166,13 +166,13 @@ def test_analytical_transport_times_equal_a_fluid_simulation_that_recomputes_eve
                         uplink_gbps=uplink_gbps, link_latency_us=1)
     eventlist = EventList()
     topology = build_topology(eventlist, net, seed)
-    transport = AnalyticalTransport(eventlist, topology, mss_bytes=1460)
+    messages = FluidMessages(eventlist, topology, mss_bytes=1460)
     instants_ps = [rng.randrange(0, 20_000_000) for _ in range(4)]
     sends = sorted((rng.choice(instants_ps), *rng.sample(range(8), 2), rng.randint(1, 300_000))
                    for _ in range(rng.randint(2, 30)))
     for start_ps, src, dst, size in sends:
-        eventlist.call_at(start_ps, lambda src=src, dst=dst, size=size: transport.send(src, dst, size, lambda: None))
+        eventlist.call_at(start_ps, lambda src=src, dst=dst, size=size: messages.send(src, dst, size, lambda: None))
     eventlist.run(10**15)
     expected = reference_completions(build_topology(EventList(), net, seed), 1460, sends)
-    for record, arrival_ps in zip(transport.records, expected):
+    for record, arrival_ps in zip(messages.records, expected):
         assert abs(record.end_ps - arrival_ps) <= 2, (record.flow_id, record.end_ps, float(arrival_ps))

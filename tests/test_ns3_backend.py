@@ -16,8 +16,8 @@ import pytest
 import engine
 from engine.config import ConfigError, load_config
 from engine.eventlist import EventList
-from engine.ns3 import build
-from engine.ns3.transport import Ns3Error, Ns3Transport, network_graph
+from engine.backends.ns3 import build
+from engine.backends.ns3.helper import Ns3Error, Ns3Messages, network_graph
 from engine.topology import build_topology
 
 NS3_MISSING = build.unavailable_reason()
@@ -251,11 +251,11 @@ def test_a_helper_that_dies_is_an_error_naming_its_exit_status():
     # says the helper ended, not hang or report a silent pipe. SIGKILL stands in for the abort.
     cfg = load_config(config("ns3"))
     eventlist = EventList()
-    transport = Ns3Transport(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
-    transport._process.send_signal(signal.SIGKILL)
-    transport.send(0, 1, 1_000_000, lambda: None)
+    messages = Ns3Messages(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
+    messages._process.send_signal(signal.SIGKILL)
+    messages.send(0, 1, 1_000_000, lambda: None)
     with pytest.raises(Ns3Error, match=f"exit status {-signal.SIGKILL}"):
-        transport.run(10**12)
+        messages.run(10**12)
 
 
 @pytest.mark.ns3
@@ -275,15 +275,15 @@ def test_ns3_ring_port_serves_own_and_forwarded_packets_round_robin():
     cfg = load_config(config("ns3", network={"topology": "ring", "npus": 5, "buffer_kb": None},
                              tcp={"init_cwnd_pkts": 40}))
     eventlist = EventList()
-    transport = Ns3Transport(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
+    messages = Ns3Messages(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
     delivered_ps: dict[int, int] = {}
     try:
         for src in (1, 0):
-            transport.send(src, 2, 40 * MSS_BYTES, lambda src=src: delivered_ps.setdefault(src, eventlist.now_ps))
-        assert transport.run(10**12)
-        counters = transport.counters()
+            messages.send(src, 2, 40 * MSS_BYTES, lambda src=src: delivered_ps.setdefault(src, eventlist.now_ps))
+        assert messages.run(10**12)
+        counters = messages.counters()
     finally:
-        transport.close()
+        messages.close()
     assert delivered_ps == {1: send_step_ps + 70 * frame_ps + latency_ps,
                             0: send_step_ps + 80 * frame_ps + latency_ps}
     assert counters["drops"] == 0 and counters["retransmits"] == 0
@@ -300,13 +300,13 @@ def test_ns3_ring_never_drops_an_npus_own_packets():
     cfg = load_config(config("ns3", network={"topology": "ring", "npus": 5, "buffer_kb": 1.5},
                              tcp={"init_cwnd_pkts": 40}))
     eventlist = EventList()
-    transport = Ns3Transport(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
+    messages = Ns3Messages(eventlist, build_topology(eventlist, cfg.network, cfg.seed), cfg)
     delivered_ps: list[int] = []
     try:
-        transport.send(0, 1, 40 * MSS_BYTES, lambda: delivered_ps.append(eventlist.now_ps))
-        assert transport.run(10**12)
-        counters = transport.counters()
+        messages.send(0, 1, 40 * MSS_BYTES, lambda: delivered_ps.append(eventlist.now_ps))
+        assert messages.run(10**12)
+        counters = messages.counters()
     finally:
-        transport.close()
+        messages.close()
     assert delivered_ps == [1 + 40 * 120_160 + 1_000_000]
     assert counters["drops"] == 0 and counters["retransmits"] == 0

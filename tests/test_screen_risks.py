@@ -10,7 +10,7 @@ import pytest
 
 import engine
 from engine.network import wire_bytes
-from engine.system.transport import slow_start_dominates
+from engine.transport.cc import slow_start_dominates
 from sweep_support import compose_config
 
 MSS = 1460

@@ -1,10 +1,8 @@
-"""System layer: collective algorithms over a message transport (packet or analytical), or timed in
-closed form (alpha_beta)."""
+"""System layer: collective algorithms over a backend that carries messages (engine/backends/), or
+timed in closed form (alpha_beta)."""
 
 from .alpha_beta import AlphaBetaSystemLayer
 from .collectives import CollectiveRecord, Dimension, SystemLayer
 from .messages import MessageLog, MessageRecord
-from .transport import AnalyticalTransport, PacketTransport
 
-__all__ = ["AlphaBetaSystemLayer", "AnalyticalTransport", "CollectiveRecord", "Dimension", "MessageLog",
-           "MessageRecord", "PacketTransport", "SystemLayer"]
+__all__ = ["AlphaBetaSystemLayer", "CollectiveRecord", "Dimension", "MessageLog", "MessageRecord", "SystemLayer"]

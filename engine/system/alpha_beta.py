@@ -142,7 +142,7 @@ class RouteCosts:
 class AlphaBetaSystemLayer(SystemLayer):
     """The system layer of the alpha_beta backend: the same collectives, chunks, phases, scheduling
     and hierarchy as `SystemLayer`, but each phase ends after a computed duration (one event) instead
-    of running its messages over a transport; or, with a `phase_timer` (the phase backend), when
+    of sending its messages; or, with a `phase_timer` (the phase backend), when
     that timer says."""
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, dimensions: list[Dimension],

@@ -23,8 +23,9 @@ from ..units import ps_to_s
 from .algorithms import Program, plan
 
 
-class MessageTransport(Protocol):
-    """What collectives send through (the packet or the analytical backend)."""
+class MessageSender(Protocol):
+    """What collectives send their messages through: a backend that carries messages (packet,
+    analytical, ns3)."""
 
     def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None]) -> None: ...
 
@@ -108,11 +109,11 @@ class _ProgramRun:
         step = self.program[rank][step_index]
         group = self.group
         src = group[rank]
-        transport = self.system.transport
-        assert transport is not None  # a system layer without one times its phases itself (alpha_beta)
+        sender = self.system.sender
+        assert sender is not None  # a system layer without one times its phases itself (alpha_beta)
         for send in step.sends:
             peer = (rank + send.peer_offset) % len(group)
-            transport.send(src, group[peer], send.size_bytes, _Receipt(self, peer, send.peer_step))
+            sender.send(src, group[peer], send.size_bytes, _Receipt(self, peer, send.peer_step))
         self.issued[rank] = True
         self.try_advance(rank)
 
@@ -193,7 +194,7 @@ class _Collective:
 
 
 class SystemLayer:
-    """Runs collectives over `transport` on the given network dimensions (`transport` is None for
+    """Runs collectives over `sender` on the given network dimensions (`sender` is None for
     a subclass that times each phase itself instead of sending messages: `AlphaBetaSystemLayer`).
 
     `algorithms` maps each op to its algorithm name; `hierarchy` is `baseline` (the whole collective
@@ -205,11 +206,11 @@ class SystemLayer:
     `double_binary_tree` is ASTRA-sim 1.0's (module docstring). Queues are indexed as dimensions.
     """
 
-    def __init__(self, eventlist: EventList, transport: MessageTransport | None, dimensions: list[Dimension],
+    def __init__(self, eventlist: EventList, sender: MessageSender | None, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
                  hierarchy: str, endpoint_delay_ps: int, astra_compat: bool = False) -> None:
         self.eventlist = eventlist
-        self.transport = transport
+        self.sender = sender
         self.dimensions = dimensions + [flat_dimension]
         self.flat_index = len(dimensions)
         self.algorithms = algorithms
@@ -286,9 +287,9 @@ class SystemLayer:
 
     def point_to_point(self, src: int, dst: int, size_bytes: int, on_delivered: Callable[[], None]) -> None:
         """One message from NPU `src` to NPU `dst` outside any collective (a trace's send/receive)."""
-        transport = self.transport
-        assert transport is not None  # AlphaBetaSystemLayer times it instead
-        transport.send(src, dst, size_bytes, on_delivered)
+        sender = self.sender
+        assert sender is not None  # AlphaBetaSystemLayer times it instead
+        sender.send(src, dst, size_bytes, on_delivered)
 
     def collective(self, op: str, size_bytes: int, on_done: Callable[[], None] | None = None,
                    layer: str = "", iteration: int = 0,
@@ -329,7 +330,7 @@ class SystemLayer:
 
     def _run_phase(self, chunk: _Chunk, queue: int) -> None:
         """Run the chunk's current phase on every group of its dimension, message by message over
-        the transport; `_phase_done` (which frees `queue`) when all groups have finished."""
+        the sender; `_phase_done` (which frees `queue`) when all groups have finished."""
         phase = chunk.phases[chunk.next_phase]
         dim = self.dimensions[phase.dimension]
         programs = self.plan_phase(phase, dim)

@@ -50,7 +50,7 @@ class SharedLink:
     are scratch space of `MaxMinSharing.update`: the update that last reached the link and its
     index in that update's tables. `peak_flow_count` is the most flows that ever crossed it at once
     and `delivered_bytes` the wire bytes of the flows over it that were delivered (kept by its user,
-    `AnalyticalTransport`)."""
+    `FluidMessages`)."""
 
     __slots__ = ("capacity_bps", "flow_count", "rates", "groups", "mark", "slot", "peak_flow_count",
                  "delivered_bytes")

@@ -43,12 +43,12 @@ import numpy as np
 from ..eventlist import EventList, EventSource
 from ..network import TCP_IP_HEADER_BYTES, Link, wire_bytes
 from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topology
+from ..transport.cc import slow_start_dominates
 from ..units import BITS_PER_BYTE, PS_PER_S, serialisation_ps
 from .algorithms import ALL, RING, XOR, Program, symmetric_steps
 from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from .collectives import _Chunk, _Phase
 from .maxmin import RATE_TOLERANCE
-from .transport import slow_start_dominates
 
 CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays stay in the CPU caches
 _SPLITMIX_START = 0x9E3779B97F4A7C15
@@ -304,7 +304,7 @@ class FluidPhases:
         self.slow_start_messages = 0
         self.messages = 0
         self._slow_start: dict[PhaseKey, tuple[int, int]] = {}
-        self.init_payload_window_bytes = init_cwnd_pkts * mss_bytes  # as `AnalyticalTransport` counts it
+        self.init_payload_window_bytes = init_cwnd_pkts * mss_bytes  # as `FluidMessages` counts it
         # links by kind, (rate, latency): kind 0 is no link (a hop of -1), so that routes count by kind
         kinds = sorted({(link.rate_bps, link.latency_ps) for link in links})
         self._kinds: list[tuple[int, int]] = [(0, 0)] + kinds

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..units import PS_PER_MS, PS_PER_S
+from ..units import BITS_PER_BYTE, PS_PER_MS, PS_PER_S
 
 UNSET_SSTHRESH: Final = float("inf")  # ssthresh before the first loss: the initial slow start
 
@@ -293,3 +293,18 @@ def make_congestion_control(
     raise ValueError(f"unknown congestion control {name!r}; allowed: newreno, cubic, dctcp")
 
 
+def slow_start_dominates(nbytes: int, transmission_ps: float, rtt_ps: float, bottleneck_bps: float,
+                         init_window_bytes: int) -> bool:
+    """Whether a message of `nbytes`, sent from a cold TCP window of `init_window_bytes` that
+    doubles every round trip (RFC 5681 slow start, an ACK per segment), would spend longer in
+    slow start than its transmission at the path's bottleneck (`transmission_ps`): the window
+    must grow until it covers the message or the path's bandwidth-delay product, one `rtt_ps`
+    per doubling."""
+    bdp_bytes = bottleneck_bps * (rtt_ps / PS_PER_S) / BITS_PER_BYTE
+    needed_bytes = min(float(nbytes), bdp_bytes)
+    window_bytes = float(init_window_bytes)
+    rounds = 0
+    while window_bytes < needed_bytes:
+        window_bytes *= 2
+        rounds += 1
+    return rounds * rtt_ps > transmission_ps

@@ -9,10 +9,10 @@ rounds see the windows (and idle restarts) that earlier rounds left.
 from __future__ import annotations
 
 from random import Random
+from typing import Callable, Protocol
 
 from ..config import WorkloadConfig
 from ..eventlist import EventList
-from ..system.transport import PacketTransport
 from ..topology import flow_hash
 from ..units import us_to_ps
 
@@ -35,13 +35,20 @@ def pattern_pairs(pattern: str, npus: int, senders: int | None, seed: int) -> li
     raise ValueError(f"unknown flow pattern {pattern!r}")
 
 
-class FlowsWorkload:
-    """Drives the `flows` workload over a `PacketTransport`, which records one row per flow."""
+class FlowSender(Protocol):
+    """What the `flows` workload sends through: TCP flows between hosts (`NetworkBackend.flow_sender`)."""
 
-    def __init__(self, eventlist: EventList, transport: PacketTransport, workload: WorkloadConfig,
+    def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None],
+             new_connection: bool = False) -> None: ...
+
+
+class FlowsWorkload:
+    """Drives the `flows` workload over a `FlowSender` (the packet backend's), which records one row per flow."""
+
+    def __init__(self, eventlist: EventList, sender: FlowSender, workload: WorkloadConfig,
                  npus: int, seed: int) -> None:
         self.eventlist = eventlist
-        self.transport = transport
+        self.sender = sender
         self.workload = workload
         self._pairs = [] if workload.pattern is None else pattern_pairs(workload.pattern, npus, workload.senders, seed)
         self._round = 0
@@ -57,7 +64,7 @@ class FlowsWorkload:
     def start(self) -> None:
         """Schedule the flows (explicit ones at their start times, or the first round)."""
         for spec in self.workload.flows:
-            self.eventlist.call_at(us_to_ps(spec.start_us), lambda spec=spec: self.transport.send(
+            self.eventlist.call_at(us_to_ps(spec.start_us), lambda spec=spec: self.sender.send(
                 spec.src, spec.dst, spec.bytes, self._delivered, new_connection=True))
         if self._pairs:
             self.eventlist.call_at(0, self._start_round)
@@ -66,7 +73,7 @@ class FlowsWorkload:
         self._round += 1
         self._outstanding = len(self._pairs)
         for src, dst in self._pairs:
-            self.transport.send(src, dst, self.workload.bytes_per_flow, self._round_flow_delivered)
+            self.sender.send(src, dst, self.workload.bytes_per_flow, self._round_flow_delivered)
 
     def _round_flow_delivered(self) -> None:
         self._outstanding -= 1

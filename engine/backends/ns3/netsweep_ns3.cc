@@ -1,5 +1,5 @@
-// netsweep's network on ns-3 (engine.backend=ns3): the helper program engine/ns3/backend.py builds
-// against the `ns3` wheel on first use and drives over a pipe, one line per command.
+// netsweep's network on ns-3 (engine.backend=ns3): the helper program engine/backends/ns3/build.py builds
+// against the `ns3` wheel on first use and engine/backends/ns3/helper.py drives over a pipe, one line per command.
 //
 // The Python side (netsweep's workload and system layer) describes the network, then sends
 // messages and asks ns-3 to run until the time of its own next event; ns-3 stops early at the first

@@ -1,9 +1,9 @@
-"""`engine.backend=ns3`: ns-3's TCP/IP as the network behind netsweep's own system layer.
+"""The ns3 backend's messages: ns-3's TCP/IP driven over a pipe, behind netsweep's own system layer.
 
 The workload, the collective algorithms and the chunking stay netsweep's (the same `send(src, dst,
 nbytes, on_delivered)` interface the packet and analytical backends offer); only the network is
-ns-3's: a helper program built against the `ns3` wheel (`engine/ns3/netsweep_ns3.cc`, see
-`build.py`) that this module drives over a pipe.
+ns-3's: a helper program built against the `ns3` wheel (`netsweep_ns3.cc` beside this module, see
+`build.py`) that `Ns3Messages` drives over a pipe.
 
 Keeping the two clocks in step: the Python event list holds the workload's and the system layer's
 events, ns-3 the packets. Before the Python side runs its next event (at time T), it asks ns-3 to run
@@ -21,13 +21,13 @@ from __future__ import annotations
 import subprocess
 from typing import Callable, Sequence
 
-from ..config import SimConfig
-from ..eventlist import EventList
-from ..network import Link
-from ..system.messages import MessageLog
-from ..topology import (DumbbellTopology, FatTreeTopology, HierarchicalTopology, LeafSpineTopology, RingTopology,
+from ...config import SimConfig
+from ...eventlist import EventList
+from ...network import Link
+from ...system.messages import MessageLog
+from ...topology import (DumbbellTopology, FatTreeTopology, HierarchicalTopology, LeafSpineTopology, RingTopology,
                         SwitchTopology, Topology)
-from ..units import ms_to_ps, us_to_ps
+from ...units import ms_to_ps, us_to_ps
 from .build import helper_path
 
 DuplexLink = tuple[int, int, Link, Link]  # node a, node b, the link a -> b, the link b -> a
@@ -116,7 +116,7 @@ class Ns3Error(RuntimeError):
     """The ns-3 helper reported an error or ended unexpectedly."""
 
 
-class Ns3Transport:
+class Ns3Messages:
     """Messages over ns-3 TCP connections, one per ordered NPU pair, opened before time 0.
 
     `send` logs a message and hands it to ns-3; `run` advances both simulations together (it

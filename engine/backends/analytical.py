@@ -1,91 +1,40 @@
-"""What the system layer sends messages over: the packet network (persistent TCP connections), or
-the analytical backend (alpha-beta costs with links shared fairly among concurrent messages).
+"""`engine.backend=analytical`: every message a fluid flow, links shared max-min fairly.
 
-Both offer `send(src, dst, nbytes, on_delivered)` and log every message in a `MessageLog` (the
-`flows` table).
+The exact fluid reference: congestion-aware (messages that share a link share its rate), with no
+TCP dynamics (no slow start, losses or queues), so its time never drops below `alpha_beta`'s and
+parts from `packet`'s where TCP's dynamics matter; where they would, it reports cheap signals
+(`screen_risks`). Its cost grows with the messages in flight at once: practical up to a few hundred
+NPUs (docs/backends.md).
+
+A kernel module (engine/kernel.py): `FluidMessages` runs a few times per message.
 """
 
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import Callable, Final, cast
+from typing import Any, Callable, ClassVar, Final, cast
 
+from ..config import SimConfig
 from ..eventlist import EventList, EventSource
+from ..linkstats import fluid_link_rows
+from ..memory import estimate_messages, process_bytes
 from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
+from ..simulation import Simulation
+from ..system.collectives import SystemLayer
+from ..system.maxmin import Flow, MaxMinSharing, SharedLink
+from ..system.messages import MessageLog, MessageRecord
 from ..topology import Topology
-from ..transport import TcpConnection
+from ..transport.cc import slow_start_dominates
 from ..units import BITS_PER_BYTE, PS_PER_S, utilisation
-from .maxmin import Flow, MaxMinSharing, SharedLink
-from .messages import MessageLog, MessageRecord
+from .base import MESSAGE_COLUMNS, NetworkBackend, message_system_layer
 
 STALE_ENTRIES_KEPT: Final = 1024  # completion-heap entries left stale before the heap is compacted
-
-
-class PacketTransport:
-    """Messages over persistent TCP connections, one per ordered NPU pair of the `npus`, opened on
-    first use.
-
-    `open_connection(src, dst)` is the simulation's factory; congestion state (cwnd, RTT estimate)
-    carries over from one message to the next on the same pair.
-    """
-
-    def __init__(self, eventlist: EventList, open_connection: Callable[[int, int], TcpConnection],
-                 npus: int) -> None:
-        self.eventlist = eventlist
-        self._open_connection = open_connection
-        self._npus = npus
-        # the pair's connection at src * npus + dst, None until its first message: one list index a
-        # message (8 bytes a pair), where a dict of dicts took two hash probes into scattered tables
-        self._connections: list[TcpConnection | None] = [None] * (npus * npus)
-        self.records = MessageLog()
-
-    def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None],
-             new_connection: bool = False) -> None:
-        """Send `nbytes` from NPU `src` to NPU `dst`; `on_delivered` runs when all have arrived.
-        `new_connection` opens a connection of its own (a fresh TCP flow) instead of the pair's."""
-        if new_connection:
-            connection = self._open_connection(src, dst)
-        else:
-            pair = src * self._npus + dst
-            pair_connection = self._connections[pair]
-            if pair_connection is None:
-                pair_connection = self._connections[pair] = self._open_connection(src, dst)
-            connection = pair_connection
-        flow_id = self.records.add(src, dst, nbytes, self.eventlist.now_ps)
-        connection.send_message(nbytes, _MessageDelivered(self, flow_id, connection, on_delivered))
-
-
-class _MessageDelivered:
-    """Runs when a message's last byte has arrived: logs it, then calls the sender's `on_delivered`.
-    (An object, not a closure: a few dozen bytes a message in flight instead of a few hundred.)"""
-
-    __slots__ = ("transport", "flow_id", "connection", "base_retransmits", "base_timeouts", "base_marks",
-                 "on_delivered")
-
-    def __init__(self, transport: PacketTransport, flow_id: int, connection: TcpConnection,
-                 on_delivered: Callable[[], None]) -> None:
-        self.transport = transport
-        self.flow_id = flow_id
-        self.connection = connection
-        # the connection's counts so far: the message's own are the growth until its delivery
-        self.base_retransmits = connection.sender.retransmits
-        self.base_timeouts = connection.sender.timeouts
-        self.base_marks = connection.receiver.ce_received
-        self.on_delivered = on_delivered
-
-    def __call__(self) -> None:
-        sender, receiver = self.connection.sender, self.connection.receiver
-        self.transport.records.finish(self.flow_id, self.transport.eventlist.now_ps,
-                                      sender.retransmits - self.base_retransmits,
-                                      sender.timeouts - self.base_timeouts,
-                                      receiver.ce_received - self.base_marks)
-        self.on_delivered()
 
 
 class _FluidMessage(Flow):
     """A message in the analytical backend: a flow with the wire bits it had left at
     `updated_ps` (its rate has not changed since); `heap_seq` names its one valid entry in the
-    transport's completion heap, the others being stale."""
+    completion heap of `FluidMessages`, the others being stale."""
 
     __slots__ = ("record", "wire_bytes", "remaining_bits", "updated_ps", "heap_seq", "latency_ps",
                  "on_delivered", "next_in_pair")
@@ -121,7 +70,7 @@ class _Delivery(EventSource):
         self.message.on_delivered()
 
 
-class AnalyticalTransport(EventSource):
+class FluidMessages(EventSource):
     """Alpha-beta messages with max-min fair sharing of links (a fluid, flow-level model).
 
     A message of n payload bytes puts n + `header_bytes` (IPv4/TCP headers and options: 40, or 52 with
@@ -262,18 +211,39 @@ class AnalyticalTransport(EventSource):
             self._wake_at(completions[0][0])
 
 
-def slow_start_dominates(nbytes: int, transmission_ps: float, rtt_ps: float, bottleneck_bps: float,
-                         init_window_bytes: int) -> bool:
-    """Whether a message of `nbytes`, sent from a cold TCP window of `init_window_bytes` that
-    doubles every round trip (RFC 5681 slow start, an ACK per segment), would spend longer in
-    slow start than its transmission at the path's bottleneck (`transmission_ps`): the window
-    must grow until it covers the message or the path's bandwidth-delay product, one `rtt_ps`
-    per doubling."""
-    bdp_bytes = bottleneck_bps * (rtt_ps / PS_PER_S) / BITS_PER_BYTE
-    needed_bytes = min(float(nbytes), bdp_bytes)
-    window_bytes = float(init_window_bytes)
-    rounds = 0
-    while window_bytes < needed_bytes:
-        window_bytes *= 2
-        rounds += 1
-    return rounds * rtt_ps > transmission_ps
+class AnalyticalBackend(NetworkBackend):
+    """The system layer's messages as fluid flows (`FluidMessages`)."""
+
+    DESCRIPTION: ClassVar[str] = "no packets, queues or losses"
+    FILLS: ClassVar[frozenset[str]] = frozenset(MESSAGE_COLUMNS + ("max_link_utilisation", "max_port_flows",
+                                                                   "slow_start_share"))
+
+    def __init__(self, config: SimConfig, sim: Simulation) -> None:
+        super().__init__(config, sim)
+        self.messages = FluidMessages(sim.eventlist, sim.topology, config.segment_bytes, config.tcp.init_cwnd_pkts,
+                                      config.header_bytes)
+
+    @classmethod
+    def estimate_bytes(cls, config: SimConfig) -> int:
+        """The engine's share (`engine.memory`): a message log entry and a fluid flow per message."""
+        return process_bytes(config, estimate_messages(config))
+
+    def system_layer(self) -> SystemLayer:
+        """The collectives' messages as fluid flows."""
+        return message_system_layer(self.config, self.sim, self.messages)
+
+    def message_log(self) -> MessageLog:
+        """Every message sent."""
+        return self.messages.records
+
+    def counters(self) -> dict[str, Any]:
+        """The screen-risk signals (`FluidMessages.screen_risks`)."""
+        return self.messages.screen_risks(self.sim.eventlist.now_ps, self.sim.topology.switch_ports)
+
+    def link_rows(self, link_stats: str, end_ps: int) -> list[dict[str, Any]]:
+        """The messages' delivered wire bytes on every link of their routes; packet columns null."""
+        return fluid_link_rows(self.sim.topology, link_stats, end_ps, self.messages.link_bytes(),
+                               host_links_only=False)
+
+
+BACKEND = AnalyticalBackend

@@ -1,0 +1,30 @@
+"""The network backends and their registry: the one list of `engine.backend` values.
+
+Each backend lives in one module of this package (`packet`, `analytical`, `alpha_beta`, `phase`,
+`ns3`) that defines `BACKEND`, a subclass of `base.NetworkBackend`: what it models, how it is built
+from a config, how it simulates, the `runs` columns it fills, its `links` rows, its memory estimate
+and what it must release at the end. Everything else (config validation, `engine.run`, the memory
+estimate, the command line's summary) asks the registry, never a backend's name. Adding a backend:
+a module here and its name in `BACKEND_NAMES` (docs/backends.md).
+
+The modules are imported on first use: `engine.config` reads the names at import time, before the
+backends' own imports (the simulation, which imports the config) can run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .base import NetworkBackend
+
+BACKEND_NAMES = ("packet", "analytical", "alpha_beta", "phase", "ns3")  # engine.backend; the first is the default
+
+
+def backend_class(name: str) -> type[NetworkBackend]:
+    """The backend registered as `name` (one of `BACKEND_NAMES`; `KeyError` for any other)."""
+    if name not in BACKEND_NAMES:
+        raise KeyError(f"no backend {name!r}: one of {', '.join(BACKEND_NAMES)}")
+    backend: type[NetworkBackend] = importlib.import_module(f"{__name__}.{name}").BACKEND
+    return backend
