@@ -288,3 +288,42 @@ def test_the_hottest_links_of_the_slowest_runs(report: Path, dataset: tuple[Path
     assert incast["link"] == "sw->h0"  # 4 senders into host 0: its switch port is the busiest
     assert re.search(rf"`sw->h0` \| switch_port \| 100 \| {incast['bytes']:,} \| {incast['utilisation'] * 100:.3g} % \| "
                      rf"{incast['drops']:,} \|", part)
+
+
+def test_each_cdf_series_says_how_many_of_its_own_messages_waited_for_an_rto() -> None:
+    """A dataset whose messages waited for retransmission timeouts: four runs (NewReno / DCTCP x
+    minimum RTO 1 / 200 ms), each its own series, labelled with its own count, counted by hand:
+    - NewReno 200 ms: 7,000 messages, one waited (twice: it is still one message) -> 1/7000 = 0.0143 %,
+      the quickstart's case, which a one-decimal percentage showed as 0.0 %;
+    - NewReno 1 ms: 1,000 messages, 3 waited -> 0.3 %;
+    - DCTCP 200 ms: 500 messages, none waited;
+    - DCTCP 1 ms: 500 messages, 1 waited -> 0.2 %; two more rows still in flight (no fct_s) don't count."""
+    from sweep.report.plots import plot_cdf
+
+    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "tcp.cc": ["newreno", "newreno", "dctcp", "dctcp"],
+                         "tcp.min_rto_ms": [200.0, 1.0, 200.0, 1.0], "engine.backend": "packet",
+                         "started_at": pd.Timestamp(0, unit="s", tz="UTC"), "compute_s": 1e-5})
+    timeouts = {"a": [2] + [0] * 6_999, "b": [1, 1, 3] + [0] * 997, "c": [0] * 500, "d": [1] + [0] * 501}
+    flows = pd.DataFrame([{"run_id": run, "fct_s": (i + 1) * 1e-6, "timeouts": float(count)}
+                          for run, counts in timeouts.items() for i, count in enumerate(counts)])
+    flows.loc[flows.index[-2:], "fct_s"] = float("nan")  # run d: two messages not delivered
+    fig = plot_cdf(runs, flows, swept_axes(runs), "title", "completion time (ms)", "messages")
+    labels = {text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()}
+    assert labels == {
+        "NewReno, minimum RTO 1 ms: 3 of 1,000 messages waited for an RTO (0.3 %)",
+        "NewReno, minimum RTO 200 ms: 1 of 7,000 messages waited for an RTO (0.0143 %)",
+        "DCTCP, minimum RTO 1 ms: 1 of 500 messages waited for an RTO (0.2 %)",
+        "DCTCP, minimum RTO 200 ms: none of 500 messages waited for an RTO",
+    }
+
+
+def test_messages_of_a_fluid_backend_claim_no_rto_count(report: Path, dataset: tuple[Path, dict]) -> None:
+    """The analytical backend stores 0 timeouts per message but counts none (its runs row: null):
+    the report says nothing of their timeouts, and says it of the packet runs' flows."""
+    from sweep.report import read_dataset
+
+    flows = read_dataset(dataset[0]).flows
+    analytical = dataset[1]["dlrm_8"]["runs"][0]["run_id"]
+    assert flows.loc[flows["run_id"] == analytical, "timeouts"].isna().all()
+    assert flows.loc[flows["run_id"] == dataset[1]["incast_2"]["runs"][0]["run_id"], "timeouts"].notna().all()
+    assert "messages waited for an RTO" not in _summary(report) and "flows waited for an RTO" in _summary(report)

@@ -65,6 +65,7 @@ KEY_WORDS = {
     "workload.npu_tflops": "NPU compute rate", "workload.rounds": "rounds",
     "workload.interaction": "DLRM interaction",
 }
+BACKEND_ORDER = ("alpha_beta", "analytical", "phase", "packet", "ns3")
 # Values shown as their names are written (congestion controls); any other value as stored.
 VALUE_WORDS = {"newreno": "NewReno", "dctcp": "DCTCP", "cubic": "CUBIC", "linux": "Linux"}
 
@@ -141,6 +142,10 @@ class Axis:
         """The name as part of a file name."""
         return "".join(c if c.isalnum() else "_" for c in self.key)
 
+    def tick(self, value: Any) -> str:
+        """One value as a tick label under the axis label, which names the parameter and unit."""
+        return VALUE_WORDS.get(fmt(value), fmt(value))
+
     def value_words(self, value: Any) -> str:
         """One value in words with its unit, for legends, titles and tables: a preset or topology by
         its name (`leaf_spine`, `DCTCP`), a number with the parameter and unit (`minimum RTO 200 ms`,
@@ -216,6 +221,8 @@ def _axis(runs: pd.DataFrame, key: str, columns: tuple[str, ...]) -> Axis:
         order = sorted(distinct)
     elif all(v is None or v is pd.NA or isinstance(v, (int, float, np.number)) for v in distinct):
         order = sorted(distinct, key=lambda v: (not pd.isna(v), 0 if pd.isna(v) else v))  # null first
+    elif key == "engine.backend":  # from the lower bound to the most detailed
+        order = sorted(distinct, key=lambda v: (BACKEND_ORDER.index(v) if v in BACKEND_ORDER else len(BACKEND_ORDER), v))
     elif key == "workload" and runs["compute_s"].notna().any():
         # workload presets by model size: the compute of an iteration grows with it
         compute = runs.groupby(key)["compute_s"].median()

@@ -75,7 +75,7 @@ def build_report(path: str | os.PathLike[str]) -> Path:
     status = runs["status"].value_counts()
     all_axes = swept_axes(runs)
     lines = [f"# netsweep report: {dataset.name}", "",
-             f"Dataset `{dataset.path}`: **{len(runs)} runs** ({dataset.rows_read} rows read; a run stored more "
+             f"Dataset `{dataset.path}`: **{len(runs)} run{'s' if len(runs) > 1 else ''}** ({dataset.rows_read} rows read; a run stored more "
              "than once counts once, its newest attempt: the one written last).", "",
              f"Status: ok {status.get('ok', 0)}, error {status.get('error', 0)}, timeout {status.get('timeout', 0)}.",
              "", "Workloads: " + ", ".join(f"{kind} {number}" for kind, number in

@@ -26,7 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .axes import Axis, at, describe, fmt, in_axis_order
+from .axes import Axis, at, describe, in_axis_order
 from .text import waited_for_rto
 
 if TYPE_CHECKING:  # the module imports sweep.fidelity, hence Hydra: only for a two-fidelity dataset
@@ -214,10 +214,10 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
         if axis.numeric:
             if _is_wide(axis.order, ratio=10.0):
                 ax.set_xscale("log")
-            ax.set_xticks([positions[v] for v in axis.order], [fmt(v) for v in axis.order])
+            ax.set_xticks([positions[v] for v in axis.order], [axis.tick(v) for v in axis.order])
             ax.minorticks_off()
         else:
-            labels = [axis.value_words(v) for v in axis.order]
+            labels = [axis.tick(v) for v in axis.order]
             ax.set_xticks(range(len(axis.order)), labels, rotation=30 if sum(map(len, labels)) > 40 else 0)
     for ax_row in axs:
         ax_row[0].set_ylabel(ylabel)
@@ -229,7 +229,7 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
 
 def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], title: str, xlabel: str,
              unit: str) -> Figure:
-    """Distribution of the completion times `fct_s` (ms, log scale) of the flows of `frame`'s runs as
+    """Distribution of the completion times `fct_s` (ms, `_time_axis`) of the flows of `frame`'s runs as
     the fraction of `unit` that took at least each time (log scale: the tail, where the timeouts are,
     is as readable as the bulk); panel rows per workload, series split by every other axis. Each
     panel has its own legend: every series with how many of its flows waited for a retransmission
@@ -258,9 +258,8 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
             ax.grid(True, which="major", alpha=0.3)
             if ax.get_legend_handles_labels()[0]:  # upper right: empty, as every line starts at 1 on the left
                 ax.legend(fontsize="x-small", loc="upper right", title=plan.legend_title(), title_fontsize="x-small")
+    _time_axis(axs, completed.loc[completed["run_id"].isin(frame["run_id"]), "fct_s"].astype(float) * MS, "x")
     first = axs.flat[0]
-    first.set_xscale("log")
-    _plain_log_ticks(first, "x")
     first.set_yscale("log")
     first.set_ylim(fewest / 2, 1.5)
     first.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))

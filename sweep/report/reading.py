@@ -58,7 +58,8 @@ class Dataset:
 def read_dataset(path: str | os.PathLike[str]) -> Dataset:
     """All tables of the dataset at `path` (each run once), with the exposed-communication breakdown
     (`EXPOSED_COLUMNS` and `unaccounted_s`) and `last_flow_end_s` (when the last flow of a run
-    finished) added to the runs. Raises `ReportError` if there is no dataset or no run."""
+    finished) added to the runs; a message's `timeouts` is null where its run counted none (the fluid
+    backends). Raises `ReportError` if there is no dataset or no run."""
     path = Path(path)
     if not (path / "runs").is_dir():
         raise ReportError(f"{path} is not a dataset: there is no {path / 'runs'}/ (run a sweep first)")
@@ -80,6 +81,8 @@ def read_dataset(path: str | os.PathLike[str]) -> Dataset:
         last_end = runs.loc[runs["flows_completed"].eq(runs["flows"]).fillna(False).astype(bool)].set_index(
             "run_id")["sim_time_s"]
     flows = flows.astype({column: float for column in FLOW_COLUMNS})  # an empty table has no types
+    # the fluid backends store 0 timeouts per message, but count none (their runs row has null)
+    flows.loc[flows["run_id"].isin(runs.loc[runs["timeouts"].isna(), "run_id"]), "timeouts"] = np.nan
     runs = runs.join(last_end.rename("last_flow_end_s"), on="run_id")
     return Dataset(path, runs, load_table(path, "collectives", ["iteration", "op", "exposed_s"]), layers, flows,
                    load_table(path, "links", LINKS_COLUMNS), rows_read=len(read_table(path, "runs", ["run_id"])),

@@ -100,6 +100,8 @@ def _ranking(frame: pd.DataFrame, axes: Sequence[Axis], metric: str, columns: Se
 def _extremes(frame: pd.DataFrame, axes: Sequence[Axis], metric: str, what: str) -> list[str]:
     ranked = frame.sort_values(metric, kind="stable")
     fastest, slowest = ranked.iloc[0], ranked.iloc[-1]
+    if len(ranked) == 1:
+        return [f"- **{ms(fastest[metric])} ms** {what} — {describe(fastest, axes)} (run `{fastest['run_id']}`)"]
     return [f"- Fastest: **{ms(fastest[metric])} ms** {what} — {describe(fastest, axes)} (run `{fastest['run_id']}`)",
             f"- Slowest: **{ms(slowest[metric])} ms** {what} — {describe(slowest, axes)} (run `{slowest['run_id']}`)"]
 
