@@ -327,3 +327,42 @@ def test_messages_of_a_fluid_backend_claim_no_rto_count(report: Path, dataset: t
     assert flows.loc[flows["run_id"] == analytical, "timeouts"].isna().all()
     assert flows.loc[flows["run_id"] == dataset[1]["incast_2"]["runs"][0]["run_id"], "timeouts"].notna().all()
     assert "messages waited for an RTO" not in _summary(report) and "flows waited for an RTO" in _summary(report)
+
+
+def _runs_on(axes_values: dict[str, list[Any]], times_s: list[float]) -> pd.DataFrame:
+    """Runs with the given config columns and iteration times (one run each)."""
+    return pd.DataFrame({"run_id": [f"r{i}" for i in range(len(times_s))], **axes_values, "iteration_time_s": times_s,
+                         "started_at": pd.Timestamp(0, unit="s", tz="UTC"), "compute_s": 1e-5})
+
+
+def test_panels_share_their_time_axis_and_markers_their_size() -> None:
+    """The quickstart's case: a panel whose runs take 0.07-3 ms beside one of 0.05-300 ms. Both
+    panels get one log axis (300 / 0.05 > 30x), the same limits, so a 100x gap shows as one; every
+    series has a marker of the same size."""
+    from sweep.report.plots import plot_vs_axis
+
+    grid = [(cc, rto, npus, gbps) for rto in (1.0, 200.0) for cc in ("newreno", "dctcp") for npus in (8, 16, 32)
+            for gbps in (100.0, 400.0)]  # 2 x 3 x 2 = 12 combinations beside the x axis: more than a panel's 8
+    values = {key: [point[i] for point in grid] for i, key in
+              enumerate(("tcp.cc", "tcp.min_rto_ms", "network.npus", "network.link_gbps"))}
+    times_s = [7e-5, 3e-3, *[1e-3] * 10, 5e-5, 0.3, *[1e-3] * 10]  # minimum RTO 1 ms: 0.07-3 ms; 200 ms: 0.05-300 ms
+    runs = _runs_on(values, times_s)
+    axes = swept_axes(runs)
+    cc = next(a for a in axes if a.key == "tcp.cc")
+    fig = plot_vs_axis(runs, cc, [a for a in axes if a is not cc], "iteration_time_s", "iteration time (ms)", "t")
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert len(panels) == 2 and {ax.get_yscale() for ax in panels} == {"log"}
+    assert panels[0].get_ylim() == panels[1].get_ylim()
+    assert {line.get_markersize() for ax in panels for line in ax.lines} == {8}
+
+
+def test_a_narrow_range_is_drawn_from_zero() -> None:
+    """Two configurations 3 % apart (0.1665 and 0.1715 ms): a linear axis from 0, so that the gap
+    looks like 3 %, not like the whole height of the plot."""
+    from sweep.report.plots import plot_vs_axis
+
+    runs = _runs_on({"tcp.cc": ["newreno", "dctcp"]}, [0.1665e-3, 0.1715e-3])
+    (cc,) = swept_axes(runs)
+    fig = plot_vs_axis(runs, cc, [], "iteration_time_s", "iteration time (ms)", "t")
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "linear" and ax.get_ylim() == pytest.approx((0.0, 0.1715 * 1.1))

@@ -30,7 +30,7 @@ RECORDING_COLUMNS = ("engine.link_stats",)
 NAME_COLUMNS = ("network.topology", "tcp.cc", "workload.type")
 # Units of config leaves (DESIGN.md: units are in the key names): whole names, then suffixes.
 LEAF_UNITS = {"npus": "NPUs", "bytes": "bytes per NPU", "bytes_per_flow": "bytes", "splits": "chunks",
-              "senders": "hosts", "hosts_per_leaf": "hosts", "npus_per_node": "NPUs",
+              "senders": "senders", "hosts_per_leaf": "hosts", "npus_per_node": "NPUs",
               "batch_per_npu": "samples", "dtype_bytes": "bytes"}
 SUFFIX_UNITS = (("_gbps", "Gb/s"), ("_tflops", "TFLOP/s"), ("_us", "µs"), ("_ms", "ms"), ("_ns", "ns"),
                 ("_s", "s"), ("_kb", "KiB"), ("_bytes", "bytes"), ("_pkts", "segments"))
@@ -149,15 +149,17 @@ class Axis:
     def value_words(self, value: Any) -> str:
         """One value in words with its unit, for legends, titles and tables: a preset or topology by
         its name (`leaf_spine`, `DCTCP`), a number with the parameter and unit (`minimum RTO 200 ms`,
-        `16 NPUs`), a switch as on/off (`delayed ACK on`)."""
+        `16 NPUs`, `chunks per collective 4`), a switch as on/off (`delayed ACK on`)."""
         if self.key in PRESET_COLUMNS or self.key in NAME_COLUMNS:
             return VALUE_WORDS.get(fmt(value), fmt(value))
         if is_null(value):
             return f"{self.words} none"
         if isinstance(value, (bool, np.bool_)):
             return f"{self.words} {'on' if value else 'off'}"
-        if self.unit and self.unit.split()[0] in self.words.split():  # "NPUs": the unit is the words
+        if self.unit == self.words:  # "16 NPUs"
             return f"{fmt(value)} {self.unit}"
+        if self.unit and self.unit.split()[0] in self.words.split():  # "chunks per collective 4"
+            return f"{self.words} {fmt(value)}"
         return " ".join(part for part in (self.words, VALUE_WORDS.get(fmt(value), fmt(value)), self.unit) if part)
 
 

@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # the module imports sweep.fidelity, hence Hydra: only for a 
 
 MS = 1e3  # s -> ms
 MAX_BARS = 40       # bars in one breakdown or counter plot; beyond, means per value of the first axes
-MAX_SERIES = 8      # lines in one panel
+MAX_SERIES = 8      # series in one panel of markers and lines
+MAX_CDF_SERIES = 4  # step lines in one panel of a distribution: they cross and overlap more
 MAX_FACET_VALUES = 4  # values of an axis split into panels
 MAX_PANELS = 12
 LOG_RATIO = 30.0    # values spanning this ratio or more are drawn on a log axis
@@ -95,9 +96,10 @@ def _combinations(frame: pd.DataFrame, axes: Sequence[Axis]) -> int:
     return len(frame.drop_duplicates([a.key for a in axes])) if axes else 1
 
 
-def layout(frame: pd.DataFrame, axes: Sequence[Axis], rows_first: Axis | None = None) -> Layout:
+def layout(frame: pd.DataFrame, axes: Sequence[Axis], rows_first: Axis | None = None,
+           max_series: int = MAX_SERIES) -> Layout:
     """Split `axes` into panels (up to two axes of few values) and series so that every axis is
-    shown: the fewest panels whose remaining combinations fit `MAX_SERIES`; `rows_first`, if given
+    shown: the fewest panels whose remaining combinations fit `max_series`; `rows_first`, if given
     and small enough, makes the panel rows. Where nothing fits, the last axes are pooled."""
     small = [a for a in axes if len(a.order) <= MAX_FACET_VALUES]
     choices: list[tuple[Axis | None, Axis | None]] = [(None, None), *((None, a) for a in small),
@@ -109,13 +111,13 @@ def layout(frame: pd.DataFrame, axes: Sequence[Axis], rows_first: Axis | None = 
         panels = math.prod(len(a.order) for a in (rows, columns) if a is not None)
         rest = [a for a in axes if a is not rows and a is not columns]
         if panels <= MAX_PANELS:
-            fitting.append((_combinations(frame, rest) > MAX_SERIES, panels, rows, columns, rest))
+            fitting.append((_combinations(frame, rest) > max_series, panels, rows, columns, rest))
     # the fewest panels that fit every axis, else the most panels; rows the axis of fewer values
     over, _, rows, columns, rest = min(fitting, key=lambda option: (
         option[0], -option[1] if option[0] else option[1], len(option[2].order) if option[2] else 0))
     series: list[Axis] = []
     for axis in rest:  # where even the most panels leave too many series: the first axes that fit
-        if _combinations(frame, [*series, axis]) <= MAX_SERIES:
+        if _combinations(frame, [*series, axis]) <= max_series:
             series.append(axis)
     return Layout(rows, columns, tuple(series), tuple(a for a in rest if a not in series))
 
@@ -235,7 +237,7 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
     panel has its own legend: every series with how many of its flows waited for a retransmission
     timeout (`waited_for_rto`)."""
     workload = next((a for a in axes if a.key in ("workload", "workload.type")), None)
-    plan = layout(frame, axes, rows_first=workload)
+    plan = layout(frame, axes, rows_first=workload, max_series=MAX_CDF_SERIES)
     grid = plan.panels(frame)
     fig, axs = _grid(len(grid), len(grid[0]), height=4.4)
     completed = flows[flows["fct_s"].notna()]
@@ -256,15 +258,17 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
                         linewidth=style["linewidth"], label=f"{label}: {rto}" if rto else label)
             ax.set_title(panel_title, fontsize="medium")
             ax.grid(True, which="major", alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:  # upper right: empty, as every line starts at 1 on the left
-                ax.legend(fontsize="x-small", loc="upper right", title=plan.legend_title(), title_fontsize="x-small")
+            if ax.get_legend_handles_labels()[0]:  # below its panel: the counts are the panel's own
+                ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.12),
+                          title=plan.legend_title(), title_fontsize="x-small")
     _time_axis(axs, completed.loc[completed["run_id"].isin(frame["run_id"]), "fct_s"].astype(float) * MS, "x")
     first = axs.flat[0]
     first.set_yscale("log")
     first.set_ylim(fewest / 2, 1.5)
     first.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    for ax in axs[-1]:
+    for ax in axs.flat:
         ax.set_xlabel(xlabel)
+        ax.tick_params(labelbottom=True)  # every panel's own ticks: its legend sits below it
     for ax_row in axs:
         ax_row[0].set_ylabel(f"fraction of {unit} taking this long or longer")
     fig.suptitle(title)
@@ -377,12 +381,12 @@ def plot_screen_vs_fine(two: TwoFidelity) -> Figure:
     x, y = refined["screen_s"] * MS, refined["fine_s"] * MS
     low, high = min(x.min(), y.min()) / 1.5, max(x.max(), y.max()) * 1.5
     ax.plot([low, high], [low, high], color="#888888", linestyle="--", linewidth=1, label="y = x (no error)")
-    for mask, style in (
-            (two.in_top[refined.index], dict(marker="o", s=70, facecolors="none", edgecolors="#55a868",
-                                                  linewidths=1.5, label="top by the screen")),
-            (two.in_sample[refined.index], dict(marker="s", s=28, color="#4c72b0", label="calibration sample")),
-            (refined["at_risk"] != "", dict(marker="x", s=45, color="#c44e52", linewidths=1.5,
-                                           label="at risk (screen)"))):
+    marks: list[tuple[pd.Series, dict[str, Any]]] = [
+        (two.in_top[refined.index], dict(marker="o", s=70, facecolors="none", edgecolors="#55a868", linewidths=1.5,
+                                         label="top by the screen")),
+        (two.in_sample[refined.index], dict(marker="s", s=28, color="#4c72b0", label="calibration sample")),
+        (refined["at_risk"] != "", dict(marker="x", s=45, color="#c44e52", linewidths=1.5, label="at risk (screen)"))]
+    for mask, style in marks:
         if mask.any():
             ax.scatter(x[mask], y[mask], **style)
     ax.set_xscale("log")
