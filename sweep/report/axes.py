@@ -224,7 +224,8 @@ def _axis(runs: pd.DataFrame, key: str, columns: tuple[str, ...]) -> Axis:
     elif all(v is None or v is pd.NA or isinstance(v, (int, float, np.number)) for v in distinct):
         order = sorted(distinct, key=lambda v: (not pd.isna(v), 0 if pd.isna(v) else v))  # null first
     elif key == "engine.backend":  # from the lower bound to the most detailed
-        order = sorted(distinct, key=lambda v: (BACKEND_ORDER.index(v) if v in BACKEND_ORDER else len(BACKEND_ORDER), v))
+        rank = {backend: i for i, backend in enumerate(BACKEND_ORDER)}
+        order = sorted(distinct, key=lambda v: (rank.get(v, len(rank)), v))
     elif key == "workload" and runs["compute_s"].notna().any():
         # workload presets by model size: the compute of an iteration grows with it
         compute = runs.groupby(key)["compute_s"].median()

@@ -56,7 +56,8 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
     if packet["retransmits"].fillna(0).sum() + packet["timeouts"].fillna(0).sum() > 0:
         name = "retransmits_timeouts.png" if kind == "training" else "flows_retransmits_timeouts.png"
         plots.save(plots.plot_counters(packet, axes, kind), out / name)
-        drawn.append((name, f"retransmitted segments and RTO timeouts of the {kind} runs that had any (packet backend)"))
+        drawn.append((name, f"retransmitted segments and RTO timeouts of the {kind} runs that had any "
+                      "(packet backend)"))
     elif not packet.empty:
         lines += ["", f"No {kind} run on the packet backend retransmitted a segment or timed out."]
     return drawn, lines
@@ -75,8 +76,8 @@ def build_report(path: str | os.PathLike[str]) -> Path:
     status = runs["status"].value_counts()
     all_axes = swept_axes(runs)
     lines = [f"# netsweep report: {dataset.name}", "",
-             f"Dataset `{dataset.path}`: **{len(runs)} run{'s' if len(runs) > 1 else ''}** ({dataset.rows_read} rows read; a run stored more "
-             "than once counts once, its newest attempt: the one written last).", "",
+             f"Dataset `{dataset.path}`: **{len(runs)} run{'s' if len(runs) > 1 else ''}** ({dataset.rows_read} rows "
+             "read; a run stored more than once counts once, its newest attempt: the one written last).", "",
              f"Status: ok {status.get('ok', 0)}, error {status.get('error', 0)}, timeout {status.get('timeout', 0)}.",
              "", "Workloads: " + ", ".join(f"{kind} {number}" for kind, number in
                                            runs["workload.type"].value_counts().items())
