@@ -124,8 +124,8 @@ def layout(frame: pd.DataFrame, axes: Sequence[Axis], rows_first: Axis | None = 
 
 def _series(frame: pd.DataFrame, axes: Sequence[Axis]) -> list[tuple[str, pd.DataFrame]]:
     """(label in words, rows) of each combination of the axes' values, in the axes' order."""
-    if not axes:
-        return [("all runs", frame)]
+    if not axes:  # one run: named by its presets
+        return [(describe(frame.iloc[0], axes) if len(frame) == 1 else "all runs", frame)]
     groups = in_axis_order(frame, axes).groupby([a.key for a in axes], dropna=False, sort=False)
     return [(describe(part.iloc[0], axes), part) for _, part in groups]
 

@@ -195,7 +195,7 @@ def rto_lines(runs: pd.DataFrame, axes: Sequence[Axis], flows: pd.DataFrame, uni
         rto = waited_for_rto(flows[flows["run_id"].isin(runs_at)], unit)
         if rto:
             parts.append(f"{workload.value_words(value)}: {rto}" if workload else rto)
-    return ["", "Retransmission timeouts (packet backend): " + "; ".join(parts) + "."] if parts else []
+    return ["", "Retransmission timeouts, where the backend counts them: " + "; ".join(parts) + "."] if parts else []
 
 
 def hot_link_lines(dataset: Dataset) -> list[str]:
