@@ -29,16 +29,19 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
     (file name, what it shows) per plot and any line the summary should add."""
     metric, prefix, ylabel = METRICS[kind]
     what = ylabel.split(" (")[0]
+    backends = usable["engine.backend"].unique()
+    # a backend no axis names is said in the title: the screening runs of a two-fidelity dataset
+    on = f" ({backends[0]} backend)" if len(backends) == 1 else ""
     drawn, lines = [], []
     for axis in axes:
         others = [a for a in axes if a is not axis]
         name = f"{prefix}_vs_{axis.slug}.png"
         plots.save(plots.plot_vs_axis(usable, axis, others, metric, ylabel,
-                                      f"{what[0].upper()}{what[1:]} against {axis.words}"), out / name)
+                                      f"{what[0].upper()}{what[1:]} against {axis.words}{on}"), out / name)
         drawn.append((name, f"{what} against {axis.words} (`{axis.key}`)"
                       + (f", split by {', '.join(a.words for a in others)}" if others else "")))
     if kind == "training":
-        plots.save(plots.plot_breakdown(usable, axes), out / "time_breakdown.png")
+        plots.save(plots.plot_breakdown(usable, axes, on), out / "time_breakdown.png")
         drawn.append(("time_breakdown.png", "iteration time per run (left) and its shares of compute, exposed "
                       "all-to-all and exposed all-reduce (right)"))
     flows = dataset.flows[dataset.flows["run_id"].isin(usable["run_id"])]
@@ -46,7 +49,7 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
         name, unit, times = (("message_time_cdf.png", "messages", "completion time of the point-to-point messages "
                               "of the collectives") if kind == "training" else
                              ("fct_cdf.png", "flows", "flow completion time"))
-        plots.save(plots.plot_cdf(usable, flows, axes, f"Distribution of the {times}",
+        plots.save(plots.plot_cdf(usable, flows, axes, f"Distribution of the {times}{on}",
                                   f"{times.split(' of the')[0]} (ms)", unit), out / name)
         drawn.append((name, f"distribution of the {times} (share taking at least each time, log-log), series split "
                       f"by every swept parameter; each says how many of its {unit} waited for a retransmission "

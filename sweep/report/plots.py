@@ -302,8 +302,8 @@ def _bar_figure(bars: int) -> tuple[Figure, Any, Any]:
     return fig, left, right
 
 
-def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis]) -> Figure:
-    """Per run: the iteration time (ms; bars from zero, or dots on a log axis where the runs span
+def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "") -> Figure:
+    """Per run (`title_end` added to the title): the iteration time (ms; bars from zero, or dots on a log axis where the runs span
     `LOG_RATIO` or more, so that no run is invisible and no length is implied) beside its split into
     compute / exposed all-to-all / exposed all-reduce as shares of the iteration."""
     parts = [(c, label, colour) for c, label, colour in BREAKDOWN
@@ -341,7 +341,7 @@ def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis]) -> Figure:
         ax.grid(True, axis="x", alpha=0.3)
     fig.legend(loc="outside lower center", ncols=len(parts), fontsize="small")
     fig.suptitle("Where an iteration goes: its length (left) and its shares of compute and exposed "
-                 "communication (right)" + note)
+                 "communication (right)" + title_end + note)
     return fig
 
 
