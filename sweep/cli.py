@@ -89,13 +89,15 @@ def _workload_label(run: Mapping[str, Any]) -> str:
 
 
 def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> str:
-    """A short human summary of one run's rows and of where they were stored."""
+    """A short human summary of one run's rows and of where they were stored; the run is named by the
+    presets it was composed from (its config's own labels where it was given key by key)."""
     run = rows["runs"][0]
     ms = 1e3  # s -> ms
     lines = [
         f"run {run['run_id']}  status {run['status']}  "
-        f"({run.get('engine.backend')} backend, network={run.get('network.topology')} "
-        f"npus={run.get('network.npus')}, tcp={run.get('tcp.cc')}, workload={_workload_label(run)})",
+        f"({run.get('engine.backend')} backend, network={run.get('network') or run.get('network.topology')} "
+        f"npus={run.get('network.npus')}, tcp={run.get('tcp') or run.get('tcp.cc')}, "
+        f"workload={run.get('workload') or _workload_label(run)})",
     ]
     if run["status"] == "error":
         lines += ["  " + line for line in str(run.get("error")).splitlines()]

@@ -191,16 +191,18 @@ def test_every_plot_is_a_readable_png(report: Path) -> None:
 
 
 def test_swept_axes_group_columns_that_vary_together() -> None:
-    """A `workload=dlrm_small,dlrm_large` sweep changes several keys: one axis, named by the presets;
-    a topology sweep is one axis with the keys only one topology has; a numeric key its own axis."""
+    """A `workload=dlrm_small,dlrm_large` sweep changes several keys: one axis, named by the presets
+    the runs rows store; a topology sweep is one axis with the keys only one topology has; a numeric
+    key its own axis."""
     runs = pd.DataFrame([
         {"run_id": f"r{i}", "started_at": pd.Timestamp(i, unit="s", tz="UTC"), "compute_s": compute,
+         "network": network, "tcp": "newreno", "system": "default", "workload": workload,
          **{k: v for k, v in sweep.runner.flatten(compose_config(
              [f"workload={workload}", f"network={network}", f"network.link_gbps={gbps}"])).items()}}
         for i, (workload, compute, network, gbps) in enumerate(
             [(w, c, n, g) for w, c in (("dlrm_large", 2.0), ("dlrm_small", 1.0))
              for n in ("switch", "hierarchical") for g in (25, 100)])])
-    axes, labelled = swept_axes(runs)
+    axes = swept_axes(runs)
     by_key = {axis.key: axis for axis in axes}
     assert set(by_key) == {"network.topology", "network.link_gbps", "workload"}
     assert by_key["workload"].order == ("dlrm_small", "dlrm_large")  # by model size (compute)
@@ -209,7 +211,6 @@ def test_swept_axes_group_columns_that_vary_together() -> None:
     assert "network.npus_per_node" in by_key["network.topology"].columns
     assert by_key["network.link_gbps"].numeric and by_key["network.link_gbps"].unit == "Gb/s"
     assert by_key["network.topology"].order == ("switch", "hierarchical")  # the order they ran in
-    assert list(labelled["workload"][:2]) == ["dlrm_large", "dlrm_large"]
 
 
 def test_cli_prints_the_summary_and_the_plots(report: Path, dataset: tuple[Path, dict],
@@ -234,11 +235,11 @@ def test_a_very_large_flows_table_is_not_read(dataset: tuple[Path, dict], tmp_pa
     """Beyond `MAX_FLOW_ROWS` the report leaves the flows table alone (gigabytes on a cluster
     dataset): no CDFs, and a `flows` run's completion is its simulated time (which ends with the
     last ACK, a round trip after the last byte arrived)."""
-    import sweep.report as report_module
+    import sweep.report.reading as reading
 
     copy = tmp_path / "copy"
     shutil.copytree(dataset[0], copy)
-    monkeypatch.setattr(report_module, "MAX_FLOW_ROWS", 0)
+    monkeypatch.setattr(reading, "MAX_FLOW_ROWS", 0)
     out = build_report(copy)
     summary = (out / SUMMARY_FILE).read_text()
     assert "rows) was not read" in summary
@@ -287,3 +288,81 @@ def test_the_hottest_links_of_the_slowest_runs(report: Path, dataset: tuple[Path
     assert incast["link"] == "sw->h0"  # 4 senders into host 0: its switch port is the busiest
     assert re.search(rf"`sw->h0` \| switch_port \| 100 \| {incast['bytes']:,} \| {incast['utilisation'] * 100:.3g} % \| "
                      rf"{incast['drops']:,} \|", part)
+
+
+def test_each_cdf_series_says_how_many_of_its_own_messages_waited_for_an_rto() -> None:
+    """A dataset whose messages waited for retransmission timeouts: four runs (NewReno / DCTCP x
+    minimum RTO 1 / 200 ms), each its own series, labelled with its own count, counted by hand:
+    - NewReno 200 ms: 7,000 messages, one waited (twice: it is still one message) -> 1/7000 = 0.0143 %,
+      the quickstart's case, which a one-decimal percentage showed as 0.0 %;
+    - NewReno 1 ms: 1,000 messages, 3 waited -> 0.3 %;
+    - DCTCP 200 ms: 500 messages, none waited;
+    - DCTCP 1 ms: 500 messages, 1 waited -> 0.2 %; two more rows still in flight (no fct_s) don't count."""
+    from sweep.report.plots import plot_cdf
+
+    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "tcp.cc": ["newreno", "newreno", "dctcp", "dctcp"],
+                         "tcp.min_rto_ms": [200.0, 1.0, 200.0, 1.0], "engine.backend": "packet",
+                         "started_at": pd.Timestamp(0, unit="s", tz="UTC"), "compute_s": 1e-5})
+    timeouts = {"a": [2] + [0] * 6_999, "b": [1, 1, 3] + [0] * 997, "c": [0] * 500, "d": [1] + [0] * 501}
+    flows = pd.DataFrame([{"run_id": run, "fct_s": (i + 1) * 1e-6, "timeouts": float(count)}
+                          for run, counts in timeouts.items() for i, count in enumerate(counts)])
+    flows.loc[flows.index[-2:], "fct_s"] = float("nan")  # run d: two messages not delivered
+    fig = plot_cdf(runs, flows, swept_axes(runs), "title", "completion time (ms)", "messages")
+    labels = {text.get_text() for ax in fig.axes if ax.get_legend() for text in ax.get_legend().get_texts()}
+    assert labels == {
+        "NewReno, minimum RTO 1 ms: 3 of 1,000 messages waited for an RTO (0.3 %)",
+        "NewReno, minimum RTO 200 ms: 1 of 7,000 messages waited for an RTO (0.0143 %)",
+        "DCTCP, minimum RTO 1 ms: 1 of 500 messages waited for an RTO (0.2 %)",
+        "DCTCP, minimum RTO 200 ms: none of 500 messages waited for an RTO",
+    }
+
+
+def test_messages_of_a_fluid_backend_claim_no_rto_count(report: Path, dataset: tuple[Path, dict]) -> None:
+    """The analytical backend stores 0 timeouts per message but counts none (its runs row: null):
+    the report says nothing of their timeouts, and says it of the packet runs' flows."""
+    from sweep.report import read_dataset
+
+    flows = read_dataset(dataset[0]).flows
+    analytical = dataset[1]["dlrm_8"]["runs"][0]["run_id"]
+    assert flows.loc[flows["run_id"] == analytical, "timeouts"].isna().all()
+    assert flows.loc[flows["run_id"] == dataset[1]["incast_2"]["runs"][0]["run_id"], "timeouts"].notna().all()
+    assert "messages waited for an RTO" not in _summary(report) and "flows waited for an RTO" in _summary(report)
+
+
+def _runs_on(axes_values: dict[str, list[Any]], times_s: list[float]) -> pd.DataFrame:
+    """Runs with the given config columns and iteration times (one run each)."""
+    return pd.DataFrame({"run_id": [f"r{i}" for i in range(len(times_s))], **axes_values, "iteration_time_s": times_s,
+                         "started_at": pd.Timestamp(0, unit="s", tz="UTC"), "compute_s": 1e-5})
+
+
+def test_panels_share_their_time_axis_and_markers_their_size() -> None:
+    """The quickstart's case: a panel whose runs take 0.07-3 ms beside one of 0.05-300 ms. Both
+    panels get one log axis (300 / 0.05 > 30x), the same limits, so a 100x gap shows as one; every
+    series has a marker of the same size."""
+    from sweep.report.plots import plot_vs_axis
+
+    grid = [(cc, rto, npus, gbps) for rto in (1.0, 200.0) for cc in ("newreno", "dctcp") for npus in (8, 16, 32)
+            for gbps in (100.0, 400.0)]  # 2 x 3 x 2 = 12 combinations beside the x axis: more than a panel's 8
+    values = {key: [point[i] for point in grid] for i, key in
+              enumerate(("tcp.cc", "tcp.min_rto_ms", "network.npus", "network.link_gbps"))}
+    times_s = [7e-5, 3e-3, *[1e-3] * 10, 5e-5, 0.3, *[1e-3] * 10]  # minimum RTO 1 ms: 0.07-3 ms; 200 ms: 0.05-300 ms
+    runs = _runs_on(values, times_s)
+    axes = swept_axes(runs)
+    cc = next(a for a in axes if a.key == "tcp.cc")
+    fig = plot_vs_axis(runs, cc, [a for a in axes if a is not cc], "iteration_time_s", "iteration time (ms)", "t")
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert len(panels) == 2 and {ax.get_yscale() for ax in panels} == {"log"}
+    assert panels[0].get_ylim() == panels[1].get_ylim()
+    assert {line.get_markersize() for ax in panels for line in ax.lines} == {8}
+
+
+def test_a_narrow_range_is_drawn_from_zero() -> None:
+    """Two configurations 3 % apart (0.1665 and 0.1715 ms): a linear axis from 0, so that the gap
+    looks like 3 %, not like the whole height of the plot."""
+    from sweep.report.plots import plot_vs_axis
+
+    runs = _runs_on({"tcp.cc": ["newreno", "dctcp"]}, [0.1665e-3, 0.1715e-3])
+    (cc,) = swept_axes(runs)
+    fig = plot_vs_axis(runs, cc, [], "iteration_time_s", "iteration time (ms)", "t")
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "linear" and ax.get_ylim() == pytest.approx((0.0, 0.1715 * 1.1))

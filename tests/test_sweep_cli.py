@@ -55,6 +55,15 @@ def test_run_one_stores_rows_and_resumes(tmp_path: Path, monkeypatch: pytest.Mon
     assert len(read_table(dataset, "runs")) == 2
 
 
+def test_the_summary_names_the_presets_the_run_was_composed_from(tmp_path: Path) -> None:
+    """Presets of one's own (README: `network=big_switch`, a `switch` with more NPUs) are named as
+    such, not by the topology or the flow pattern they use (`switch`, `incast`)."""
+    out = io.StringIO()
+    presets = {"network": "big_switch", "tcp": "newreno", "system": "default", "workload": "incast_2to1"}
+    assert run_one(small_config(tmp_path), out=out, presets=presets) == EXIT_OK
+    assert "network=big_switch npus=" in out.getvalue() and "tcp=newreno, workload=incast_2to1)" in out.getvalue()
+
+
 def test_failed_run_is_stored_and_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken_engine(config: Any, **options: Any) -> dict:
         raise RuntimeError("engine bug")

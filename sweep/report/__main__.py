@@ -1,0 +1,7 @@
+"""`python -m sweep.report results/<name>`."""
+
+import sys
+
+from .build import main
+
+sys.exit(main())
