@@ -3,6 +3,11 @@
 `load_config(mapping)` turns a nested dict (as Hydra composes it, or as a test writes it) into frozen
 dataclasses, refusing anything that cannot run with a `ConfigError` that names the key, the value
 and what is allowed. Nothing here knows about Hydra.
+
+This module is the floor of the engine: it imports the standard library and the wire constants of
+`engine.network` only, never a layer that reads it (tests/test_import_graph.py). The files a
+workload names (an ASTRA-sim text file, a Chakra trace) are checked where they are read, by
+`engine.workload.check_workload_files`, which callers run before any simulation starts.
 """
 
 from __future__ import annotations
@@ -396,17 +401,11 @@ def _validate(config: SimConfig) -> None:
     elif wl.type == "astra":
         _require(wl.path is not None, "workload.path", wl.path, "the path of an ASTRA-sim 1.0 workload file")
         _positive("workload.cycle_ns", wl.cycle_ns)
-        from .workload.layers import parse_astra  # reading the file is part of validating it
-
-        parse_astra(wl.path, 1, (net.npus,))  # the sizes it converts do not matter here
     elif wl.type == "chakra":
         _require(wl.path is not None, "workload.path", wl.path, "the prefix (or folder) of a Chakra trace, one "
                  "<prefix>.<rank>.et file per NPU")
         _one_of("workload.duration_unit", wl.duration_unit, DURATION_UNITS)
         _positive("workload.cycle_ns", wl.cycle_ns)
-        from .workload.chakra import read_trace  # reading the trace is part of validating it
-
-        read_trace(wl.path, net.npus, (net.npus,))  # the sizes it converts do not matter here
     elif wl.type == "collective":
         _one_of("workload.op", wl.op, COLLECTIVE_OPS)
         _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
@@ -533,3 +532,4 @@ def _validate_flows(config: SimConfig) -> None:
         if wl.pattern == "incast":
             _require(wl.senders is not None and 1 <= wl.senders <= npus - 1, "workload.senders", wl.senders,
                      f"an integer in 1..{npus - 1} (hosts 1..senders send to host 0)")
+

@@ -35,14 +35,16 @@ from .schema import PRESET_COLUMNS
 
 def validate(config: Mapping[str, Any]) -> engine.SimConfig:
     """The engine's config of `config`; raise `engine.ConfigError` if it cannot run: the engine's
-    checks plus the sweep's own keys (`name` becomes a directory, so it must be one plain path
-    component)."""
+    checks (the config, then the workload files it names) plus the sweep's own keys (`name` becomes
+    a directory, so it must be one plain path component)."""
     name = config.get("name")
     if not isinstance(name, str) or not name or name in {".", ".."} or "/" in name or "\\" in name:
         raise engine.ConfigError("name", name, "a non-empty dataset name without path separators")
     if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
         raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
-    return engine.load_config(config)
+    checked = engine.load_config(config)
+    engine.check_workload_files(checked)
+    return checked
 
 
 def check_dataset(config: Mapping[str, Any]) -> None:
