@@ -30,8 +30,9 @@ def grid_points(experiment: str, fixed: list[str]) -> list[list[str]]:
     """The override list of every point of the experiment's grid, each ending with `fixed`."""
     params = OmegaConf.load(Path(CONF_DIR) / "experiment" / f"{experiment}.yaml").hydra.sweeper.params
     parsed = OverridesParser.create().parse_overrides([f"{key}={value}" for key, value in params.items()])
-    axes = [[f"{override.key_or_group}={value}" for value in override.sweep_string_iterator()]
-            if override.is_sweep_override() else [override.input_line] for override in parsed]
+    axes: list[list[str]] = [[f"{override.key_or_group}={value}" for value in override.sweep_string_iterator()]
+                             if override.is_sweep_override() else [f"{key}={value}"]
+                             for override, (key, value) in zip(parsed, params.items())]
     return [[*point, *fixed] for point in itertools.product(*axes)]
 
 

@@ -20,9 +20,9 @@ from engine.config import KEY_CONDITIONS, identity_mapping, unused_keys
 from sweep.plan import check_overrides_apply
 from sweep.runner import run_id
 
-INCAST = {"network": {"npus": 4, "buffer_kb": 16.0},
+INCAST: dict[str, Any] = {"network": {"npus": 4, "buffer_kb": 16.0},
           "workload": {"type": "flows", "pattern": "incast", "senders": 3, "bytes_per_flow": 60_000}}
-ALL_REDUCE = {"network": {"npus": 4}, "workload": {"type": "collective", "op": "all_reduce", "bytes": 65_536}}
+ALL_REDUCE: dict[str, Any] = {"network": {"npus": 4}, "workload": {"type": "collective", "op": "all_reduce", "bytes": 65_536}}
 # Per key: the base config where it is unused, and another valid value for it.
 CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.bottleneck_gbps": (INCAST, 1.0),
