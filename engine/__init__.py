@@ -8,11 +8,13 @@ from .kernel import choose_kernel
 
 KERNEL = choose_kernel()  # first: it decides where the hot-path modules are imported from
 from .config import ConfigError, SimConfig, load_config  # noqa: E402
+from .backends.checks import check_backend  # noqa: E402
 from .memory import estimate_run_bytes  # noqa: E402
 from .run import PreparedRun, prepare, run  # noqa: E402
+from .workload import check_workload_files  # noqa: E402
 
 __version__ = "0.1.0"
 ENGINE_VERSION = __version__
 
-__all__ = ["ConfigError", "ENGINE_VERSION", "KERNEL", "PreparedRun", "SimConfig", "estimate_run_bytes", "load_config",
-           "prepare", "run"]
+__all__ = ["ConfigError", "ENGINE_VERSION", "KERNEL", "PreparedRun", "SimConfig", "check_backend",
+           "check_workload_files", "estimate_run_bytes", "load_config", "prepare", "run"]

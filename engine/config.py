@@ -3,15 +3,26 @@
 `load_config(mapping)` turns a nested dict (as Hydra composes it, or as a test writes it) into frozen
 dataclasses, refusing anything that cannot run with a `ConfigError` that names the key, the value
 and what is allowed. Nothing here knows about Hydra.
+
+This module is the floor of the engine: it imports the standard library, the wire constants of
+`engine.network` and the backends' names (`engine.backends`, whose registry imports nothing), never
+a layer that reads it (tests/test_import_graph.py). What lies above it is checked above it, by
+callers before any simulation starts: the files a workload names (an ASTRA-sim text file, a Chakra
+trace) where they are read, `engine.check_workload_files`, and what the chosen backend can run,
+`engine.check_backend`.
+
+`unused_keys` says which keys cannot change a config's simulation (a key of another topology,
+congestion control or workload type); `identity_mapping` resets them to their defaults, so two
+configs that differ only there share one identity (`sweep.runner.run_id`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from .backends import BACKEND_NAMES, backend_class
+from .backends import BACKEND_NAMES, ECN_THRESHOLD_SETS_QUEUE
 from .network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
@@ -312,11 +323,8 @@ def _flow_specs(raw: Any) -> tuple[FlowSpec, ...]:
 def _validate(config: SimConfig) -> None:
     net, tcp, wl, eng = config.network, config.tcp, config.workload, config.engine
     _one_of("engine.backend", eng.backend, BACKEND_NAMES)
-    backend = backend_class(eng.backend)
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
-    _require(not eng.incast_rto or backend.INCAST_RTO, "engine.incast_rto", eng.incast_rto,
-             f"false unless engine.backend={_backends_with('INCAST_RTO')} (the backend that flags incast phases)")
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
     _require(net.npus >= 2, "network.npus", net.npus, "an integer >= 2")
@@ -364,12 +372,8 @@ def _validate(config: SimConfig) -> None:
     _require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
 
     _validate_system(config)
-    backend.check_config(config)
     _one_of("workload.type", wl.type, WORKLOAD_TYPES)
     if wl.type == "flows":
-        carriers = _backends_with("CARRIES_FLOWS")
-        _require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,
-                 f"{carriers} for workload.type=flows (TCP flows need the {carriers} backend)")
         _validate_flows(config)
     else:
         _require(wl.iterations >= 1, "workload.iterations", wl.iterations, "an integer >= 1")
@@ -396,25 +400,14 @@ def _validate(config: SimConfig) -> None:
     elif wl.type == "astra":
         _require(wl.path is not None, "workload.path", wl.path, "the path of an ASTRA-sim 1.0 workload file")
         _positive("workload.cycle_ns", wl.cycle_ns)
-        from .workload.layers import parse_astra  # reading the file is part of validating it
-
-        parse_astra(wl.path, 1, (net.npus,))  # the sizes it converts do not matter here
     elif wl.type == "chakra":
         _require(wl.path is not None, "workload.path", wl.path, "the prefix (or folder) of a Chakra trace, one "
                  "<prefix>.<rank>.et file per NPU")
         _one_of("workload.duration_unit", wl.duration_unit, DURATION_UNITS)
         _positive("workload.cycle_ns", wl.cycle_ns)
-        from .workload.chakra import read_trace  # reading the trace is part of validating it
-
-        read_trace(wl.path, net.npus, (net.npus,))  # the sizes it converts do not matter here
     elif wl.type == "collective":
         _one_of("workload.op", wl.op, COLLECTIVE_OPS)
         _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
-
-
-def _backends_with(flag: str) -> str:
-    """The registered backends whose class sets `flag` (a `NetworkBackend` constant), as `a or b`."""
-    return " or ".join(name for name in BACKEND_NAMES if getattr(backend_class(name), flag))
 
 
 def _validate_system(config: SimConfig) -> None:
@@ -510,3 +503,95 @@ def _validate_flows(config: SimConfig) -> None:
         if wl.pattern == "incast":
             _require(wl.senders is not None and 1 <= wl.senders <= npus - 1, "workload.senders", wl.senders,
                      f"an integer in 1..{npus - 1} (hosts 1..senders send to host 0)")
+
+
+def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
+    """A condition on one dotted key: it holds when the key has one of `values`."""
+    section, name = key.split(".")
+    return (f"{key}={'|'.join(str(value).lower() if isinstance(value, bool) else str(value) for value in values)}",
+            lambda config: getattr(getattr(config, section), name) in values)
+
+
+def _both(first: tuple[str, Callable[[SimConfig], bool]],
+          second: tuple[str, Callable[[SimConfig], bool]]) -> tuple[str, Callable[[SimConfig], bool]]:
+    """Both conditions."""
+    return f"{first[0]} with {second[0]}", lambda config: first[1](config) and second[1](config)
+
+
+_DLRM = _when("workload.type", "dlrm")
+# Where each key is read: outside its condition a key cannot change the simulation (another
+# topology's links, another congestion control's constants, another workload type's sizes, a
+# setting of an option that is off). Keys not listed apply to every config.
+KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
+    "network.bottleneck_gbps": _when("network.topology", "dumbbell"),
+    "network.bottleneck_latency_us": _when("network.topology", "dumbbell"),
+    "network.hosts_per_leaf": _when("network.topology", "leaf_spine"),
+    "network.spines": _when("network.topology", "leaf_spine"),
+    "network.uplink_gbps": _when("network.topology", "leaf_spine", "fat_tree"),
+    "network.fat_tree_k": _when("network.topology", "fat_tree"),
+    "network.npus_per_node": _when("network.topology", "hierarchical"),
+    "network.scaleup_gbps": _when("network.topology", "hierarchical"),
+    "network.scaleup_latency_us": _when("network.topology", "hierarchical"),
+    # Only ECN-capable packets are marked; and on ns3 a threshold without a buffer limit also puts
+    # the port's own queue disc in place of ns-3's default device queue, which drops at 100 packets.
+    "network.ecn_threshold_kb": (
+        "ECN-capable traffic (tcp.cc=dctcp or tcp.ecn=true; on engine.backend=ns3 also network.buffer_kb=null)",
+        lambda config: config.tcp.ecn or config.tcp.cc == "dctcp"
+        or (config.engine.backend in ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None)),
+    "tcp.dctcp_g": _when("tcp.cc", "dctcp"),
+    "tcp.cubic_c": _when("tcp.cc", "cubic"),
+    "tcp.cubic_beta": _when("tcp.cc", "cubic"),
+    "tcp.delayed_ack_timeout_ms": _when("tcp.delayed_ack", True),
+    "tcp.pto_slack_ms": _when("tcp.rack_tlp", True),
+    "tcp.sack_after_rto": _when("tcp.sack", True),
+    "workload.flows": _when("workload.type", "flows"),
+    "workload.pattern": _when("workload.type", "flows"),
+    "workload.senders": _when("workload.pattern", "incast"),
+    "workload.bytes_per_flow": _when("workload.pattern", *FLOW_PATTERNS),
+    "workload.rounds": _when("workload.pattern", *FLOW_PATTERNS),
+    "workload.iterations": _when("workload.type", "dlrm", "astra", "chakra", "collective"),
+    **{f"workload.{key}": _DLRM for key in ("num_tables", "emb_dim", "dense_features", "bottom_mlp", "top_mlp",
+                                            "batch_per_npu", "dtype_bytes", "npu_tflops", "hbm_gbps", "interaction",
+                                            "multi_hot", "index_bytes")},
+    "workload.dcn_layers": _both(_DLRM, _when("workload.interaction", "dcn")),
+    "workload.dcn_low_rank": _both(_DLRM, _when("workload.interaction", "dcn")),
+    "workload.path": _when("workload.type", "astra", "chakra"),
+    "workload.duration_unit": _when("workload.type", "chakra"),
+    "workload.cycle_ns": (
+        "workload.type=astra, or workload.type=chakra with workload.duration_unit=cycles",
+        lambda config: config.workload.type == "astra"
+        or (config.workload.type == "chakra" and config.workload.duration_unit == "cycles")),
+    "workload.op": _when("workload.type", "collective"),
+    "workload.bytes": _when("workload.type", "collective"),
+}
+
+
+def unused_keys(config: SimConfig) -> tuple[str, ...]:
+    """The dotted keys (of `KEY_CONDITIONS`) whose value cannot change this config's simulation."""
+    return tuple(key for key, (_, applies) in KEY_CONDITIONS.items() if not applies(config))
+
+
+def unused_key_error(key: str, value: Any, scope: str = "here") -> ConfigError:
+    """The error for setting `key` (of `KEY_CONDITIONS`) where it cannot change the simulation."""
+    return ConfigError(key, value, f"set only with {KEY_CONDITIONS[key][0]}; {scope} it would change nothing")
+
+
+def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str, Any]:
+    """`mapping` (what `load_config` turned into `config`) with every key of `unused_keys(config)`
+    that it sets put back to its default: configs that differ only in keys that cannot change their
+    simulation map to one identity. Defaults, not deletion, so a config whose unused keys hold
+    their defaults (every preset's) keeps the identity it had."""
+    identity = {key: dict(value) if isinstance(value, Mapping) else value for key, value in mapping.items()}
+    for key in unused_keys(config):
+        section, name = key.split(".")
+        values = identity.get(section)
+        if isinstance(values, dict) and name in values:
+            values[name] = _default(getattr(config, section), name)
+    return identity
+
+
+def _default(section: Any, name: str) -> Any:
+    """The default of field `name` of a section dataclass, as a mapping would spell it (a list for
+    a tuple)."""
+    value = next(item.default for item in fields(section) if item.name == name)  # every section field has one
+    return list(value) if isinstance(value, tuple) else value

@@ -204,10 +204,6 @@ class EventList:
         """Number of entries in both heaps, stale ones included."""
         return len(self.heap) + len(self._timer_sources)
 
-    def pending_timers(self) -> int:
-        """Number of entries in the timer heap, stale ones included."""
-        return len(self._timer_sources)
-
     def next_time_ps(self) -> int:
         """Time of the earliest pending entry (call only when `pending()`)."""
         heap_ps = self.heap[0].time_ps if self.heap else _NO_TIMER

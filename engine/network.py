@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from random import Random
-from typing import Callable, Final
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -132,11 +132,6 @@ class Packet:
         self.ce = False
         self.ece = False
         self.cwr = False
-
-    def send_on(self) -> None:
-        """Hand the packet to the first sink of its route."""
-        self.hop = 0
-        self.route[0].receive_packet(self)
 
 
 class Link(PacketSink):
@@ -326,29 +321,3 @@ class RingPort(PacketSink):
             link.receive_packet(pkt)
         if own or forwarded:
             self.eventlist.schedule_entry(self._event, link.busy_until_ps)
-
-
-class PacketDropper(PacketSink):
-    """A sink placed in a route (by tests and loss experiments) that drops chosen data packets.
-
-    `should_drop(index, pkt)` is asked for every data packet (payload > 0), `index` counting them
-    from 0 in arrival order; ACKs always pass.
-    """
-
-    __slots__ = ("should_drop", "data_seen", "drops")
-
-    def __init__(self, should_drop: Callable[[int, Packet], bool]) -> None:
-        self.should_drop = should_drop
-        self.data_seen = 0
-        self.drops = 0
-
-    def receive_packet(self, pkt: Packet) -> None:
-        if pkt.payload_bytes:
-            index = self.data_seen
-            self.data_seen += 1
-            if self.should_drop(index, pkt):
-                self.drops += 1
-                return
-        hop = pkt.hop + 1
-        pkt.hop = hop
-        pkt.route[hop].receive_packet(pkt)

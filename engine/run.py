@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from .backends import backend_class
+from .backends.checks import check_backend
 from .backends.base import BACKEND_COLUMNS, NetworkBackend
 from .config import SimConfig, load_config
 from .simulation import Simulation
@@ -81,6 +82,7 @@ class PreparedRun:
 def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     """Validate the config and build the network, its backend, the system layer and the workload."""
     cfg = config if isinstance(config, SimConfig) else load_config(config)
+    check_backend(cfg)
     sim = Simulation(cfg)
     backend = backend_class(cfg.engine.backend)(cfg, sim)
     if cfg.workload.type == "flows":  # the config refuses it on a backend that does not carry flows

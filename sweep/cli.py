@@ -29,7 +29,7 @@ import engine
 from engine.backends import backend_class
 
 from .interrupts import interrupts_deferred
-from .plan import check_dataset, config_error, hydra_error, pop_force, validate
+from .plan import check_dataset, check_overrides_apply, config_error, hydra_error, pop_force, validate
 from .runner import execute, label_presets, run_id
 from .schema import PRESET_COLUMNS
 from .store import ResultStore
@@ -195,6 +195,7 @@ def _hydra_main(cfg: DictConfig) -> None:
             raise config_error(exc) from None
         assert isinstance(config, dict)  # the root config is a mapping
         force = pop_force(config)
+        check_overrides_apply([(HydraConfig.get().overrides.task, engine.load_config(config))])
     except engine.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)

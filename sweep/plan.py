@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
+from engine.config import KEY_CONDITIONS, unused_key_error, unused_keys
 
 from .runner import run_id
 from .schema import PRESET_COLUMNS
@@ -35,14 +36,17 @@ from .schema import PRESET_COLUMNS
 
 def validate(config: Mapping[str, Any]) -> engine.SimConfig:
     """The engine's config of `config`; raise `engine.ConfigError` if it cannot run: the engine's
-    checks plus the sweep's own keys (`name` becomes a directory, so it must be one plain path
-    component)."""
+    checks (the config, what its backend can run, then the workload files it names) plus the sweep's own keys (`name` becomes
+    a directory, so it must be one plain path component)."""
     name = config.get("name")
     if not isinstance(name, str) or not name or name in {".", ".."} or "/" in name or "\\" in name:
         raise engine.ConfigError("name", name, "a non-empty dataset name without path separators")
     if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
         raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
-    return engine.load_config(config)
+    checked = engine.load_config(config)
+    engine.check_backend(checked)
+    engine.check_workload_files(checked)
+    return checked
 
 
 def check_dataset(config: Mapping[str, Any]) -> None:
@@ -175,11 +179,34 @@ class GridError(Exception):
         super().__init__(f"{cause} (grid point {index + 1} of {total}: {point})")
 
 
+def check_overrides_apply(points: Sequence[tuple[Sequence[str], engine.SimConfig]]) -> None:
+    """Raise `engine.ConfigError` for a key the command line sets that cannot change the simulation
+    of any of `points` (overrides, validated config): `network=switch network.spines=4`, or
+    `tcp=newreno tcp.dctcp_g=0.1,0.2`. A grid where the key applies at some points (crossing `tcp`
+    with `tcp.dctcp_g`) is fine: at the other points it is left out of their run_id, so each of
+    their simulations runs once (`engine.config.identity_mapping`)."""
+    applied: set[str] = set()
+    first_values: dict[str, str] = {}  # key -> its value at the first point that sets it
+    for overrides, config in points:
+        unused = set(unused_keys(config))
+        for line in overrides:
+            key, _, value = line.lstrip("+~").partition("=")
+            if key in KEY_CONDITIONS:
+                first_values.setdefault(key, value)
+                if key not in unused:
+                    applied.add(key)
+    for key, value in first_values.items():
+        if key not in applied:
+            raise unused_key_error(key, value, "in every point of this grid" if len(points) > 1 else "here")
+
+
 def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dict[str, Any]]) -> list[PlannedRun]:
     """Resolve and validate every grid point with `compose` (overrides -> plain config); raise
-    `GridError` for the first point that cannot run."""
+    `GridError` for the first point that cannot run, and `engine.ConfigError` for a key set where
+    it applies at no point (`check_overrides_apply`)."""
     runs = []
     checked: set[tuple[str, str]] = set()  # datasets already found writable
+    validated: list[tuple[Sequence[str], engine.SimConfig]] = []
     for index, overrides in enumerate(points):
         try:
             try:
@@ -189,13 +216,16 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
             force = pop_force(config)
             presets = pop_presets(config)
             _validate_ray(config)
-            memory_bytes = engine.estimate_run_bytes(validate(config))
+            sim_config = validate(config)
+            memory_bytes = engine.estimate_run_bytes(sim_config)
             if (config["results_dir"], config["name"]) not in checked:
                 check_dataset(config)
                 checked.add((config["results_dir"], config["name"]))
         except engine.ConfigError as exc:
             raise GridError(index, len(points), overrides, exc) from exc
         runs.append(PlannedRun(tuple(overrides), config, run_id(config), force, presets, memory_bytes))
+        validated.append((overrides, sim_config))
+    check_overrides_apply(validated)
     return runs
 
 

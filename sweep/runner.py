@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import engine
+from engine.config import identity_mapping
 
 from .schema import PRESET_COLUMNS
 from .store import ColumnRows
@@ -57,7 +58,14 @@ def _canonical(value: Any) -> Any:
 
 def run_id(config: Mapping[str, Any]) -> str:
     """The identity of a run: first 16 hex digits of the SHA-256 of the canonical JSON of the
-    resolved config (seed included; `name`, `results_dir` and `ray` left out)."""
+    resolved config (seed included; `name`, `results_dir` and `ray` left out), with the keys that
+    cannot change its simulation at their defaults (`engine.config.identity_mapping`: another
+    topology's, congestion control's or workload type's keys), so no grid runs one simulation twice.
+    A config the engine refuses keeps every key: it has no simulation to share."""
+    try:
+        config = identity_mapping(config, engine.load_config(config))
+    except engine.ConfigError:
+        pass
     identity = {key: value for key, value in config.items() if key not in NON_IDENTITY_KEYS}
     text = json.dumps(_canonical(identity), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

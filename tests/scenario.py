@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from engine.eventlist import EventList
-from engine.network import Link, Packet, PacketDropper, PacketSink
+from engine.network import Link, Packet, PacketSink
 from engine.transport import TcpConnection, TcpSettings, make_congestion_control
 from engine.units import PS_PER_S, gbps_to_bps, us_to_ps
 
@@ -31,6 +31,32 @@ class Tap(PacketSink):
         self.ts_echo_ps.append(pkt.ts_echo_ps)
         pkt.hop += 1
         pkt.route[pkt.hop].receive_packet(pkt)
+
+
+class PacketDropper(PacketSink):
+    """A sink placed in a route that drops chosen data packets.
+
+    `should_drop(index, pkt)` is asked for every data packet (payload > 0), `index` counting them
+    from 0 in arrival order; ACKs always pass.
+    """
+
+    __slots__ = ("should_drop", "data_seen", "drops")
+
+    def __init__(self, should_drop: Callable[[int, Packet], bool]) -> None:
+        self.should_drop = should_drop
+        self.data_seen = 0
+        self.drops = 0
+
+    def receive_packet(self, pkt: Packet) -> None:
+        if pkt.payload_bytes:
+            index = self.data_seen
+            self.data_seen += 1
+            if self.should_drop(index, pkt):
+                self.drops += 1
+                return
+        hop = pkt.hop + 1
+        pkt.hop = hop
+        pkt.route[hop].receive_packet(pkt)
 
 
 class Wire(PacketSink):

@@ -22,7 +22,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +44,6 @@ class Mistake:
     code: int
     expect: tuple[str, ...]
     multirun: bool = False
-    max_s: float | None = None  # the command must fail within this wall time
     needs: str | None = None  # a fixture-side condition (see `_prepare`)
     extra: dict = field(default_factory=dict)
 
@@ -91,6 +89,11 @@ MISTAKES = [
             EXIT_BAD_CONFIG, ("workload.flows[0].dst=99", "0..15")),
     Mistake("incast-too-many-senders", "workload=incast workload.senders=99", EXIT_BAD_CONFIG,
             ("workload.senders=99", "1..15")),
+    # a key of another preset, which would change nothing
+    Mistake("key-of-another-topology", "network=switch network.spines=4", EXIT_BAD_CONFIG,
+            ("network.spines='4'", "network.topology=leaf_spine", "change nothing")),
+    Mistake("grid-key-of-another-cc", "tcp=newreno tcp.dctcp_g=0.1,0.2", EXIT_BAD_CONFIG,
+            ("tcp.dctcp_g='0.1'", "tcp.cc=dctcp", "in every point of this grid"), multirun=True),
     # ASTRA-sim workload files
     Mistake("astra-missing", ASTRA + "missing.txt", EXIT_BAD_CONFIG,
             ("workload.path=", "missing.txt", "existing")),
@@ -145,7 +148,8 @@ MISTAKES = [
             "hydra.launcher.refine_top=0 workload=incast seed=1,2", EXIT_BAD_CONFIG, ("engine.backend", "grid point 1 of 2"),
             multirun=True),
     Mistake("unreachable-ray", "ray.address=127.0.0.1:1 seed=12345", EXIT_BAD_CONFIG,
-            ("ray.address=127.0.0.1:1", "no Ray cluster answers"), multirun=True, max_s=20.0),
+            # refused by the address probe at once, never reaching ray.init's minutes of retries
+            ("ray.address=127.0.0.1:1", "no Ray cluster answers", "Connection refused"), multirun=True),
 ]
 
 
@@ -175,17 +179,17 @@ def _immutable(path: Path) -> bool:
     return False
 
 
-def _run(mistake: Mistake, root: Path) -> tuple[subprocess.CompletedProcess, float]:
+def _run(mistake: Mistake, root: Path) -> subprocess.CompletedProcess:
     args = mistake.args.replace("{root}", str(root)).split(" ")
     keys = {arg.lstrip("+").split("=", 1)[0] for arg in args}
     # Every command writes to the existing dataset unless it names another place itself.
     defaults = [arg for key, arg in (("results_dir", f"results_dir={root / 'results'}"), ("name", "name=existing"))
                 if key not in keys]
     command = [sys.executable, "-m", "sweep", *(["-m"] if mistake.multirun else []), *args, *defaults]
-    start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, cwd=root / "cwd", timeout=120,
-                            env={**os.environ, "HYDRA_FULL_ERROR": ""})
-    return result, time.perf_counter() - start
+    # the sweep package of this checkout, not whichever one is installed
+    path = os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(command, capture_output=True, text=True, cwd=root / "cwd", timeout=120,
+                          env={**os.environ, "HYDRA_FULL_ERROR": "", "PYTHONPATH": path})
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +231,7 @@ def test_mistake_is_refused_clearly(mistake: Mistake, outcomes: dict) -> None:
     if mistake.id not in outcomes["results"]:
         pytest.skip("no way to make a directory read-only for this user here (root, and chattr +i "
                     "is not allowed): a writable check cannot be shown")
-    result, wall_s = outcomes["results"][mistake.id]
+    result = outcomes["results"][mistake.id]
     stderr = result.stderr
     assert result.returncode == mistake.code, (result.returncode, stderr, result.stdout)
     assert "Traceback" not in stderr and "Traceback" not in result.stdout
@@ -235,8 +239,6 @@ def test_mistake_is_refused_clearly(mistake: Mistake, outcomes: dict) -> None:
         assert piece.replace("{root}", str(outcomes["root"])) in stderr, (piece, stderr)
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr
-    if mistake.max_s is not None:
-        assert wall_s < mistake.max_s
 
 
 def test_nothing_was_written_or_changed(outcomes: dict) -> None:

@@ -337,9 +337,10 @@ def test_the_chakra_preset_is_the_converted_study_workload():
 
 
 def _error(path: str, npus: int = 2) -> str:
+    config = engine.load_config({"network": {**NETWORK, "npus": npus},
+                                 "workload": {"type": "chakra", "path": path, "duration_unit": "us"}})
     with pytest.raises(engine.ConfigError) as caught:
-        engine.load_config({"network": {**NETWORK, "npus": npus},
-                            "workload": {"type": "chakra", "path": path, "duration_unit": "us"}})
+        engine.check_workload_files(config)
     return str(caught.value)
 
 

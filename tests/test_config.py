@@ -9,7 +9,7 @@ import copy
 import pytest
 
 import engine
-from engine import ConfigError, load_config
+from engine import ConfigError, check_backend, load_config
 
 ONE_FLOW = {"workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 10_000}]}}
 
@@ -140,8 +140,9 @@ BAD_CONFIGS = [
     ids=[case[0] for case in BAD_CONFIGS],
 )
 def test_load_config_refuses_with_key_value_and_allowed(mapping, key, value_text, allowed_fragment):
+    """The config's own checks, then what its backend can run (both before any run starts)."""
     with pytest.raises(ConfigError) as info:
-        load_config(mapping)
+        check_backend(load_config(mapping))
     error = info.value
     message = str(error)
     assert error.key == key

@@ -18,9 +18,9 @@ import pytest
 import engine
 from engine import load_config
 from engine.config import ConfigError
-from engine.network import PacketDropper
 from engine.simulation import SYN_RETRIES, HandshakeFailed, Simulation, syn_retransmits
 from engine.units import PS_PER_MS, PS_PER_S, PS_PER_US
+from scenario import PacketDropper
 
 LINK_US = 1.0
 PS_PER_BYTE = 80  # 100 Gb/s

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 import engine
 from sweep.cli import CONF_DIR
+from sweep.runner import run_id
 from sweep_support import GROUPS, compose_config, group_options
 
 EXPERIMENTS = group_options("experiment")
@@ -108,3 +109,14 @@ def test_quickstart_is_small() -> None:
     assert 10 <= len(configs) <= 30
     assert {config["workload"]["type"] for config in configs} == {"dlrm"}
     assert {config["name"] for config in configs} == {"quickstart"}
+
+
+def test_tcp_params_runs_each_simulation_once() -> None:
+    """The ECN threshold marks only ECN-capable traffic (DCTCP here: tcp.ecn is off in the newreno and
+    cubic presets), so at the newreno and cubic points its 4 values are one simulation, one run_id.
+    Per congestion control and ECN value: 4 min RTOs x 2 handshakes x 3 initial windows x 2 delayed
+    ACKs x 6 buffers x 2 workloads = 576 points; newreno 576 + cubic 576 + dctcp 4 x 576 = 3,456
+    distinct simulations of the 6,912 points (3 x 4 x 576)."""
+    configs = build_points("tcp_params")
+    assert len(configs) == 6_912
+    assert len({run_id(config) for config in configs}) == 576 + 576 + 4 * 576 == 3_456

@@ -45,9 +45,9 @@ class RecordingSink(PacketSink):
 def send_packet(eventlist, links, sink, size_bytes=1500, at_ps=0):
     pkt = Packet(tuple(links) + (sink,), size_bytes, size_bytes - 40, 0, 0, at_ps, False, False)
     if at_ps == eventlist.now_ps:
-        pkt.send_on()
+        pkt.route[0].receive_packet(pkt)
     else:
-        eventlist.call_at(at_ps, pkt.send_on)
+        eventlist.call_at(at_ps, lambda: pkt.route[0].receive_packet(pkt))
     return pkt
 
 

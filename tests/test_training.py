@@ -148,14 +148,16 @@ def test_dlrm_on_16_npus_over_tcp_end_to_end():
 ])
 def test_malformed_astra_files_are_refused_with_the_line(tmp_path, text, message):
     path = write_workload(tmp_path, text)
+    config = engine.load_config({"workload": {"type": "astra", "path": path}})  # the config reads no file
     with pytest.raises(engine.ConfigError) as error:
-        engine.load_config({"workload": {"type": "astra", "path": path}})
+        engine.check_workload_files(config)
     assert error.value.key == "workload.path" and message in str(error.value)
 
 
 def test_missing_astra_file_is_refused(tmp_path):
+    config = engine.load_config({"workload": {"type": "astra", "path": str(tmp_path / "nope.txt")}})
     with pytest.raises(engine.ConfigError, match="workload.path"):
-        engine.load_config({"workload": {"type": "astra", "path": str(tmp_path / "nope.txt")}})
+        engine.check_workload_files(config)
 
 
 # -- ASTRA-sim 1.0's model-parallel loops (Workload.cc: iterate_model_parallel,

@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 
 BACKEND_NAMES = ("packet", "analytical", "alpha_beta", "phase", "ns3")  # engine.backend; the first is the default
 
+# Backends on which `network.ecn_threshold_kb` shapes the queue even without ECN-capable traffic:
+# ns-3's helper installs the port's queue disc (in place of the device's 100-packet queue) when a
+# threshold is set without a buffer limit. Read by the config's key applicability, which sits below
+# the backends' modules and so cannot ask their classes.
+ECN_THRESHOLD_SETS_QUEUE = frozenset({"ns3"})
+
 
 def backend_class(name: str) -> type[NetworkBackend]:
     """The backend registered as `name` (one of `BACKEND_NAMES`; `KeyError` for any other)."""

@@ -156,8 +156,11 @@ class RayNetsweepLauncher(Launcher):
         except (GridError, engine.ConfigError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
+        distinct = len({(run.dataset, run.run_id) for run in runs})
         print(f"planned {len(runs)} runs ({composer.compositions} Hydra compositions, "
               f"{time.perf_counter() - start:.1f} s)"
+              # points that differ only in keys their presets never read are one simulation, run once
+              + (f"; {distinct} distinct simulations" if distinct < len(runs) else "")
               + (f"; two fidelities: every point on {policy.screen_backend}, then at most "
                  f"{policy.budget_runs} at the grid's backend" if policy is not None else ""))
 

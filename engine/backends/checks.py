@@ -1,0 +1,31 @@
+"""What a valid config must also satisfy to run on the backend it names.
+
+`engine.load_config` checks the config on its own (it is the floor every layer stands on, and knows
+the backends only by name); what depends on a backend's abilities is checked here, above it, by the
+callers that launch runs (`sweep.plan.validate`, for a single run and every grid point) and by
+`engine.prepare` before it builds anything.
+"""
+
+from __future__ import annotations
+
+from ..config import SimConfig, _require
+from . import BACKEND_NAMES, backend_class
+
+
+def check_backend(config: SimConfig) -> None:
+    """Raise `ConfigError` (naming the key, the value and what is allowed) if the backend that
+    `config` names cannot run it."""
+    eng = config.engine
+    backend = backend_class(eng.backend)
+    _require(not eng.incast_rto or backend.INCAST_RTO, "engine.incast_rto", eng.incast_rto,
+             f"false unless engine.backend={_backends_with('INCAST_RTO')} (the backend that flags incast phases)")
+    backend.check_config(config)
+    if config.workload.type == "flows":
+        carriers = _backends_with("CARRIES_FLOWS")
+        _require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,
+                 f"{carriers} for workload.type=flows (TCP flows need the {carriers} backend)")
+
+
+def _backends_with(flag: str) -> str:
+    """The registered backends whose class sets `flag` (a `NetworkBackend` constant), as `a or b`."""
+    return " or ".join(name for name in BACKEND_NAMES if getattr(backend_class(name), flag))

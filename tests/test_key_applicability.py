@@ -1,0 +1,203 @@
+"""One identity per simulation: a key that cannot change a config's simulation is left out of its
+run_id (`engine.config.KEY_CONDITIONS`, `identity_mapping`), and a key set where it cannot apply is
+refused (`sweep.plan.check_overrides_apply`).
+
+The table of conditions is proved key by key: at a config where the table says a key is unused,
+giving it another (valid) value leaves every row of the simulation identical, and the run_id too.
+The two base configs make every key matter that could: an incast through a 16 KiB buffer (drops,
+retransmissions, timeouts: a congestion-control constant or an ECN threshold in use would show) and
+a ring all-reduce, packet backend, NewReno without delayed ACKs or RACK-TLP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import engine
+from engine.config import KEY_CONDITIONS, identity_mapping, unused_keys
+from sweep.plan import check_overrides_apply
+from sweep.runner import run_id
+
+INCAST: dict[str, Any] = {"network": {"npus": 4, "buffer_kb": 16.0},
+          "workload": {"type": "flows", "pattern": "incast", "senders": 3, "bytes_per_flow": 60_000}}
+ALL_REDUCE: dict[str, Any] = {"network": {"npus": 4}, "workload": {"type": "collective", "op": "all_reduce", "bytes": 65_536}}
+# Per key: the base config where it is unused, and another valid value for it.
+CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
+    "network.bottleneck_gbps": (INCAST, 1.0),
+    "network.bottleneck_latency_us": (INCAST, 50.0),
+    "network.hosts_per_leaf": (INCAST, 2),
+    "network.spines": (INCAST, 2),
+    "network.uplink_gbps": (INCAST, 1.0),
+    "network.fat_tree_k": (INCAST, 4),
+    "network.npus_per_node": (INCAST, 2),
+    "network.scaleup_gbps": (INCAST, 1.0),
+    "network.scaleup_latency_us": (INCAST, 50.0),
+    "network.ecn_threshold_kb": (INCAST, 1.0),  # the queue reaches 16 KiB: ECN-capable packets would be marked
+    "tcp.dctcp_g": (INCAST, 1.0),
+    "tcp.cubic_c": (INCAST, 4.0),
+    "tcp.cubic_beta": (INCAST, 0.2),
+    "tcp.delayed_ack_timeout_ms": (INCAST, 1.0),
+    "tcp.pto_slack_ms": (INCAST, 5.0),
+    "tcp.sack_after_rto": ({**INCAST, "tcp": {"sack": False}}, "discard"),
+    "workload.flows": (ALL_REDUCE, [{"src": 0, "dst": 1, "bytes": 10}]),
+    "workload.pattern": (ALL_REDUCE, "permutation"),
+    "workload.senders": ({**INCAST, "workload": {**INCAST["workload"], "pattern": "all_to_all"}}, 1),
+    "workload.bytes_per_flow": (ALL_REDUCE, 5),
+    "workload.rounds": (ALL_REDUCE, 3),
+    "workload.iterations": (INCAST, 3),
+    "workload.num_tables": (ALL_REDUCE, 2),
+    "workload.emb_dim": (ALL_REDUCE, 2),
+    "workload.dense_features": (ALL_REDUCE, 2),
+    "workload.bottom_mlp": (ALL_REDUCE, [2, 2]),
+    "workload.top_mlp": (ALL_REDUCE, [2, 1]),
+    "workload.batch_per_npu": (ALL_REDUCE, 2),
+    "workload.dtype_bytes": (ALL_REDUCE, 2),
+    "workload.npu_tflops": (ALL_REDUCE, 1.0),
+    "workload.hbm_gbps": (ALL_REDUCE, 1.0),
+    "workload.interaction": (ALL_REDUCE, "dcn"),
+    "workload.multi_hot": (ALL_REDUCE, [2]),
+    "workload.index_bytes": (ALL_REDUCE, 8),
+    "workload.dcn_layers": (ALL_REDUCE, 1),
+    "workload.dcn_low_rank": (ALL_REDUCE, 2),
+    "workload.path": (ALL_REDUCE, "bundled:astra-sim-1.0/microAllReduce.txt"),
+    "workload.duration_unit": (ALL_REDUCE, "ns"),
+    "workload.cycle_ns": (ALL_REDUCE, 2.0),
+    "workload.op": (INCAST, "all_to_all"),
+    "workload.bytes": (INCAST, 5),
+}
+WALL_CLOCK_COLUMNS = ("wall_s", "events_per_s")  # how long the run took, not what it simulated
+
+
+def with_value(config: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """`config` with the dotted `key` set to `value` (the sections copied, not changed)."""
+    section, name = key.split(".")
+    return {**config, section: {**config.get(section, {}), name: value}}
+
+
+def simulated(config: dict[str, Any]) -> dict[str, Any]:
+    """Every row `engine.run` gives, without the wall-clock columns."""
+    rows = engine.run(config)
+    rows["runs"] = [{column: value for column, value in row.items() if column not in WALL_CLOCK_COLUMNS}
+                    for row in rows["runs"]]
+    return rows
+
+
+def test_every_conditional_key_is_proved() -> None:
+    assert set(CHANGES) == set(KEY_CONDITIONS)
+
+
+@pytest.fixture(scope="module")
+def base_rows() -> dict[int, dict[str, Any]]:
+    """The rows of each base config, by the id of the config's dict."""
+    return {}
+
+
+@pytest.mark.parametrize("key", sorted(CHANGES))
+def test_an_unused_key_changes_neither_the_simulation_nor_the_run_id(key: str, base_rows: dict) -> None:
+    base, value = CHANGES[key]
+    changed = with_value(base, key, value)
+    assert key in unused_keys(engine.load_config(changed)), key
+    if id(base) not in base_rows:
+        base_rows[id(base)] = simulated(base)
+    assert simulated(changed) == base_rows[id(base)]
+    section, name = key.split(".")
+    default = getattr(getattr(engine.SimConfig(), section), name)
+    at_default = with_value(base, key, list(default) if isinstance(default, tuple) else default)
+    assert run_id(changed) == run_id(at_default)
+
+
+DUMBBELL = {**INCAST, "network": {**INCAST["network"], "topology": "dumbbell", "bottleneck_gbps": 100.0,
+                                   "bottleneck_latency_us": 1.0}}
+LEAF_SPINE = {**ALL_REDUCE, "network": {"npus": 4, "topology": "leaf_spine", "hosts_per_leaf": 2, "spines": 2,
+                                        "uplink_gbps": 10.0}}
+FAT_TREE = {**ALL_REDUCE, "network": {"npus": 4, "topology": "fat_tree", "uplink_gbps": 10.0}}
+HIERARCHICAL = {**ALL_REDUCE, "network": {"npus": 4, "topology": "hierarchical", "npus_per_node": 2,
+                                          "scaleup_gbps": 400.0, "scaleup_latency_us": 0.5}}
+DCTCP = with_value(with_value(INCAST, "tcp.cc", "dctcp"), "network.ecn_threshold_kb", 4.0)
+ASTRA = {"network": {"npus": 4}, "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/microAllReduce.txt",
+                                              "iterations": 1}}
+DLRM = {"network": {"npus": 4}, "engine": {"backend": "analytical"},
+        "workload": {"type": "dlrm", "num_tables": 4, "emb_dim": 16, "bottom_mlp": [32, 16], "top_mlp": [32, 1],
+                     "batch_per_npu": 64}}
+DCN = with_value(DLRM, "workload.interaction", "dcn")
+# The same change where the key applies, to show that the bases above could reveal it. Missing:
+# CUBIC's C, the delayed-ACK timer, PTO slack, SACK after an RTO (their effect needs congestion
+# avoidance over many RTTs, a delayed ACK the next segment does not release, a tail loss probe or an
+# RTO: longer runs than a unit test's), the chakra keys (a trace per NPU count) and
+# workload.emb_dim (valid only with a bottom MLP ending at the same width: two keys change).
+APPLIED_CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
+    "network.bottleneck_gbps": (DUMBBELL, 10.0),
+    "network.bottleneck_latency_us": (DUMBBELL, 50.0),
+    "network.hosts_per_leaf": (LEAF_SPINE, 4),
+    "network.spines": (LEAF_SPINE, 1),
+    "network.uplink_gbps": (LEAF_SPINE, 1.0),
+    "network.fat_tree_k": (FAT_TREE, 6),
+    "network.npus_per_node": (HIERARCHICAL, 4),
+    "network.scaleup_gbps": (HIERARCHICAL, 10.0),
+    "network.scaleup_latency_us": (HIERARCHICAL, 50.0),
+    "network.ecn_threshold_kb": (DCTCP, 1.0),
+    "tcp.dctcp_g": (DCTCP, 1.0),
+    "tcp.cubic_beta": (with_value(INCAST, "tcp.cc", "cubic"), 0.2),
+    "workload.flows": ({"network": {"npus": 4}, "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1,
+                                                                                           "bytes": 10_000}]}},
+                       [{"src": 0, "dst": 1, "bytes": 20_000}]),
+    "workload.pattern": (INCAST, "all_to_all"),
+    "workload.senders": (INCAST, 2),
+    "workload.bytes_per_flow": (INCAST, 5_000),
+    "workload.rounds": (INCAST, 2),
+    "workload.iterations": (ALL_REDUCE, 2),
+    "workload.op": (ALL_REDUCE, "all_to_all"),
+    "workload.bytes": (ALL_REDUCE, 1_000),
+    "workload.path": (ASTRA, "bundled:astra-sim-1.0/microAllToAll.txt"),
+    "workload.cycle_ns": (ASTRA, 1000.0),
+    "workload.num_tables": (DLRM, 8),
+    "workload.dense_features": (DLRM, 512),
+    "workload.bottom_mlp": (DLRM, [64, 16]),
+    "workload.top_mlp": (DLRM, [64, 1]),
+    "workload.batch_per_npu": (DLRM, 128),
+    "workload.dtype_bytes": (DLRM, 2),
+    "workload.npu_tflops": (DLRM, 0.001),
+    "workload.hbm_gbps": (DLRM, 1.0),
+    "workload.interaction": (DLRM, "dcn"),
+    "workload.multi_hot": (with_value(DLRM, "workload.index_bytes", 8), [2, 2, 2, 2]),
+    "workload.index_bytes": (DLRM, 8),
+    "workload.dcn_layers": (DCN, 1),
+    "workload.dcn_low_rank": (DCN, 2),
+}
+
+
+@pytest.mark.parametrize("key", sorted(APPLIED_CHANGES))
+def test_where_a_key_applies_the_same_kind_of_change_shows(key: str) -> None:
+    base, value = APPLIED_CHANGES[key]
+    assert key not in unused_keys(engine.load_config(base))
+    assert simulated(with_value(base, key, value)) != simulated(base)
+
+
+def test_a_key_that_applies_keeps_its_value_in_the_identity() -> None:
+    dctcp = with_value(INCAST, "tcp.cc", "dctcp")
+    for key, value in (("tcp.dctcp_g", 0.5), ("network.ecn_threshold_kb", 10.0)):
+        changed = with_value(dctcp, key, value)
+        assert identity_mapping(changed, engine.load_config(changed)) == changed
+        assert run_id(changed) != run_id(dctcp)
+
+
+def test_unused_keys_go_back_to_their_defaults_and_absent_ones_stay_absent() -> None:
+    config = {"tcp": {"cc": "newreno", "cubic_beta": 0.5}, "network": {"topology": "switch", "spines": 4}}
+    assert identity_mapping(config, engine.load_config(config)) == {
+        "tcp": {"cc": "newreno", "cubic_beta": 0.7}, "network": {"topology": "switch", "spines": None}}
+
+
+def test_a_key_set_where_it_never_applies_is_refused() -> None:
+    newreno = engine.load_config({"tcp": {"cc": "newreno"}})
+    dctcp = engine.load_config({"tcp": {"cc": "dctcp"}})
+    with pytest.raises(engine.ConfigError) as error:
+        check_overrides_apply([(["tcp.dctcp_g=0.1"], newreno)])
+    assert str(error.value) == ("tcp.dctcp_g='0.1' is not valid: set only with tcp.cc=dctcp; here it would change "
+                                "nothing")
+    with pytest.raises(engine.ConfigError, match="in every point of this grid"):
+        check_overrides_apply([(["tcp.dctcp_g=0.1"], newreno), (["tcp.dctcp_g=0.2"], newreno)])
+    # crossed with the congestion control, the key applies at the dctcp points: a grid that must run
+    check_overrides_apply([(["tcp=newreno", "tcp.dctcp_g=0.1"], newreno), (["tcp=dctcp", "tcp.dctcp_g=0.1"], dctcp)])
+    check_overrides_apply([(["+force=true", "tcp=newreno", "network.npus=4"], newreno)])  # keys that always apply
