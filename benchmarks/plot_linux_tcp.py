@@ -1,9 +1,9 @@
-"""The README's figure for the `linux_tcp` experiment: iteration time against the minimum RTO, a line
-per TCP preset and congestion control, with the retransmission timeouts per iteration beside it.
+"""The figure of docs/linux-tcp.md for the `linux_tcp` experiment: iteration time against the minimum
+RTO, a line per TCP preset and congestion control, with the retransmission timeouts per iteration beside it.
 
 Usage: python -m sweep -m experiment=linux_tcp
        python benchmarks/plot_linux_tcp.py results/linux_tcp docs/linux_tcp_iteration_time.png
-Prints the table behind the figure (the README's numbers).
+Prints the table behind the figure (that page's numbers).
 """
 
 from __future__ import annotations

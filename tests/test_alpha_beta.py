@@ -1,6 +1,7 @@
 """The alpha_beta backend: collectives in closed form per step, no contention.
 
-Expected values come from the alpha-beta model (Thakur, Rabenseifner and Gropp 2005; THEORY.md) at
+Expected values come from the alpha-beta model (Thakur, Rabenseifner and Gropp 2005;
+docs/theory.md#collectives-the-alpha-beta-model) at
 the payload rate MSS/(MSS + 40) of the link (timestamps off: the RFC 6298 form, 40-byte headers,
 MSS 1460), hand-computed to the picosecond; then agreement with
 the analytical backend where no link is shared, and never above it where links are shared (it is
@@ -62,7 +63,7 @@ ALPHA_PS = ENDPOINT_DELAY_PS + 2 * LINK_LATENCY_PS + 1500 * PS_PER_BYTE
     ("all_gather", "ring", P - 1, (P - 1) / P),  # (p-1) a + ((p-1)/p) n/B
     ("reduce_scatter", "ring", P - 1, (P - 1) / P),
     ("all_reduce", "halving_doubling", 2 * 3, 2 * (P - 1) / P),  # 2 log2(p) a + 2((p-1)/p) n/B
-    # direct: THEORY's pairwise exchange takes p-1 steps of one message, (p-1) a; this direct
+    # direct: docs/theory.md's pairwise exchange takes p-1 steps of one message, (p-1) a; this direct
     # algorithm sends the p-1 messages at once, in one step, so their alphas overlap into one,
     # while its NIC still serialises all of them: a + ((p-1)/p) n/B
     ("all_to_all", "direct", 1, (P - 1) / P),

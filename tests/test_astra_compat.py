@@ -110,7 +110,7 @@ def test_unpipelined_tree_on_analytical_shares_links_at_inner_nodes():
 
 def test_unpipelined_tree_on_packets_sits_a_few_percent_above_the_fluid_time():
     # Same tree over TCP (unlimited buffers: no loss): slow start and ACKs add a few percent
-    # (THEORY.md: a packet-level time sits a few percent above the bandwidth term).
+    # (docs/theory.md#collectives-the-alpha-beta-model: a packet-level time sits a few percent above the bandwidth term).
     expected_ps = 14 * 1_200_000 * PS_PER_BYTE + 8 * (2 * LINK_LATENCY_PS + 1500 * PS_PER_BYTE)
     packet_ps = collective_ps("all_reduce", N, "packet", True, all_reduce="double_binary_tree")
     assert expected_ps <= packet_ps <= 1.03 * expected_ps

@@ -196,7 +196,8 @@ def test_small_halving_doubling_all_reduce_is_2_log2_p_alphas():
 
 
 def test_double_binary_tree_approaches_2n_over_b():
-    # THEORY.md: two pipelined trees, each with half the data: about 2 log2(p) alpha + 2 n / B. An
+    # docs/theory.md#collectives-the-alpha-beta-model: two pipelined trees, each with half the data:
+    # about 2 log2(p) alpha + 2 n / B. An
     # inner node receives n/2 from each of two children (reduce) and n/2 from its parent in each
     # tree (broadcast): 2 n through its port. Pipelining in 8 blocks over 3 tree levels adds a fill
     # of about (levels - 1) / blocks = 25 % in the analytical backend.

@@ -58,7 +58,8 @@ def test_dctcp_holds_the_queue_near_k_with_full_utilisation_and_no_drops():
 
 
 def test_reno_on_the_same_port_fills_the_buffer_and_drops():
-    # Without ECN the same two flows follow the drop-tail sawtooth (THEORY.md): the windows' sum
+    # Without ECN the same two flows follow the drop-tail sawtooth
+    # (docs/theory.md#one-reno-flow-and-a-drop-tail-buffer): the windows' sum
     # cycles between Wmax = BDP + B and beta Wmax (beta = 1/2, both flows halving at the overflow),
     # so the queue swings between B and beta Wmax - BDP and, as beta Wmax >= BDP, the link never
     # idles (U = 1). RTT = 100 us of propagation plus 1.8 us of serialisation (0.3 + 1.2 + 0.3 us for
@@ -90,7 +91,7 @@ def _incast(min_rto_ms: float) -> dict:
 def test_incast_collapses_with_200ms_min_rto_but_not_with_1ms():
     # 16 synchronised senders x 64 KiB into one port with a 64 KiB buffer lose whole windows; a flow
     # that loses its tail waits for the RTO, so a round with a timeout lasts at least RTO_min
-    # (Phanishayee et al.; THEORY.md: goodput <= S_block / (S_block / C + n_timeouts RTO_min)).
+    # (Phanishayee et al.; docs/theory.md#incast: goodput <= S_block / (S_block / C + n_timeouts RTO_min)).
     # Summed over the run: sim_time >= k x RTO_min for k rounds with a timeout.
     senders, rounds, block_bits = 16, 10, 16 * 64 * 1024 * 8
     slow = _incast(200)
@@ -106,7 +107,7 @@ def test_incast_collapses_with_200ms_min_rto_but_not_with_1ms():
     assert run["sim_time_s"] >= rounds_with_timeout * 0.2
     slow_goodput = rounds * block_bits / run["sim_time_s"]
     assert slow_goodput <= rounds * block_bits / (rounds_with_timeout * (block_bits / 10e9 + 0.2)) * 1.01
-    assert slow_goodput < 0.05 * 10e9  # collapse: a few percent of the link (THEORY.md)
+    assert slow_goodput < 0.05 * 10e9  # collapse: a few percent of the link (docs/theory.md#incast)
     fast_run = _incast(1)["runs"][0]
     fast_goodput = rounds * block_bits / fast_run["sim_time_s"]
     # with RTO_min ~ RTT the same losses cost about a millisecond: no collapse

@@ -1,7 +1,7 @@
 """The phase backend: collective phases as fluid coflows sharing links max-min fairly.
 
 Expected values are hand computations written here: max-min fair shares (progressive filling),
-the alpha-beta costs of THEORY.md at 80 ps a byte (100 Gb/s), the bytes a leaf's uplink carries in
+the alpha-beta costs of docs/theory.md at 80 ps a byte (100 Gb/s), the bytes a leaf's uplink carries in
 a direct all-to-all, and the incast rule (messages into a port x min(message, initial window) vs the
 port's buffer). Where nothing is shared, the backend must give alpha_beta's figure.
 """

@@ -7,7 +7,7 @@ Every expected value below is computed by hand from RFC 6298 section 2:
     RTO = SRTT + max(G, K * RTTVAR), K = 4, floored at the minimum RTO (2.4), optionally capped (2.5)
     before any sample RTO = 1 s (2.1); each expiry doubles the RTO (5.5).
 The golden numbers (samples 1.0, 1.2, 0.9 s with G = 1 ms) are those of ns-3's rtt-test, quoted in
-shared/THEORY.md.
+docs/theory.md#retransmission-timeout-rfc-6298.
 """
 
 from __future__ import annotations

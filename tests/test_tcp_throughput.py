@@ -1,5 +1,5 @@
 """Throughput of long TCP flows against the sawtooth model, Mathis' square-root law, Jain's
-fairness index and the header-overhead ceiling (THEORY.md)."""
+fairness index and the header-overhead ceiling (docs/theory.md)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ def _delivered_between(path, start_s: float, end_s: float) -> int:
     return path.receiver.rcv_nxt - before
 
 
-# THEORY.md's fluid sawtooth for one Reno flow (beta = 1/2) against a drop-tail buffer B, in units
+# docs/theory.md#one-reno-flow-and-a-drop-tail-buffer: the fluid sawtooth for one Reno flow (beta = 1/2)
+# against a drop-tail buffer B, in units
 # of BDP = 1: the window cycles between Wmin = beta (1 + B) and Wmax = 1 + B, the link idles while
 # W < 1; U = 1 when Wmin >= 1, else U = (A1 + A2) / ((1 - Wmin) + A2) with
-# A1 = (Wmin + 1)(1 - Wmin) / 2 and A2 = (1 + Wmax)(Wmax - 1) / 2. THEORY.md's table gives U for
+# A1 = (Wmin + 1)(1 - Wmin) / 2 and A2 = (1 + Wmax)(Wmax - 1) / 2. Its table gives U for
 # B = 0.1, 0.25, 0.5 and 1 BDP. 2 packets (B = 3,000 / 150,000 = 0.02 BDP) is the smallest buffer
 # that holds the two back-to-back segments an ACK releases when the window grows, the packet-level
 # counterpart of B = 0; by hand: Wmax = 1.02, Wmin = 0.51, A1 = 1.51 x 0.49 / 2 = 0.369975,
@@ -75,8 +76,8 @@ def test_throughput_scales_as_one_over_sqrt_loss():
 
 @pytest.mark.parametrize("timestamps, segment_bytes", [(False, 1460), (True, 1448)])
 def test_goodput_ceiling_of_a_long_transfer_on_an_idle_link(timestamps, segment_bytes):
-    # THEORY.md: a full segment carries MSS of MSS + 40 bytes: 1460 / 1500 of 10 Gb/s = 9.733 Gb/s;
-    # with timestamps (the default) 1448 / 1500: 9.653 Gb/s.
+    # docs/theory.md#payload-efficiency: a full segment carries MSS of MSS + 40 bytes:
+    # 1460 / 1500 of 10 Gb/s = 9.733 Gb/s; with timestamps (the default) 1448 / 1500: 9.653 Gb/s.
     # 100 MB takes ~82 ms; start-up (a few 4 us RTTs of slow start) costs well under 0.5 %.
     rows = engine.run({
         "network": {"topology": "switch", "npus": 2, "link_gbps": 10, "link_latency_us": 1},

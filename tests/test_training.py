@@ -130,7 +130,8 @@ def test_dlrm_on_16_npus_over_tcp_end_to_end():
     assert all(flow["end_s"] is not None for flow in rows["flows"])
     analytical = run_workload({"type": "dlrm", "iterations": 1, "num_tables": 16, "emb_dim": 64,
                                "batch_per_npu": 64, "bottom_mlp": [128, 64], "top_mlp": [128, 1]})["runs"][0]
-    # THEORY.md: on an uncongested network a packet-level time sits a few percent above the fluid
+    # docs/theory.md#collectives-the-alpha-beta-model: on an uncongested network a packet-level time
+    # sits a few percent above the fluid
     # one, which has no slow start, ACK clock or queueing (here +0.7 %: the iteration is 99.5 %
     # communication, mostly bandwidth-bound all-reduces); allow 2 %
     assert analytical["iteration_time_s"] <= run["iteration_time_s"] <= 1.02 * analytical["iteration_time_s"]
