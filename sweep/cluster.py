@@ -17,9 +17,10 @@ that does not say why. So a loopback address gets this machine's token as `auto`
 machine's own cluster), and before `ray.init` one request asks the cluster whether it accepts this
 process: a refusal is one `ConnectionError` line that says what to set.
 
-With a `log_path`, what Ray writes to the process's standard error (its C++ retry lines, a raylet's
-dump of object-store statistics when a node dies) goes to that file while Ray is up; the sweep's own
-messages (`sys.stderr`: progress bar, summary, errors) still reach the terminal.
+With a `log_path`, what Ray writes to the process's standard error (its C++ retry lines) and the
+messages its driver prints about the cluster (a task retried, a node marked dead, with the raylet's
+object-store statistics) go to that file while Ray is up; the sweep's own messages (`sys.stderr`:
+progress bar, summary, errors) still reach the terminal.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
 from .local_ray import LocalRay, ray_starting
 from .plan import PlannedRun
@@ -181,39 +182,62 @@ def _send_token_to_loopback(address: str) -> None:
 
 
 @contextlib.contextmanager
-def stderr_to_log(log_path: Path, title: str) -> Iterator[None]:
+def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
     """Send what this process writes to file descriptor 2 (Ray's C++ and Python logging) to the end
     of `log_path`, under a line with the time and `title`, while `sys.stderr` (the sweep's own
-    messages) keeps writing to where descriptor 2 went before. Restored on leaving; if anything
-    was logged, one line on `sys.stderr` says where (not after a ConnectionError: its one line
-    says it all)."""
+    messages) keeps writing to where descriptor 2 went before; yields a text stream to the log.
+    Restored on leaving; if anything was logged, one line on `sys.stderr` says where (not after a
+    ConnectionError: its one line says it all)."""
     sys.stderr.flush()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    os.write(log_fd, f"=== {stamp} pid {os.getpid()}: {title}\n".encode())
-    start_bytes = os.fstat(log_fd).st_size
+    log = open(log_path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+    log.write(f"=== {datetime.now(timezone.utc).isoformat(timespec='seconds')} pid {os.getpid()}: {title}\n")
+    start_bytes = log.tell()
     terminal_fd = os.dup(2)
     terminal = open(terminal_fd, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",  # noqa: SIM115
                     errors="backslashreplace")
     previous = sys.stderr
-    os.dup2(log_fd, 2)
+    os.dup2(log.fileno(), 2)
     sys.stderr = terminal
     refused = False
     try:
-        yield
+        yield log
     except ConnectionError:
         refused = True
         raise
     finally:
-        logged = not refused and os.fstat(log_fd).st_size > start_bytes
-        os.close(log_fd)
+        log.flush()
+        logged = not refused and os.fstat(log.fileno()).st_size > start_bytes
+        log.close()
         terminal.flush()
         sys.stderr = previous
         os.dup2(terminal_fd, 2)
         terminal.close()  # closes terminal_fd, not descriptor 2
         if logged:
             print(f"ray: Ray's own messages of this sweep are in {log_path}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def driver_messages_to(ray: Any, log: TextIO) -> Iterator[None]:
+    """Write the messages Ray's driver prints about the cluster (a task failed and is retried, a
+    node was marked dead, with the raylet's statistics) to `log` instead of `sys.stdout`. They go
+    through `ray._private.worker.print_to_stdstream` (Ray 2.60, not public: if it is gone, they
+    stay on the terminal)."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    print_worker_logs = getattr(worker, "print_worker_logs", None)
+    if original is None or print_worker_logs is None:
+        yield
+        return
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
+        print_worker_logs(data, log, ignore_prefix)
+
+    worker.print_to_stdstream = to_log
+    try:
+        yield
+    finally:
+        worker.print_to_stdstream = original
 
 
 @dataclass
@@ -226,8 +250,8 @@ class RayExecutor:
     joins an existing cluster (whose nodes must have netsweep installed), which leaving leaves
     running. A Ray session already open in this process is used as it is.
     `run_fn(config, max_wall_time_s)` is the task's body, `sweep.runner.execute` unless a test
-    swaps it. `log_path` (the launcher's: `<dataset>/ray.log`) receives what Ray prints on standard
-    error while it is up (see `stderr_to_log`); None leaves standard error alone.
+    swaps it. `log_path` (the launcher's: `<dataset>/ray.log`) receives what Ray prints while it is up
+    (see `stderr_to_log` and `driver_messages_to`); None leaves Ray's output where Ray puts it.
     """
 
     address: str | None = None
@@ -259,7 +283,8 @@ class RayExecutor:
             if self._owned and self.address is not None:
                 _check_reachable(self.address)  # before anything is written
             if self.log_path is not None:
-                self._stderr.enter_context(stderr_to_log(self.log_path, f"ray.address={self.address}"))
+                log = self._stderr.enter_context(stderr_to_log(self.log_path, f"ray.address={self.address}"))
+                self._stderr.enter_context(driver_messages_to(ray, log))
             where = self._connect()
             print(f"ray: {where}, {self._cpus()} CPUs", file=sys.stderr)
         except BaseException:
@@ -301,7 +326,7 @@ class RayExecutor:
             self._local.stop(self._ray, keep_logs)
         elif self._owned:
             self._ray.shutdown()  # disconnects only: the cluster is not ours
-        self._stderr.close()
+        self._stderr.__exit__(exc_type, *exc_info)  # the logs see the error: see `stderr_to_log`
         self._ray, self._owned, self._local, self._worker_died = None, False, None, False
 
     def _cpus(self) -> int:
