@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TextIO
 
-from .local_ray import LocalRay, ray_starting
+from .local_ray import LocalRay, ray_starting, wanted_ray_record
 from .plan import PlannedRun
 from .runner import ERROR_TAIL_LINES, OUT_OF_MEMORY, execute, failed_rows, memory_limit
 
@@ -196,9 +196,14 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
     terminal_fd = os.dup(2)
     terminal = open(terminal_fd, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",  # noqa: SIM115
                     errors="backslashreplace")
-    previous = sys.stderr
+    previous, last_resort = sys.stderr, logging.lastResort
     os.dup2(log.fileno(), 2)
     sys.stderr = terminal
+    # records of loggers with no handler (Ray's, from its client threads) go to `lastResort`,
+    # which writes to `sys.stderr`: to the log instead
+    logging.lastResort = logging.StreamHandler(log)
+    logging.lastResort.setLevel(logging.WARNING)
+    logging.lastResort.addFilter(wanted_ray_record)
     refused = False
     try:
         yield log
@@ -206,13 +211,12 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
         refused = True
         raise
     finally:
+        sys.stderr, logging.lastResort = previous, last_resort
+        os.dup2(terminal_fd, 2)
+        terminal.close()  # closes terminal_fd, not descriptor 2
         log.flush()
         logged = not refused and os.fstat(log.fileno()).st_size > start_bytes
         log.close()
-        terminal.flush()
-        sys.stderr = previous
-        os.dup2(terminal_fd, 2)
-        terminal.close()  # closes terminal_fd, not descriptor 2
         if logged:
             print(f"ray: Ray's own messages of this sweep are in {log_path}", file=sys.stderr)
 

@@ -41,11 +41,14 @@ from .interrupts import interrupts_deferred
 STOP_GRACE_S = 2.0
 KILL_WAIT_S = 5.0
 # Warnings of `ray.init` that are wrong for a sweep, by logger (Ray 2.5x-2.60): that it turned token
-# authentication on by default, and (a `ray://` address: its client connects from another thread)
-# that it set no SIGTERM handler of its own, which `ray_starting` keeps from being set anyway.
+# authentication on by default, and that it set no SIGTERM handler of its own (which `ray_starting`
+# keeps from being set anyway): a `ray://` address's server-side `ray.init` runs in a thread, and
+# the client relays its log.
+_NO_SIGTERM_HANDLER = "SIGTERM handler is not set because current thread is not the main thread."
 _UNWANTED_WARNINGS = {
     "ray._private.authentication.authentication_token_setup": "Token authentication is enabled for this Ray cluster.",
-    "ray._private.worker": "SIGTERM handler is not set because current thread is not the main thread.",
+    "ray._private.worker": _NO_SIGTERM_HANDLER,
+    "ray.util.client.logsclient": _NO_SIGTERM_HANDLER,
 }
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 _PR_GET_CHILD_SUBREAPER = 37
@@ -140,7 +143,7 @@ class ProcessTree:
         return len(stubborn), survivors
 
 
-def _wanted(record: logging.LogRecord) -> bool:
+def wanted_ray_record(record: logging.LogRecord) -> bool:
     """A logging filter: False for the warnings of `_UNWANTED_WARNINGS`."""
     unwanted = _UNWANTED_WARNINGS.get(record.name)
     return unwanted is None or not record.getMessage().startswith(unwanted)
@@ -158,7 +161,7 @@ def ray_starting(ray: Any) -> Iterator[None]:
     set_sigterm_handler = getattr(utils, "set_sigterm_handler", None)
     loggers = [logging.getLogger(name) for name in _UNWANTED_WARNINGS]
     for logger in loggers:
-        logger.addFilter(_wanted)
+        logger.addFilter(wanted_ray_record)
     try:
         with interrupts_deferred(second_interrupts=True,
                                  notice="interrupted: stopping once Ray is up (Ctrl-C again: now)"):
@@ -171,7 +174,7 @@ def ray_starting(ray: Any) -> Iterator[None]:
                     utils.set_sigterm_handler = set_sigterm_handler
     finally:
         for logger in loggers:
-            logger.removeFilter(_wanted)
+            logger.removeFilter(wanted_ray_record)
 
 
 class LocalRay:
