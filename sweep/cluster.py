@@ -18,8 +18,7 @@ machine's own cluster), and before `ray.init` one request asks the cluster wheth
 process: a refusal is one `ConnectionError` line that says what to set.
 
 With a `log_path`, what Ray writes to the process's standard error (its C++ retry lines) and the
-messages its driver prints about the cluster (a task retried, a node marked dead, with the raylet's
-object-store statistics) go to that file while Ray is up; the sweep's own messages (`sys.stderr`:
+messages its driver prints about the cluster (a task retried, a node marked dead) go to that file while Ray is up; the sweep's own messages (`sys.stderr`:
 progress bar, summary, errors) still reach the terminal.
 """
 
@@ -224,7 +223,7 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
 @contextlib.contextmanager
 def driver_messages_to(ray: Any, log: TextIO) -> Iterator[None]:
     """Write the messages Ray's driver prints about the cluster (a task failed and is retried, a
-    node was marked dead, with the raylet's statistics) to `log` instead of `sys.stdout`. They go
+    node was marked dead) to `log` instead of `sys.stdout`. They go
     through `ray._private.worker.print_to_stdstream` (Ray 2.60, not public: if it is gone, they
     stay on the terminal)."""
     worker = getattr(getattr(ray, "_private", None), "worker", None)
