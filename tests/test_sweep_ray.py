@@ -78,6 +78,16 @@ def _stop_session(head: subprocess.Popen[bytes]) -> None:
     head.wait(timeout=30)
 
 
+def _head_command(port: int, num_cpus: int, temp_dir: str, client_port: int) -> list[str]:
+    """`ray start --head --block` of this Python on 127.0.0.1:`port`, no dashboard, every other port free."""
+    return [sys.executable, "-m", "ray.scripts.scripts",  # `ray`, of this Python
+            "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+            f"--num-cpus={num_cpus}", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
+            f"--ray-client-server-port={client_port}", f"--dashboard-agent-listen-port={_free_port()}",
+            f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
+            f"--metrics-export-port={_free_port()}"]
+
+
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
     """`127.0.0.1:<port>` of a 2-CPU Ray head node on loopback, with no dashboard."""
@@ -86,14 +96,8 @@ def ray_address() -> Iterator[str]:
             env.setenv(key, value)
         temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are limited
         port = _free_port()
-        head = subprocess.Popen(
-            [sys.executable, "-m", "ray.scripts.scripts",  # `ray`, of this Python
-             "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
-             f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
-             f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
-             f"--metrics-export-port={_free_port()}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        head = subprocess.Popen(_head_command(port, 2, temp_dir, _free_port()),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         address = f"127.0.0.1:{port}"
         try:
             import ray  # noqa: PLC0415 - after RAY_ENV is set
@@ -424,13 +428,8 @@ def token_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are limited
     port, client_port = _free_port(), _free_port()
     env = {**os.environ, **RAY_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    head = subprocess.Popen(
-        [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}",
-         "--node-ip-address=127.0.0.1", "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats",
-         f"--temp-dir={temp_dir}", f"--ray-client-server-port={client_port}",
-         f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-         f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    head = subprocess.Popen(_head_command(port, 1, temp_dir, client_port), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
         # until the head answers with its raylet registered: a driver connects (in a child process,
