@@ -226,7 +226,7 @@ def driver_messages_to(ray: Any, log: TextIO) -> Iterator[None]:
     node was marked dead) to `log` instead of `sys.stdout`. They go
     through `ray._private.worker.print_to_stdstream` (Ray 2.60, not public: if it is gone, they
     stay on the terminal)."""
-    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    worker: Any = getattr(getattr(ray, "_private", None), "worker", None)
     original = getattr(worker, "print_to_stdstream", None)
     print_worker_logs = getattr(worker, "print_worker_logs", None)
     if original is None or print_worker_logs is None:
@@ -329,7 +329,8 @@ class RayExecutor:
             self._local.stop(self._ray, keep_logs)
         elif self._owned:
             self._ray.shutdown()  # disconnects only: the cluster is not ours
-        self._stderr.__exit__(exc_type, *exc_info)  # the logs see the error: see `stderr_to_log`
+        exc = exc_info[0] if exc_info and isinstance(exc_info[0], BaseException) else None
+        self._stderr.__exit__(exc_type, exc, None)  # the log sees the error: see `stderr_to_log`
         self._ray, self._owned, self._local, self._worker_died = None, False, None, False
 
     def _cpus(self) -> int:

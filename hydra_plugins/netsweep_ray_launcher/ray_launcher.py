@@ -11,7 +11,7 @@ single-run command) is not called: a run on a worker needs nothing from Hydra.
 
 Exit codes: 0 when every run is done with status ok; 1 when a run ended with `error` or `timeout`
 (all other runs still ran and are stored); 2 for a grid point that cannot run, a launcher setting
-out of range or a `ray.address` nothing answers at (nothing launched); 130 when interrupted by
+out of range, or a `ray.address` nothing answers at or that refuses this process (nothing launched); 130 when interrupted by
 Ctrl-C or SIGTERM, at any moment (what finished is stored, a local Ray and every process it started
 are stopped; the same command resumes; `sweep/__main__.py` gives 130 to an interrupt while planning).
 """
