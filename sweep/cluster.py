@@ -9,10 +9,22 @@ as an error row built here. Each runs row says where it ran (`worker_node`, `wor
 execution of the task produced it (`attempt`, 0 unless a worker process or node died under it).
 Ray is imported on first use: the single-run command never loads it. A local Ray is started and
 stopped by `sweep.local_ray`, so that nothing of it outlives the sweep.
+
+Joining a cluster by address: a head started with `ray start --head` on a machine that has a Ray token
+(`~/.ray/auth_token`, or `RAY_AUTH_TOKEN`) requires it, but `ray.init` sends it to an explicit address
+only under `RAY_AUTH_MODE=token`, and otherwise retries for 21 s, a log line a second, before an error
+that does not say why. So a loopback address gets this machine's token as `auto` does (it is this
+machine's own cluster), and before `ray.init` one request asks the cluster whether it accepts this
+process: a refusal is one `ConnectionError` line that says what to set.
+
+With a `log_path`, what Ray writes to the process's standard error (its C++ retry lines) and the
+messages its driver prints about the cluster (a task retried, a node marked dead) go to that file while Ray is up; the sweep's own messages (`sys.stderr`:
+progress bar, summary, errors) still reach the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import ipaddress
 import logging
@@ -20,9 +32,11 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
-from .local_ray import LocalRay, ray_starting
+from .local_ray import LocalRay, ray_starting, wanted_ray_record
 from .plan import PlannedRun
 from .runner import ERROR_TAIL_LINES, OUT_OF_MEMORY, execute, failed_rows, memory_limit
 
@@ -38,6 +52,10 @@ _ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # about 20 % slower on 2 CPUs), and a bound on what a Ctrl-C or a crash leaves unfinished.
 IN_FLIGHT_PER_CPU = 16
 MIB = 2**20
+RAY_LOG = "ray.log"  # in the sweep's dataset: what Ray printed on standard error during the sweep
+_AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's switch: `token` sends this machine's token to the cluster
+# Seconds the one request that asks a cluster whether it accepts this process may take.
+AUTH_PROBE_TIMEOUT_S = 10.0
 
 
 def is_loopback(address: str) -> bool:
@@ -87,18 +105,142 @@ def _on_worker(run_fn: Callable[[dict[str, Any], float | None], Rows], config: d
     return rows
 
 
-def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
-    """Raise ConnectionError if nothing accepts connections at a `host:port` address: `ray.init`
-    would keep retrying for many minutes. (`auto` and `ray://` addresses fail fast by themselves.)"""
-    if address == "auto" or address.startswith("ray://"):
-        return
-    host, _, port = address.rpartition(":")
+def _host_port(address: str) -> tuple[str, int]:
+    """The host and port of a `host:port` or `ray://host:port` address; ConnectionError if it is neither."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         raise ConnectionError(f"ray.address={address!r} is not valid: null, auto, host:port or ray://host:port")
+    return host.strip("[]"), int(port)
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Raise ConnectionError if nothing accepts connections at a `host:port` or `ray://host:port`
+    address: `ray.init` would keep retrying for many minutes (`auto` fails fast by itself)."""
+    if address == "auto":
+        return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        socket.create_connection(_host_port(address), timeout=timeout_s).close()
     except OSError as exc:
         raise ConnectionError(f"no Ray cluster answers at ray.address={address}: {exc}") from None
+
+
+def _token_mode() -> bool:
+    return os.environ.get(_AUTH_MODE_ENV, "").lower() == "token"
+
+
+def _auth_refused(address: str, token_sent: bool) -> str:
+    """The one line that says what to set when the cluster at `address` refused this process."""
+    if token_sent:
+        return (f"the Ray cluster at ray.address={address} refused this machine's Ray token (RAY_AUTH_TOKEN, "
+                "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): set RAY_AUTH_TOKEN to its head node's token "
+                "(`ray get-auth-token` there prints it)")
+    return (f"the Ray cluster at ray.address={address} requires token authentication: export "
+            f"{_AUTH_MODE_ENV}=token, with its head node's token in RAY_AUTH_TOKEN or ~/.ray/auth_token "
+            "(`ray get-auth-token` there prints it)")
+
+
+def _check_accepted(ray: Any, address: str) -> None:
+    """Raise ConnectionError, in one line, if the cluster at `address` refuses this process's
+    authentication (one request: a GCS client for `host:port`, a ping of the Ray client server for
+    `ray://`); any other failure is left to `ray.init` to report. Ray's internals (2.60): if they are
+    gone, nothing is checked."""
+    try:
+        if address.startswith("ray://"):
+            import grpc  # noqa: PLC0415 - Ray's dependency
+            from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc  # noqa: PLC0415
+
+            if _token_mode():  # Ray's client adds the token itself; the ping would need it too
+                return
+            with grpc.insecure_channel("%s:%d" % _host_port(address)) as channel:
+                ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
+                ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=AUTH_PROBE_TIMEOUT_S)
+        else:
+            from ray._raylet import GcsClient  # noqa: PLC0415
+
+            GcsClient(address=address)  # asks the cluster's id: refused without the token it expects
+    except ray.exceptions.AuthenticationError:
+        raise ConnectionError(_auth_refused(address, _token_mode())) from None
+    except Exception as exc:  # noqa: BLE001 - only a refusal is reported here
+        code = getattr(exc, "code", None)
+        if callable(code) and getattr(code(), "name", None) == "UNAUTHENTICATED":
+            raise ConnectionError(_auth_refused(address, _token_mode())) from None
+
+
+def _send_token_to_loopback(address: str) -> None:
+    """Under `RAY_AUTH_MODE` unset, send this machine's Ray token (if it has one) to a cluster on its
+    own loopback, as Ray does for `auto`: `ray start --head` here made that cluster require it."""
+    if not is_loopback(address) or _AUTH_MODE_ENV in os.environ:
+        return
+    try:
+        from ray._private.authentication.authentication_token_setup import (  # noqa: PLC0415
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+@contextlib.contextmanager
+def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
+    """Send what this process writes to file descriptor 2 (Ray's C++ and Python logging) to the end
+    of `log_path`, under a line with the time and `title`, while `sys.stderr` (the sweep's own
+    messages) keeps writing to where descriptor 2 went before; yields a text stream to the log.
+    Restored on leaving; if anything was logged, one line on `sys.stderr` says where (not after a
+    ConnectionError: its one line says it all)."""
+    sys.stderr.flush()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+    log.write(f"=== {datetime.now(timezone.utc).isoformat(timespec='seconds')} pid {os.getpid()}: {title}\n")
+    start_bytes = log.tell()
+    terminal_fd = os.dup(2)
+    terminal = open(terminal_fd, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",  # noqa: SIM115
+                    errors="backslashreplace")
+    previous, last_resort = sys.stderr, logging.lastResort
+    os.dup2(log.fileno(), 2)
+    sys.stderr = terminal
+    # records of loggers with no handler (Ray's, from its client threads) go to `lastResort`,
+    # which writes to `sys.stderr`: to the log instead
+    logging.lastResort = logging.StreamHandler(log)
+    logging.lastResort.setLevel(logging.WARNING)
+    logging.lastResort.addFilter(wanted_ray_record)
+    refused = False
+    try:
+        yield log
+    except ConnectionError:
+        refused = True
+        raise
+    finally:
+        sys.stderr, logging.lastResort = previous, last_resort
+        os.dup2(terminal_fd, 2)
+        terminal.close()  # closes terminal_fd, not descriptor 2
+        log.flush()
+        logged = not refused and os.fstat(log.fileno()).st_size > start_bytes
+        log.close()
+        if logged:
+            print(f"ray: Ray's own messages of this sweep are in {log_path}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def driver_messages_to(ray: Any, log: TextIO) -> Iterator[None]:
+    """Write the messages Ray's driver prints about the cluster (a task failed and is retried, a
+    node was marked dead) to `log` instead of `sys.stdout`. They go
+    through `ray._private.worker.print_to_stdstream` (Ray 2.60, not public: if it is gone, they
+    stay on the terminal)."""
+    worker: Any = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    print_worker_logs = getattr(worker, "print_worker_logs", None)
+    if original is None or print_worker_logs is None:
+        yield
+        return
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
+        print_worker_logs(data, log, ignore_prefix)
+
+    worker.print_to_stdstream = to_log
+    try:
+        yield
+    finally:
+        worker.print_to_stdstream = original
 
 
 @dataclass
@@ -111,7 +253,8 @@ class RayExecutor:
     joins an existing cluster (whose nodes must have netsweep installed), which leaving leaves
     running. A Ray session already open in this process is used as it is.
     `run_fn(config, max_wall_time_s)` is the task's body, `sweep.runner.execute` unless a test
-    swaps it.
+    swaps it. `log_path` (the launcher's: `<dataset>/ray.log`) receives what Ray prints while it is up
+    (see `stderr_to_log` and `driver_messages_to`); None leaves Ray's output where Ray puts it.
     """
 
     address: str | None = None
@@ -122,11 +265,13 @@ class RayExecutor:
     run_memory_mb: float | None = None  # every run's memory declaration; None: each run's estimate
     run_fn: Callable[[dict[str, Any], float | None], Rows] = execute
     poll_s: float = 1.0
+    log_path: Path | None = None
 
     _ray: Any = field(default=None, init=False, repr=False)  # the Ray module, once connected
     _owned: bool = field(default=False, init=False, repr=False)  # whether __exit__ must shut Ray down
     _local: LocalRay | None = field(default=None, init=False, repr=False)  # the local Ray started here
     _worker_died: bool = field(default=False, init=False, repr=False)  # a run's worker process died
+    _stderr: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False, repr=False)
 
     def __enter__(self) -> RayExecutor:
         """Import and initialise Ray, and say where the runs go (one line on stderr). Whatever
@@ -138,6 +283,11 @@ class RayExecutor:
         self._ray = ray
         self._owned = not ray.is_initialized()
         try:
+            if self._owned and self.address is not None:
+                _check_reachable(self.address)  # before anything is written
+            if self.log_path is not None:
+                log = self._stderr.enter_context(stderr_to_log(self.log_path, f"ray.address={self.address}"))
+                self._stderr.enter_context(driver_messages_to(ray, log))
             where = self._connect()
             print(f"ray: {where}, {self._cpus()} CPUs", file=sys.stderr)
         except BaseException:
@@ -160,8 +310,10 @@ class RayExecutor:
                 raise RuntimeError(f"the local Ray did not bind to {LOOPBACK}: set {_ONE_MACHINE_ENV}=0 "
                                    "before Ray is imported")
             return f"a local Ray on {LOOPBACK}"
-        _check_reachable(self.address)
-        with ray_starting(ray):
+        with ray_starting(ray):  # (which also keeps Ray's warning that tokens are on off the log)
+            if self.address != "auto":
+                _send_token_to_loopback(self.address)
+                _check_accepted(ray, self.address)
             ray.init(address=self.address, **common)
         return f"the Ray cluster at {self.address}"
 
@@ -177,6 +329,8 @@ class RayExecutor:
             self._local.stop(self._ray, keep_logs)
         elif self._owned:
             self._ray.shutdown()  # disconnects only: the cluster is not ours
+        exc = exc_info[0] if exc_info and isinstance(exc_info[0], BaseException) else None
+        self._stderr.__exit__(exc_type, exc, None)  # the log sees the error: see `stderr_to_log`
         self._ray, self._owned, self._local, self._worker_died = None, False, None, False
 
     def _cpus(self) -> int:

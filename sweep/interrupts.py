@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from typing import Any, Iterator
 
@@ -38,6 +39,15 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _stderr_fd() -> int:
+    """The file descriptor of `sys.stderr`: the terminal even while descriptor 2 goes to a sweep's
+    Ray log (`sweep.cluster.stderr_to_log`); 2 if `sys.stderr` has none."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
+
+
 @contextlib.contextmanager
 def interrupts_deferred(second_interrupts: bool = False, notice: str = "") -> Iterator[None]:
     """Hold SIGINT and SIGTERM back until the block ends, then raise KeyboardInterrupt if one came:
@@ -58,7 +68,7 @@ def interrupts_deferred(second_interrupts: bool = False, notice: str = "") -> It
     def record(signum: int, frame: Any) -> None:
         received.append(signum)
         if len(received) == 1 and notice:
-            os.write(2, f"{notice}\n".encode())  # not print: a handler may run inside a print
+            os.write(_stderr_fd(), f"{notice}\n".encode())  # not print: a handler may run inside a print
         elif len(received) > 1 and second_interrupts:
             raise KeyboardInterrupt(f"signal {signum}, again")
 

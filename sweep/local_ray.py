@@ -40,9 +40,16 @@ from .interrupts import interrupts_deferred
 # gives each of its processes 1 s), and to vanish after SIGKILL.
 STOP_GRACE_S = 2.0
 KILL_WAIT_S = 5.0
-# The warning `ray.init` logs whenever it turns token authentication on by default (Ray 2.5x-2.60).
-_TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-_TOKEN_AUTH_WARNING = "Token authentication is enabled for this Ray cluster."
+# Warnings of `ray.init` that are wrong for a sweep, by logger (Ray 2.5x-2.60): that it turned token
+# authentication on by default, and that it set no SIGTERM handler of its own (which `ray_starting`
+# keeps from being set anyway): a `ray://` address's server-side `ray.init` runs in a thread, and
+# the client relays its log.
+_NO_SIGTERM_HANDLER = "SIGTERM handler is not set because current thread is not the main thread."
+_UNWANTED_WARNINGS = {
+    "ray._private.authentication.authentication_token_setup": "Token authentication is enabled for this Ray cluster.",
+    "ray._private.worker": _NO_SIGTERM_HANDLER,
+    "ray.util.client.logsclient": _NO_SIGTERM_HANDLER,
+}
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -136,23 +143,25 @@ class ProcessTree:
         return len(stubborn), survivors
 
 
-def _not_the_token_auth_warning(record: logging.LogRecord) -> bool:
-    """A logging filter: False for Ray's warning that token authentication is on."""
-    return not record.getMessage().startswith(_TOKEN_AUTH_WARNING)
+def wanted_ray_record(record: logging.LogRecord) -> bool:
+    """A logging filter: False for the warnings of `_UNWANTED_WARNINGS`."""
+    unwanted = _UNWANTED_WARNINGS.get(record.name)
+    return unwanted is None or not record.getMessage().startswith(unwanted)
 
 
 @contextlib.contextmanager
 def ray_starting(ray: Any) -> Iterator[None]:
     """Around `ray.init`: SIGINT and SIGTERM stop the sweep once Ray is up (a second one at once;
-    see `interrupts_deferred`), this process's SIGTERM handler stays in place, and Ray's warning
-    that token authentication is on is not printed. `ray.init` would set a SIGTERM handler of its
+    see `interrupts_deferred`), this process's SIGTERM handler stays in place, and Ray's warnings
+    that do not apply to a sweep (`_UNWANTED_WARNINGS`) are not printed. `ray.init` would set a SIGTERM handler of its
     own, raising SystemExit at whatever point of its start-up it is in (it does so through
     `ray._private.utils`, not public: if that is gone, Ray's handler is in place during `ray.init`
     only)."""
     utils: Any = getattr(getattr(ray, "_private", None), "utils", None)
     set_sigterm_handler = getattr(utils, "set_sigterm_handler", None)
-    auth_logger = logging.getLogger(_TOKEN_AUTH_LOGGER)
-    auth_logger.addFilter(_not_the_token_auth_warning)
+    loggers = [logging.getLogger(name) for name in _UNWANTED_WARNINGS]
+    for logger in loggers:
+        logger.addFilter(wanted_ray_record)
     try:
         with interrupts_deferred(second_interrupts=True,
                                  notice="interrupted: stopping once Ray is up (Ctrl-C again: now)"):
@@ -164,7 +173,8 @@ def ray_starting(ray: Any) -> Iterator[None]:
                 if set_sigterm_handler is not None:
                     utils.set_sigterm_handler = set_sigterm_handler
     finally:
-        auth_logger.removeFilter(_not_the_token_auth_warning)
+        for logger in loggers:
+            logger.removeFilter(wanted_ray_record)
 
 
 class LocalRay:

@@ -11,7 +11,7 @@ single-run command) is not called: a run on a worker needs nothing from Hydra.
 
 Exit codes: 0 when every run is done with status ok; 1 when a run ended with `error` or `timeout`
 (all other runs still ran and are stored); 2 for a grid point that cannot run, a launcher setting
-out of range or a `ray.address` nothing answers at (nothing launched); 130 when interrupted by
+out of range, or a `ray.address` nothing answers at or that refuses this process (nothing launched); 130 when interrupted by
 Ctrl-C or SIGTERM, at any moment (what finished is stored, a local Ray and every process it started
 are stopped; the same command resumes; `sweep/__main__.py` gives 130 to an interrupt while planning).
 """
@@ -131,7 +131,7 @@ class RayNetsweepLauncher(Launcher):
         # Imported here: Hydra imports this module at every start-up, single runs included.
         import engine
         from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
-        from sweep.cluster import RayExecutor
+        from sweep.cluster import RAY_LOG, RayExecutor
         from sweep.driver import run_sweep
         from sweep.interrupts import EXIT_INTERRUPTED
         from sweep.plan import GridComposer, GridError, plan
@@ -169,7 +169,8 @@ class RayNetsweepLauncher(Launcher):
         ray_settings = runs[0].config["ray"]  # validated with the run; not part of what is simulated
         executor = RayExecutor(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
                                max_in_flight=self.max_in_flight, max_retries=self.max_retries,
-                               max_wall_time_s=self.max_wall_time_s, run_memory_mb=self.run_memory_mb)
+                               max_wall_time_s=self.max_wall_time_s, run_memory_mb=self.run_memory_mb,
+                               log_path=runs[0].dataset / RAY_LOG)  # Ray's own output: not on the terminal
         try:
             if policy is None:
                 summary = run_sweep(runs, executor, self.flush_rows, self.flush_interval_s)
@@ -183,7 +184,7 @@ class RayNetsweepLauncher(Launcher):
                     print(format_selection(result, policy))
                     print(format_summary(result.refine))
                 interrupted, failed = result.interrupted, result.failed
-        except ConnectionError as exc:  # a cluster address nothing answers at: nothing ran
+        except ConnectionError as exc:  # a cluster nothing answers at, or that refuses us: nothing ran
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
         if self.report and not interrupted:
