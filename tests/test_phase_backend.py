@@ -165,6 +165,15 @@ def test_halving_doubling_follows_the_exact_fluid_model_where_collisions_differ_
     assert phase_ps == pytest.approx(analytical_ps, rel=3 * EVENT_MERGE)
 
 
+def test_halving_doubling_on_a_ring_topology_whose_routes_lengthen_with_the_distance() -> None:
+    # 8 NPUs on a ring topology: the exchanges at distance 1, 2 and 4 take routes of 1 to 4 hops (one
+    # path each, no ECMP: `analytical` routes alike), the far ones loading links with several messages;
+    # 6 steps, each event at most EVENT_MERGE of the time elapsed late
+    analytical_ps = time_ps("all_reduce", "halving_doubling", 8 * 2**20, backend="analytical", topology="ring")
+    phase_ps = time_ps("all_reduce", "halving_doubling", 8 * 2**20, topology="ring")
+    assert phase_ps == pytest.approx(analytical_ps, rel=6 * EVENT_MERGE)
+
+
 def dlrm_ms(**network) -> float:
     row = engine.run({"engine": {"backend": "phase"},
                       "network": {"topology": "leaf_spine", "npus": 256, "hosts_per_leaf": 16, **network},

@@ -328,7 +328,11 @@ def xor_exchange_ps(steps: list[XorStep], capacity: np.ndarray, delay_ps: int) -
     the time elapsed are merged (a finish or start waits that long at most), so that it does not grow
     with the messages. Returns the time the last rank finishes, from the phase's start."""
     ranks, count = len(steps[0].partner), len(steps)
-    hops = np.concatenate([step.hops for step in steps], axis=1)  # message k * ranks + i: step k, rank i
+    padding = len(capacity) - 1
+    height = max(len(step.hops) for step in steps)  # routes routed one by one differ in length from step to step
+    # message k * ranks + i: step k, rank i
+    hops = np.concatenate([np.pad(step.hops, ((0, height - len(step.hops)), (0, 0)), constant_values=padding)
+                           for step in steps], axis=1)
     latency = np.concatenate([step.latency_ps for step in steps])
     left = np.repeat([step.wire_bytes for step in steps], ranks)
     start = np.full(count * ranks, inf)
