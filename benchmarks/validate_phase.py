@@ -42,7 +42,9 @@ import numpy as np
 
 import engine
 from engine.kernel import PURE_PYTHON_ENV
+from engine.network import Link
 from engine.run import prepare
+from engine.topology import Topology
 
 HERE = Path(__file__).resolve().parent
 MIB = 2**20
@@ -145,16 +147,16 @@ def analytical_with_phase_draws(config: dict[str, Any]) -> dict[str, Any]:
     topology_class = type(prepared.sim.topology)
     path = topology_class.path
 
-    def phase_draw(self: Any, src: int, dst: int, _flow_id: int) -> Any:
+    def phase_draw(self: Topology, src: int, dst: int, _flow_id: int) -> tuple[Link, ...]:
         return path(self, src, dst, int(flow_ids.ids(np.array([src]), np.array([dst]), distinct=True)[0]))
 
-    topology_class.path = phase_draw
+    setattr(topology_class, "path", phase_draw)
     try:
         prepared.start()
         prepared.simulate()
         return prepared.rows(0.0, True)["runs"][0]
     finally:
-        topology_class.path = path
+        setattr(topology_class, "path", path)
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
