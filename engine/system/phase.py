@@ -54,7 +54,7 @@ CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays
 # events of an XOR exchange closer than this fraction of the time elapsed are taken together
 # (`xor_exchange_ps`): it bounds the events by log(end / first event) / EVENT_MERGE, whatever the messages
 EVENT_MERGE = 3e-3
-FILL_ROUNDS = 3  # progressive-filling rounds per event (`max_min_message_rates`)
+FILL_ROUNDS = 20  # progressive-filling rounds per event at most (`max_min_message_rates`)
 _SPLITMIX_START = 0x9E3779B97F4A7C15
 _SPLITMIX_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _SPLITMIX_MUL2 = np.uint64(0x94D049BB133111EB)
