@@ -22,9 +22,10 @@ Three grids, each a list of configurations run on two backends:
     python benchmarks/validate_phase.py --grid topologies    # astra_dlrm on every topology, 3 algorithm sets
 
 Writes benchmarks/validate_phase_<grid>[_<only>][_<match>][_<n>seeds][_same_draws].csv (one row per
-configuration, seed and backend) and prints a Markdown summary (also written beside it, .md). `--seeds`: each configuration
-with several seeds, compared on the mean: ECMP hashes the packet engine's (and phase's) connection
-ids but every message on `analytical`, so one seed compares two different draws of collisions.
+configuration, seed and backend) and prints a Markdown summary (also written beside it, .md).
+`--seeds`: each configuration with several seeds, compared on the mean: ECMP hashes the packet
+engine's (and phase's) connection ids but every message on `analytical`, so one seed compares two
+different draws of collisions; `--same-draws` gives `analytical` phase's draws instead.
 """
 
 from __future__ import annotations

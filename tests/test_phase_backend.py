@@ -151,8 +151,8 @@ def test_halving_doubling_follows_the_exact_fluid_model_where_collisions_differ_
     # reduce-scatter by halving on 8 NPUs, 2 leaves of 4, two 25 Gb/s spines, seed 0: the distance-4
     # exchange (584,000 bytes, 600,000 on the wire) crosses the spines; ECMP sends 3 of leaf 0's 4
     # messages through spine 0, so they take 3 x 600,000 x 320 ps = 576 us, the fourth (2 -> 6) 192 us
-    # and leaf 1's four, two a spine, 384 us. `analytical` hashes the same ids here (message i is pair i's first), so it is the
-    # exact reference: 643.22 us. The ranks whose message came in early go on (rank 4 sends its
+    # and leaf 1's four, two a spine, 384 us. `analytical` hashes the same ids here (message i is pair
+    # i's first), so it is the exact reference: 643.22 us. The ranks whose message came in early go on (rank 4 sends its
     # distance-2 and distance-1 messages at once, sharing its NIC), which the stage model missed: each
     # step waiting for its busiest link, it gave 576 us + the later steps alone, 621.35 us (-3.4 %).
     # The per-rank model is within its event merging (EVENT_MERGE of the time elapsed, 3 steps).

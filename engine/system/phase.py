@@ -29,6 +29,10 @@ packets); the port drains while they arrive). With `engine.incast_rto` each such
 one retransmission timeout more (its tail waits for it): where it opens connections, the RTO a
 first loss waits (`tcp.min_rto_ms` after a handshake, `tcp.initial_rto_ms` without one), else
 `tcp.min_rto_ms`; a first-order estimate of the collapse.
+
+Halving-doubling, whose ranks wait for their partner rather than for the busiest link of a step, is
+timed alone rank by rank (`xor_exchange_ps`, vectorised over the ranks, its events merged so that
+their number does not grow with the messages) and its stages stretched to that time.
 """
 
 from __future__ import annotations
@@ -282,7 +286,8 @@ def max_min_levels(share_weight: np.ndarray, capacity: np.ndarray) -> np.ndarray
 def max_min_message_rates(hops: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """Max-min fair rates of messages by progressive filling: `hops` holds each message's links
     (rows: hops, columns: messages), padded with the index `len(capacity) - 1`, a link of infinite
-    capacity that no message is limited by. A round per distinct bottleneck level, each vectorised."""
+    capacity that no message is limited by. A round per distinct bottleneck level, each vectorised,
+    `FILL_ROUNDS` at most."""
     links = len(capacity)
     rates = np.zeros(hops.shape[1])
     unfixed = np.ones(hops.shape[1], dtype=bool)
