@@ -16,25 +16,36 @@ Three grids, each a list of configurations run on two backends:
     python benchmarks/validate_phase.py --grid quick         # minutes: 32-128 NPUs
     python benchmarks/validate_phase.py --grid full          # the issue's grid
     python benchmarks/validate_phase.py --grid quick --only analytical --seeds 4
+    python benchmarks/validate_phase.py --grid full --only analytical --match halving_doubling --seeds 4
+    NETSWEEP_PURE_PYTHON=1 python benchmarks/validate_phase.py --grid full --only analytical \
+        --match halving_doubling --same-draws   # the same ECMP collisions on both: the model's own error
     python benchmarks/validate_phase.py --grid topologies    # astra_dlrm on every topology, 3 algorithm sets
 
-Writes benchmarks/validate_phase_<grid>[_<only>][_<n>seeds].csv (one row per configuration, seed and
-backend) and prints a Markdown summary (also written beside it, .md). `--seeds`: each configuration
-with several seeds, compared on the mean: ECMP hashes the packet engine's (and phase's) connection
-ids but every message on `analytical`, so one seed compares two different draws of collisions.
+Writes benchmarks/validate_phase_<grid>[_<only>][_<match>][_<n>seeds][_same_draws].csv (one row per
+configuration, seed and backend) and prints a Markdown summary (also written beside it, .md).
+`--seeds`: each configuration with several seeds, compared on the mean: ECMP hashes the packet
+engine's (and phase's) connection ids but every message on `analytical`, so one seed compares two
+different draws of collisions; `--same-draws` gives `analytical` phase's draws instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
 import engine
+from engine.kernel import PURE_PYTHON_ENV
+from engine.network import Link
+from engine.run import prepare
+from engine.topology import Topology
 
 HERE = Path(__file__).resolve().parent
 MIB = 2**20
@@ -102,17 +113,51 @@ def grid(name: str) -> Iterator[dict[str, Any]]:
                            "workload": DLRM, "label": "astra_dlrm"}
 
 
-def run(case: dict[str, Any], backend: str, seed: int, incast_rto: bool = False) -> dict[str, Any]:
-    """One run of a configuration: its iteration time, wall time and TCP signals."""
+def run(case: dict[str, Any], backend: str, seed: int, incast_rto: bool = False,
+        same_draws: bool = False) -> dict[str, Any]:
+    """One run of a configuration: its iteration time, wall time and TCP signals. `same_draws`:
+    `analytical` routes each message on its pair's connection id as the phase backend numbers it
+    (`analytical_with_phase_draws`)."""
     config = {"seed": seed, "engine": {"backend": backend, "incast_rto": incast_rto, "max_sim_time_s": 60.0},
               "network": {"link_gbps": 100.0, "link_latency_us": 1.0, **case["network"]},
               "system": case["system"], "workload": case["workload"]}
     start = time.perf_counter()
-    row = engine.run(config, flow_columns=True)["runs"][0]
+    if same_draws and backend == "analytical":
+        row = analytical_with_phase_draws(config)
+    else:
+        row = engine.run(config, flow_columns=True)["runs"][0]
     return {"backend": backend + ("+rto" if incast_rto else ""), "status": row["status"],
             "iteration_time_s": row.get("iteration_time_s"), "wall_s": time.perf_counter() - start,
             "timeouts": row.get("timeouts"), "drops": row.get("drops"), "incast_phases": row.get("incast_phases"),
             "max_port_flows": row.get("max_port_flows"), "max_link_utilisation": row.get("max_link_utilisation")}
+
+
+def analytical_with_phase_draws(config: dict[str, Any]) -> dict[str, Any]:
+    """The runs row of `analytical` with each message routed on the connection id the phase backend
+    gives its pair (`PairFlowIds`, filled by a phase run of the same config), where `analytical` hashes
+    each message's own id: the same ECMP collisions on both, so what differs is the phase model's
+    error. Replaces the topology class's `path` for the run: the pure-Python kernel only."""
+    if not os.environ.get(PURE_PYTHON_ENV):
+        raise SystemExit(f"--same-draws replaces Topology.path: run with {PURE_PYTHON_ENV}=1")
+    phase = prepare({**config, "engine": {**config["engine"], "backend": "phase"}})
+    phase.start()
+    phase.simulate()
+    assert phase.fluid is not None
+    flow_ids = phase.fluid.flow_ids
+    prepared = prepare(config)
+    topology_class = type(prepared.sim.topology)
+    path = topology_class.path
+
+    def phase_draw(self: Topology, src: int, dst: int, _flow_id: int) -> tuple[Link, ...]:
+        return path(self, src, dst, int(flow_ids.ids(np.array([src]), np.array([dst]), distinct=True)[0]))
+
+    setattr(topology_class, "path", phase_draw)
+    try:
+        prepared.start()
+        prepared.simulate()
+        return prepared.rows(0.0, True)["runs"][0]
+    finally:
+        setattr(topology_class, "path", path)
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
@@ -207,18 +252,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grid", choices=("quick", "full", "topologies"), default="quick")
     parser.add_argument("--only", choices=("analytical", "packet_deep", "incast"), default=None,
                         help="run one of the three grids only")
+    parser.add_argument("--match", default=None, help="run only the configurations whose label contains this "
+                        "(e.g. halving_doubling)")
+    parser.add_argument("--same-draws", action="store_true", help="route analytical's messages on phase's "
+                        "connection ids (same ECMP collisions; needs NETSWEEP_PURE_PYTHON=1)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration (ECMP draws): compared on "
                         "their mean iteration time")
     args = parser.parse_args(argv)
-    suffix = (f"_{args.only}" if args.only else "") + (f"_{args.seeds}seeds" if args.seeds > 1 else "")
+    suffix = (f"_{args.only}" if args.only else "") + (f"_{args.match}" if args.match else "") + (
+        f"_{args.seeds}seeds" if args.seeds > 1 else "") + ("_same_draws" if args.same_draws else "")
     out = HERE / f"validate_phase_{args.grid}{suffix}.csv"
     rows: list[dict[str, Any]] = []
     for index, case in enumerate(grid(args.grid)):
-        if args.only and case["grid"] != args.only:
+        if (args.only and case["grid"] != args.only) or (args.match and args.match not in case["label"]):
             continue
         reference = "analytical" if case["grid"] == "analytical" else "packet"
         for seed in range(args.seeds):
-            runs = [run(case, "phase", seed), run(case, reference, seed)]
+            runs = [run(case, "phase", seed), run(case, reference, seed, same_draws=args.same_draws)]
             if case["grid"] == "incast":
                 runs.append(run(case, "phase", seed, incast_rto=True))
             for result in runs:

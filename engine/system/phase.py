@@ -29,6 +29,10 @@ packets); the port drains while they arrive). With `engine.incast_rto` each such
 one retransmission timeout more (its tail waits for it): where it opens connections, the RTO a
 first loss waits (`tcp.min_rto_ms` after a handshake, `tcp.initial_rto_ms` without one), else
 `tcp.min_rto_ms`; a first-order estimate of the collapse.
+
+Halving-doubling, whose ranks wait for their partner rather than for the busiest link of a step, is
+timed alone rank by rank (`xor_exchange_ps`, vectorised over the ranks, its events merged so that
+their number does not grow with the messages) and its stages stretched to that time.
 """
 
 from __future__ import annotations
@@ -45,12 +49,16 @@ from ..network import TCP_IP_HEADER_BYTES, Link, wire_bytes
 from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topology
 from ..transport.cc import slow_start_dominates
 from ..units import BITS_PER_BYTE, PS_PER_S, serialisation_ps
-from .algorithms import ALL, RING, XOR, Program, symmetric_steps
+from .algorithms import ALL, RING, XOR, Program, SymmetricStep, symmetric_steps
 from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from .collectives import _Chunk, _Phase
 from .maxmin import RATE_TOLERANCE
 
 CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays stay in the CPU caches
+# events of an XOR exchange closer than this fraction of the time elapsed are taken together
+# (`xor_exchange_ps`): it bounds the events by log(end / first event) / EVENT_MERGE, whatever the messages
+EVENT_MERGE = 3e-3
+FILL_ROUNDS = 20  # progressive-filling rounds per event at most (`max_min_message_rates`)
 _SPLITMIX_START = 0x9E3779B97F4A7C15
 _SPLITMIX_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _SPLITMIX_MUL2 = np.uint64(0x94D049BB133111EB)
@@ -216,6 +224,9 @@ class StageDemand:
     peak_messages: np.ndarray  # int64: its messages crossing each link at once (a step's; a tree's: mean)
     opening_bytes: np.ndarray  # float64: the bytes those messages open with on each link
     arrival_bytes_per_ps: np.ndarray  # float64: the rate at which they arrive at each link (`LinkCounts`)
+    # its time alone over its coflow bound: 1, but for XOR exchanges, whose ranks wait for their partner
+    # only, not for the busiest link (`FluidPhases._stretch_exchanges`); its progress rate is divided by it
+    stretch: float = 1.0
 
 
 class _Fluid:
@@ -272,6 +283,103 @@ def max_min_levels(share_weight: np.ndarray, capacity: np.ndarray) -> np.ndarray
     return levels
 
 
+def max_min_message_rates(hops: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Max-min fair rates of messages by progressive filling: `hops` holds each message's links
+    (rows: hops, columns: messages), padded with the index `len(capacity) - 1`, a link of infinite
+    capacity that no message is limited by. A round per distinct bottleneck level, each vectorised,
+    `FILL_ROUNDS` at most."""
+    links = len(capacity)
+    rates = np.zeros(hops.shape[1])
+    unfixed = np.ones(hops.shape[1], dtype=bool)
+    left = capacity.astype(np.float64).copy()
+    for _ in range(FILL_ROUNDS):
+        if not unfixed.any():
+            break
+        load = np.bincount(hops[:, unfixed].ravel(), minlength=links).astype(np.float64)
+        shares = np.divide(np.maximum(left, 0.0), load, out=np.full(links, inf), where=load > 0)
+        level = shares[hops].min(axis=0)
+        level[~unfixed] = inf
+        lowest = float(level.min())
+        fixing = level <= lowest * (1.0 + RATE_TOLERANCE)  # equal levels up to float rounding
+        rates[fixing] = lowest
+        left -= lowest * np.bincount(hops[:, fixing].ravel(), minlength=links)
+        unfixed &= ~fixing
+    else:
+        # rounds used up: the rest get their equal share of what is left on their busiest link
+        # (a feasible allocation, below max-min for some)
+        rates[unfixed] = level[unfixed]
+    return rates
+
+
+@dataclass
+class XorStep:
+    """One XOR exchange step of every group at once, for `xor_exchange_ps`: rank i sends to rank
+    `partner[i]` (ranks of all groups numbered together) a message of `wire_bytes` over the links
+    `hops[:, i]` (padded as `max_min_message_rates` wants), which arrives `latency_ps[i]` after its
+    last byte left."""
+
+    partner: np.ndarray  # int64 per rank
+    hops: np.ndarray  # int64, hops x ranks
+    wire_bytes: float
+    latency_ps: np.ndarray  # float64 per rank
+
+
+def xor_exchange_ps(steps: list[XorStep], capacity: np.ndarray, delay_ps: int) -> float:
+    """How long XOR exchanges (halving-doubling) take alone, rank by rank: as `SystemLayer` runs a
+    step program, each rank issues its step's message `delay_ps` after entering the step and enters
+    the next once that is done and its partner's message has arrived; the messages in flight share
+    links max-min fairly, re-solved at every start and finish, as `analytical` does message by
+    message. Vectorised over ranks: the Python work is per event, and events within `EVENT_MERGE` of
+    the time elapsed are merged (a finish or start waits that long at most), so that it does not grow
+    with the messages. Returns the time the last rank finishes, from the phase's start."""
+    ranks, count = len(steps[0].partner), len(steps)
+    padding = len(capacity) - 1
+    height = max(len(step.hops) for step in steps)  # routes routed one by one differ in length from step to step
+    # message k * ranks + i: step k, rank i
+    hops = np.concatenate([np.pad(step.hops, ((0, height - len(step.hops)), (0, 0)), constant_values=padding)
+                           for step in steps], axis=1)
+    latency = np.concatenate([step.latency_ps for step in steps])
+    left = np.repeat([step.wire_bytes for step in steps], ranks)
+    start = np.full(count * ranks, inf)
+    start[:ranks] = delay_ps
+    arrival = np.full(count * ranks, inf)
+    entered = np.full((count + 1, ranks), inf)  # when each rank enters each step (and leaves the last)
+    entered[0] = 0.0
+    done = np.zeros(count * ranks, dtype=bool)
+    now = float(delay_ps)
+    while not done.all():
+        active = np.flatnonzero((start <= now) & ~done)
+        waiting = start[(start > now) & ~done]
+        next_start = float(waiting.min()) if waiting.size else inf
+        if not active.size:
+            now = next_start
+            continue
+        rates = max_min_message_rates(hops[:, active], capacity)
+        finish = now + left[active] / rates
+        event = min(float(finish.min()), next_start)
+        later = max(event, now + EVENT_MERGE * (now - delay_ps))
+        ending = finish <= later
+        left[active] -= rates * (later - now)
+        ended = active[ending]
+        done[ended] = True
+        arrival[ended] = finish[ending] + latency[ended]
+        now = later
+        # ranks whose step k is done (issued, and the partner's message in): from the steps whose messages
+        # ended, and on to the next step of a rank that leaves one (its partner's message may be in already)
+        touched = set((ended // ranks).tolist())
+        for k in range(min(touched, default=count), count):
+            if k not in touched:
+                continue
+            received = arrival[k * ranks + steps[k].partner]
+            leaving = np.isinf(entered[k + 1]) & np.isfinite(received) & np.isfinite(entered[k])
+            if leaving.any():
+                entered[k + 1, leaving] = np.maximum(entered[k, leaving] + delay_ps, received[leaving])
+                if k + 1 < count:
+                    start[(k + 1) * ranks + np.flatnonzero(leaving)] = entered[k + 1, leaving] + delay_ps
+                    touched.add(k + 1)
+    return float(entered[count].max())
+
+
 class FluidPhases:
     """The phase backend (module docstring): the `phase_timer` of an `AlphaBetaSystemLayer`, which
     then keeps alpha_beta's collectives, phases and scheduling while each phase lasts its fixed part
@@ -309,6 +417,7 @@ class FluidPhases:
         kinds = sorted({(link.rate_bps, link.latency_ps) for link in links})
         self._kinds: list[tuple[int, int]] = [(0, 0)] + kinds
         kind_of = {kind: index + 1 for index, kind in enumerate(kinds)}
+        self._link_latency_ps = np.array([link.latency_ps for link in links], dtype=np.float64)
         self._link_kind = np.array([kind_of[(link.rate_bps, link.latency_ps)] for link in links] + [0], np.int32)
         self._patterns: dict[tuple[tuple[int, ...], str, int], LinkCounts] = {}
         self._fluid: list[_Fluid] = []
@@ -328,7 +437,7 @@ class FluidPhases:
         self.messages += messages
         now = self.eventlist.now_ps
         self._advance(now)
-        tail_ps = max(0, duration_ps - sum(stage.alpha_beta_ps for stage in stages))
+        tail_ps = self.tail_ps(duration_ps, stages)
         fluid = _Fluid(layer.phase_ender(chunk, queue, key), stages, now, tail_ps)
         fluid.opens_connections = self.flow_ids.opened > opened
         self._fluid.append(fluid)
@@ -405,7 +514,8 @@ class FluidPhases:
                                 self.capacity_bytes_per_ps)
         first_ps = -1
         for fluid, level in zip(self._fluid, levels):
-            fluid.progress_per_ps = float(level) / fluid.stages[fluid.stage].bytes_per_share
+            stage = fluid.stages[fluid.stage]
+            fluid.progress_per_ps = float(level) / (stage.bytes_per_share * stage.stretch)
             # at least 1 ps ahead, so that float rounding never spins at one instant
             finish_ps = now + max(1, round(fluid.left / fluid.progress_per_ps))
             first_ps = finish_ps if first_ps < 0 else min(first_ps, finish_ps)
@@ -464,9 +574,48 @@ class FluidPhases:
                 stage_pieces[index] += stage
                 stage_steps[index] = max(stage_steps[index], steps_of[index])
         stages = [self._stage(pieces, steps) for pieces, steps in zip(stage_pieces, stage_steps)]
+        groups = [group for group in dim.groups if len(group) > 1]
+        exchange = symmetric_steps(phase.op, layer.algorithms[phase.op], len(groups[0]), phase.chunk_bytes)
+        if exchange is not None and all(step.pattern == XOR for step in exchange):
+            self._stretch_exchanges(layer, phase, groups, exchange, stages)
         self._demands[key] = stages
         self._slow_start[key] = (slow, messages)
         return stages
+
+    def _stretch_exchanges(self, layer: AlphaBetaSystemLayer, phase: _Phase, groups: list[tuple[int, ...]],
+                           steps: list[SymmetricStep], stages: list[StageDemand]) -> None:
+        """Make a phase of XOR exchanges (halving-doubling) last alone what its ranks take
+        (`xor_exchange_ps`: each waits for its partner, not for the step's busiest link), stretching
+        every stage alike: the fluid part is that time less the fixed part, shared out over the stages
+        in proportion to their coflow bounds."""
+        p = len(groups[0])
+        hosts = np.array(groups, dtype=np.int64).ravel()
+        first_of_group = np.repeat(np.arange(0, len(hosts), p), p)  # ranks of all groups numbered together
+        local = np.tile(np.arange(p), len(groups))
+        capacity = np.append(self.capacity_bytes_per_ps, inf)  # the last: a hop that is no link
+        link_latency_ps = np.append(self._link_latency_ps, 0.0)
+        exchanges = []
+        for step in steps:
+            partner = first_of_group + (local ^ step.mask)
+            src, dst = hosts, hosts[partner]
+            hops = np.stack(self.routes.hops(src, dst, self.flow_ids.ids(src, dst, distinct=True))[0])
+            hops[hops < 0] = self.routes.link_count
+            packet_bytes = min(self.mss_bytes, step.size_bytes) + self.header_bytes
+            # unloaded latency: propagation, and one packet stored and forwarded at every hop after the first
+            latency_ps = link_latency_ps[hops].sum(axis=0) + (packet_bytes / capacity[hops[1:]]).sum(axis=0)
+            exchanges.append(XorStep(partner, hops, float(wire_bytes(step.size_bytes, self.mss_bytes,
+                                                                      self.header_bytes)), latency_ps))
+        alone_ps = xor_exchange_ps(exchanges, capacity, layer.endpoint_delay_ps)
+        _, duration_ps = layer.phase_ps(phase)
+        fluid_ps = max(1.0, alone_ps - self.tail_ps(duration_ps, stages))
+        coflow_ps = [float((stage.link_bytes / self.capacity_bytes_per_ps).max()) for stage in stages]
+        for stage in stages:
+            stage.stretch = fluid_ps / sum(coflow_ps)
+
+    @staticmethod
+    def tail_ps(duration_ps: int, stages: list[StageDemand]) -> int:
+        """A phase's fixed part: its alpha_beta duration less the serialisation alpha_beta charges its stages."""
+        return max(0, duration_ps - sum(stage.alpha_beta_ps for stage in stages))
 
     def _slow_starts(self, counts: LinkCounts, size_bytes: int) -> int:
         """How many messages of `size_bytes` on the routes of `counts` would spend longer in slow start
