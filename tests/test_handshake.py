@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 import engine
-from engine import load_config
+from engine import check_backend, load_config
 from engine.config import ConfigError
 from engine.simulation import SYN_RETRIES, HandshakeFailed, Simulation, syn_retransmits
 from engine.units import PS_PER_MS, PS_PER_S, PS_PER_US
@@ -173,8 +173,8 @@ def test_syn_losses_are_drawn_per_connection_from_the_seed():
 
 def test_ns3_backend_refuses_to_skip_the_handshake():
     with pytest.raises(ConfigError, match="tcp.handshake"):
-        load_config({"engine": {"backend": "ns3"}, "tcp": {"handshake": False},
-                     "workload": {"type": "collective"}})
+        check_backend(load_config({"engine": {"backend": "ns3"}, "tcp": {"handshake": False},
+                                   "workload": {"type": "collective"}}))
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import signal
 import pytest
 
 import engine
+from engine.backends.checks import check_backend
 from engine.config import ConfigError, load_config
 from engine.eventlist import EventList
 from engine.backends.ns3 import build
@@ -53,7 +54,7 @@ def config(backend: str, **overrides: dict) -> dict:
 ])
 def test_settings_ns3_cannot_express_are_refused_naming_the_key(section, key, value):
     with pytest.raises(ConfigError) as refused:
-        load_config(config("ns3", **{section: {key: value}}))
+        check_backend(load_config(config("ns3", **{section: {key: value}})))
     assert refused.value.key == f"{section}.{key}"
     assert "engine.backend=ns3" in str(refused.value)
 
@@ -61,7 +62,7 @@ def test_settings_ns3_cannot_express_are_refused_naming_the_key(section, key, va
 def test_flows_workload_stays_on_the_packet_backend():
     flows = {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 1000}]}
     with pytest.raises(ConfigError) as refused:
-        load_config({**config("ns3"), "workload": flows})
+        check_backend(load_config({**config("ns3"), "workload": flows}))
     assert refused.value.key == "engine.backend"
 
 
@@ -69,7 +70,7 @@ def test_a_missing_wheel_or_compiler_is_one_config_error_naming_the_extra(monkey
     monkeypatch.setattr(build, "unavailable_reason", lambda: "the ns3 wheel is not installed "
                                                              "(pip install 'netsweep[ns3]')")
     with pytest.raises(ConfigError) as refused:
-        load_config(config("ns3"))
+        check_backend(load_config(config("ns3")))
     assert refused.value.key == "engine.backend"
     assert "netsweep[ns3]" in str(refused.value)
 
