@@ -1,7 +1,7 @@
 """Sweep orchestration benchmark (run on demand): what a sweep costs beyond its simulations.
 
-A grid of `--runs` trivial runs (`seed=range(N)`: one 1 KiB all-reduce on 4 NPUs, analytical backend,
-about 2 ms of engine time each), three ways:
+A grid of `--runs` trivial runs (`seed=range(N)`: one 1 MiB all-reduce on 8 NPUs, analytical backend,
+about 1 ms of engine time each), three ways:
 
 1. `python -m sweep -m ...` with netsweep's launcher on a local Ray of `--num-cpus` CPUs, timed from
    the command's start to its end (Python and Hydra start-up, planning, Ray's start and stop, the
@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-GRID = ["engine.backend=analytical", "workload=collective", "network.npus=4", "workload.bytes=1024"]
+# The issue's trivial run: an 8-NPU ring all-reduce of 1 MiB per NPU, analytical backend (~1 ms of engine time).
+GRID = ["engine.backend=analytical", "workload=collective", "network.npus=8", "workload.bytes=1048576"]
 
 
 def _sweep_command(runs: int, results_dir: Path, *extra: str) -> list[str]:
