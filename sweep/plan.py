@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import math
 import os
 import re
@@ -32,7 +33,8 @@ from omegaconf.errors import OmegaConfBaseException
 import engine
 from engine.config import KEY_CONDITIONS, unused_key_error, unused_keys
 
-from .runner import run_id
+from .rows import RunResult, TableRows
+from .runner import MIB, run_id, stored_rows
 from .schema import PRESET_COLUMNS
 
 
@@ -172,6 +174,23 @@ class PlannedRun:
         """Where the run's rows go: `${results_dir}/${name}`."""
         return Path(self.config["results_dir"]) / self.config["name"]
 
+    @functools.cached_property
+    def sim_config(self) -> engine.SimConfig:
+        """The engine's validated config, what goes to the worker: validated once, by `plan` (or on
+        first use, for a run made by hand or by `dataclasses.replace`, whose config may differ)."""
+        return validate(self.config)
+
+    def declared_memory_bytes(self, run_memory_mb: float | None) -> int | None:
+        """The memory this run declares (to Ray) and is held to: `run_memory_mb` MiB if set, else its
+        estimate; None if neither (a run planned by hand: nothing declared, nothing held)."""
+        if run_memory_mb is not None:
+            return int(run_memory_mb * MIB)
+        return self.memory_bytes or None
+
+    def rows(self, result: RunResult) -> TableRows:
+        """The rows stored for `result`, this run's outcome (`sweep.runner.stored_rows`)."""
+        return stored_rows(self.config, result, self.run_id, self.presets, self.refine_reason)
+
 
 class GridError(Exception):
     """A grid point that cannot run; its message names the point's overrides."""
@@ -218,17 +237,27 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
             force = pop_force(config)
             presets = pop_presets(config)
             _validate_ray(config)
-            sim_config = validate(config)
-            memory_bytes = engine.estimate_run_bytes(sim_config)
+            run = planned_run(config, overrides, force, presets)
             if (config["results_dir"], config["name"]) not in checked:
                 check_dataset(config)
                 checked.add((config["results_dir"], config["name"]))
         except engine.ConfigError as exc:
             raise GridError(index, len(points), overrides, exc) from exc
-        runs.append(PlannedRun(tuple(overrides), config, run_id(config), force, presets, memory_bytes))
-        validated.append((overrides, sim_config))
+        runs.append(run)
+        validated.append((overrides, run.sim_config))
     check_overrides_apply(validated)
     return runs
+
+
+def planned_run(config: dict[str, Any], overrides: Sequence[str] = (), force: bool = False,
+                presets: Mapping[str, str | None] | None = None) -> PlannedRun:
+    """One run of `config` (without `force` and `presets`), validated once (`validate`) with its
+    memory estimate; raise `engine.ConfigError` if it cannot run."""
+    sim_config = validate(config)
+    run = PlannedRun(tuple(overrides), config, run_id(config), force, presets or {},
+                     engine.estimate_run_bytes(sim_config))
+    run.__dict__["sim_config"] = sim_config  # validated just now: the cache of the cached_property
+    return run
 
 
 class GridComposer:

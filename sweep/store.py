@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from .rows import ColumnRows
 from .schema import DECLARED_COLUMNS, conform, declared_schema, rows_to_table
 
 PART_GLOB = "part-*.parquet"
@@ -46,44 +47,6 @@ _NULLABLE_DTYPES = {
     pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
     pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype(),
 }
-
-
-class ColumnRows(Sequence[dict[str, Any]]):
-    """The rows of one table kept as columns: arrays of one type each (a float column holds NaN
-    where the row has None), plus `constants`, columns of one value (run_id). A sequence of row
-    dicts for whatever reads rows; `arrow()` for the store, with no dict per row. The engine gives
-    the flows table so (`engine.run(config, flow_columns=True)`): a DLRM iteration on 1,024 NPUs
-    has 16.8 million flows rows, whose dicts would not fit in memory."""
-
-    def __init__(self, columns: Mapping[str, Sequence[Any]], constants: Mapping[str, Any]) -> None:
-        self.columns = dict(columns)
-        self.constants = dict(constants)
-        self._length = len(next(iter(self.columns.values()))) if self.columns else 0
-
-    def __len__(self) -> int:
-        return self._length
-
-    def _row(self, index: int) -> dict[str, Any]:
-        row = dict(self.constants)
-        for name, column in self.columns.items():
-            value = column[index]
-            row[name] = None if value != value else value  # NaN != NaN: a missing value
-        return row
-
-    def __getitem__(self, index: Any) -> Any:  # an int gives a row, a slice a list of rows
-        if isinstance(index, slice):
-            return [self._row(i) for i in range(*index.indices(self._length))]
-        if not -self._length <= index < self._length:
-            raise IndexError(index)
-        return self._row(index % self._length)
-
-    def arrow(self) -> pa.Table:
-        """The rows as an Arrow table: constants first, then the columns (NaN as null)."""
-        arrays = {name: pa.repeat(pa.scalar(value), self._length) for name, value in self.constants.items()}
-        for name, column in self.columns.items():
-            values = np.asarray(column)  # a typed array's buffer, not copied
-            arrays[name] = pa.array(values, from_pandas=values.dtype.kind == "f")  # NaN -> null
-        return pa.table(arrays)
 
 
 def _part_name() -> str:

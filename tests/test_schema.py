@@ -15,7 +15,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from sweep.runner import execute, label_presets
+from sweep.runner import measure, stored_rows
 from sweep.schema import DECLARED_COLUMNS, PRESET_COLUMNS
 from sweep.store import ResultStore, harmonise, load_runs, part_files
 from sweep_support import compose_config
@@ -43,9 +43,8 @@ KINDS = {
 
 def _rows(kind: str, tmp_path: Path) -> dict[str, list[dict]]:
     config = compose_config([f"results_dir={tmp_path}", "name=mixed", *KINDS[kind]])
-    rows = execute(config)
+    rows = stored_rows(config, measure(config), presets={"network": KINDS[kind][0].split("=")[1]})
     assert rows["runs"][0]["status"] == "ok", rows["runs"][0]["error"]
-    label_presets(rows, {"network": KINDS[kind][0].split("=")[1]})
     return rows
 
 
