@@ -34,7 +34,7 @@ import engine
 from engine.config import KEY_CONDITIONS, unused_key_error, unused_keys
 
 from .rows import RunResult, TableRows
-from .runner import MIB, run_id, stored_rows
+from .runner import HYDRA_WORDS, MIB, run_id, stored_rows
 from .schema import PRESET_COLUMNS
 
 
@@ -369,14 +369,13 @@ class GridComposer:
 # (ANTLR: about a millisecond a line, and a `seed=range(1000)` sweep has a thousand distinct lines).
 _SIMPLE_VALUE = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)="
                            r"(?P<value>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?|[A-Za-z_][A-Za-z0-9_]*)")
-_HYDRA_KEYWORDS = {"true", "false", "null", "inf", "nan"}
 
 
 def _simple_value(text: str) -> Any:
     """The value Hydra's grammar gives a `_SIMPLE_VALUE` value: a keyword's value, an int, a float
     or the word itself."""
     lowered = text.lower()
-    if lowered in _HYDRA_KEYWORDS:
+    if lowered in HYDRA_WORDS:
         return {"true": True, "false": False, "null": None, "inf": math.inf, "nan": math.nan}[lowered]
     if text[0] == "-" or text[0].isdigit():
         return float(text) if "." in text else int(text)

@@ -48,7 +48,7 @@ PRESET_COLUMNS = CONFIG_GROUPS
 ERROR_TAIL_LINES = 12
 
 _PLAIN_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
-_HYDRA_WORDS = {"true", "false", "null", "inf", "nan"}  # Hydra parses these, unquoted, as non-strings
+HYDRA_WORDS = {"true", "false", "null", "inf", "nan"}  # Hydra parses these, unquoted (any case), as non-strings
 
 
 def _canonical(value: Any) -> Any:
@@ -114,7 +114,7 @@ def _override_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_override_value(item) for item in value) + "]"
     text = str(value)
-    if _PLAIN_STRING.fullmatch(text) and text.lower() not in _HYDRA_WORDS:
+    if _PLAIN_STRING.fullmatch(text) and text.lower() not in HYDRA_WORDS:
         return text
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
