@@ -1,11 +1,12 @@
 """One sweep from start to end: skip what is already done, run the rest, store rows as they arrive.
 
 `run_sweep` takes the validated runs of `sweep.plan` and an executor (`sweep.cluster.RayExecutor`,
-or `InProcessExecutor` for `python -m sweep`, a sweep of one: a context manager whose `results(runs)`
-generator yields `(run, RunResult)` in completion order and None when nothing finished for a
-while) and appends every run's rows (`PlannedRun.rows`) to its dataset's `ResultStore` the moment
-they arrive; the store writes Parquet parts by rows or seconds. A run already stored with status `ok` is skipped (resume) unless it was planned with
-`force`; a failed one runs again. Ctrl-C or SIGTERM stops the sweep: what finished is flushed
+or `InProcessExecutor` for `python -m sweep`, a sweep of one: a context manager whose
+`results(runs)` generator yields `(run, RunResult)` in completion order and None when nothing
+finished for a while) and appends every run's rows (`PlannedRun.rows`) to its dataset's
+`ResultStore` the moment they arrive; the store writes Parquet parts by rows or seconds. A run
+already stored with status `ok` is skipped (resume) unless it was planned with `force`; a failed
+one runs again. Ctrl-C or SIGTERM stops the sweep: what finished is flushed
 first (and the executor stops what it started), and running the same sweep again resumes it.
 """
 

@@ -6,8 +6,9 @@ turns a point into the plain dict `python -m sweep` would run for those override
 Hydra (about 40 ms) only once per distinct combination of config-group choices (`tcp=cubic`,
 `workload=dlrm_large`) and applying the point's value overrides (`network.link_gbps=25`): a plain
 value set on a copy of the resolved dict where that is all Hydra would do (tens of microseconds),
-else Hydra's own override code on a copy of the composed config (a few milliseconds). `plan` validates every point; the first one
-that cannot run is reported with its overrides and nothing is launched.
+else Hydra's own override code on a copy of the composed config (a few milliseconds). `plan`
+validates every point, once (`PlannedRun.sim_config` is what a worker gets); the first one that
+cannot run is reported with its overrides and nothing is launched.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from sweep.driver import run_sweep
 from sweep.plan import PlannedRun, plan
 from sweep.progress import ProgressBar, SweepSummary, format_summary
 from sweep.rows import RunResult
-from sweep.runner import execute, failed_result, flatten, measure, run_id, stored_rows
+from sweep.runner import OUT_OF_MEMORY, execute, failed_result, flatten, measure, run_id, stored_rows
 from sweep.store import ResultStore, arrow_dataset, part_files, read_table, write_part
 from sweep_support import compose_config
 
@@ -212,6 +212,12 @@ def test_a_single_run_is_a_sweep_of_one_held_to_the_same_limits(tmp_path: Path,
     assert again.getvalue().startswith(f"run {run_id(config)} is already done (status ok)")
     stored = read_table(tmp_path / "one", "runs")
     assert list(stored["status"]) == ["timeout", "ok"] and len(read_table(tmp_path / "one", "flows")) == 1
+
+    # the memory declaration holds it too (a GiB-sized run, as in test_memory.py, held to 1 MiB more)
+    big = compose_config([f"results_dir={tmp_path}", "name=one", "workload=astra_dlrm", "workload.iterations=1",
+                          "network.npus=512"])
+    assert run_one(big, out=(held := io.StringIO()), err=held, run_memory_mb=1) == EXIT_RUN_FAILED
+    assert f"{OUT_OF_MEMORY}: 1 MiB (its declaration: hydra.launcher.run_memory_mb" in held.getvalue()
 
     monkeypatch.setattr(engine, "run", lambda cfg, **options: 1 / 0)
     failing = {**config, "seed": 1}
