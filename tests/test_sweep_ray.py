@@ -27,7 +27,7 @@ import pytest
 from sweep.cluster import RayExecutor, is_loopback
 from sweep.driver import run_sweep
 from sweep.plan import plan
-from sweep.runner import execute
+from sweep.runner import PRESET_COLUMNS, measure
 from sweep.store import arrow_dataset, part_files, read_table
 from sweep_support import compose_config
 
@@ -175,10 +175,10 @@ def test_grid_runs_on_the_cluster_and_again_runs_nothing(ray_address: str, tmp_p
     stored = runs.set_index("run_id")
     flows = read_table(dataset, "flows")
     for run in plan(points, compose_config):
-        local = execute(run.config)
+        local = run.rows(measure(run.sim_config))  # the rows of a run here, by the sweep's one path
         remote = stored.loc[run.run_id]
         for key, value in local["runs"][0].items():
-            if key not in TIMING_COLUMNS and key != "run_id":
+            if key not in TIMING_COLUMNS and key not in PRESET_COLUMNS and key != "run_id":  # no presets here
                 assert remote[key] == value or (value is None and remote.isna()[key]), key
         remote_flows = flows[flows["run_id"] == run.run_id].sort_values("flow_id")
         assert remote_flows.drop(columns="run_id").to_dict("records") == [
@@ -196,7 +196,7 @@ def _misbehaving_execute(marker_dir: str) -> Any:
     process every time, 3 kills it once (then runs), 4 outlives the wall-time budget."""
     def run_fn(config: Any, max_wall_time_s: float | None = None) -> Any:
         import engine
-        from sweep.runner import measure
+        from sweep.runner import PRESET_COLUMNS, measure
 
         seed = config.seed
         marker = os.path.join(marker_dir, "seed-3-crashed")
@@ -256,7 +256,7 @@ def _killable_execute(marker_dir: str, lives: dict[int, int]) -> Any:
     """`measure` on a worker that first writes `seed-<seed>-pid-<its pid>` into `marker_dir`; the
     first `lives[seed]` executions of a seed then wait (to be killed from outside), later ones run."""
     def run_fn(config: Any, max_wall_time_s: float | None = None) -> Any:
-        from sweep.runner import measure
+        from sweep.runner import PRESET_COLUMNS, measure
 
         seed = config.seed
         prefix = f"seed-{seed}-pid-"
