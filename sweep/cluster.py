@@ -2,13 +2,12 @@
 flight, and hand back each run's rows as soon as it finishes (completion order, `ray.wait`).
 
 Only a run's validated config (`PlannedRun.sim_config`) goes out and only what it measured comes
-back (`sweep.rows.RunResult`: a few KB); the driver builds the rows and writes the Parquet. Each Ray
-task calls `sweep.runner.measure`, which turns any exception of the run into an error and stops a
-run past its wall-time budget as `timeout`; a worker process that dies (killed, out of memory) is
-retried by Ray `max_retries` times and then recorded as an error made here. Each runs row says
-where it ran (`worker_node`, `worker`) and which execution of the task produced it (`attempt`, 0
-unless a worker process or node died under it).
-Ray is imported on first use: the single-run command never loads it. A local Ray is started and
+back (`sweep.rows.RunResult`: its measurements and its tables' rows, no config leaves); the driver
+builds the rows and writes the Parquet. Each Ray task calls `sweep.runner.measure`, which turns any
+exception of the run into an error and stops a run past its wall-time budget as `timeout`; a worker
+process that dies (killed, out of memory) is retried by Ray `max_retries` times and then recorded as
+an error made here. Each runs row says where it ran (`worker_node`, `worker`) and which execution
+of the task produced it (`attempt`, 0 unless a worker process or node died under it). Ray is imported on first use: the single-run command never loads it. A local Ray is started and
 stopped by `sweep.local_ray`, so that nothing of it outlives the sweep.
 
 Joining a cluster by address: a head started with `ray start --head` on a machine that has a Ray token
