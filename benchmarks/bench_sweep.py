@@ -1,11 +1,11 @@
 """Sweep orchestration benchmark (run on demand): what a sweep costs beyond its simulations.
 
-A grid of `--runs` trivial runs (`seed=range(N)`: one 1 KiB all-reduce on 4 NPUs, analytical backend,
-about 2 ms of engine time each), three ways:
+A grid of `--runs` trivial runs (`seed=range(N)`: one 1 MiB all-reduce on 8 NPUs, analytical backend,
+about 1 ms of engine time each), three ways:
 
 1. `python -m sweep -m ...` with netsweep's launcher on a local Ray of `--num-cpus` CPUs, timed from
    the command's start to its end (Python and Hydra start-up, planning, Ray's start and stop, the
-   runs, the Parquet writes);
+   runs, the Parquet writes), with the time each phase ends (its output lines timestamped);
 2. the same sweep in this process, each finished run timestamped: the time to the first result
    (Ray's start, worker start-up) and the steady-state rate (runs/s between 10 % and 90 % done);
 3. Hydra's own basic sweeper and basic launcher (`hydra/sweeper=basic hydra/launcher=basic`) on
@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-GRID = ["engine.backend=analytical", "workload=collective", "network.npus=4", "workload.bytes=1024"]
+# The issue's trivial run: an 8-NPU ring all-reduce of 1 MiB per NPU, analytical backend (~1 ms of engine time).
+GRID = ["engine.backend=analytical", "workload=collective", "network.npus=8", "workload.bytes=1048576"]
 
 
 def _sweep_command(runs: int, results_dir: Path, *extra: str) -> list[str]:
@@ -38,14 +39,24 @@ def _sweep_command(runs: int, results_dir: Path, *extra: str) -> list[str]:
 
 
 def cli(runs: int, num_cpus: int, workdir: Path) -> dict[str, Any]:
-    """End to end: the command as a user types it."""
+    """End to end: the command as a user types it, each line of its output timestamped on arrival
+    (stdout and stderr merged, unbuffered): when planning ends (`planned ...`), when Ray is up
+    (`ray: ...`), when the summary comes (`sweep of ...`), when the command ends."""
     start = time.perf_counter()
-    done = subprocess.run(_sweep_command(runs, workdir / "cli", f"ray.num_cpus={num_cpus}"), cwd=workdir,
-                          capture_output=True, text=True, check=True)
+    command = _sweep_command(runs, workdir / "cli", f"ray.num_cpus={num_cpus}")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as process:
+        assert process.stdout is not None
+        lines = [(time.perf_counter() - start, line) for line in process.stdout]
     wall_s = time.perf_counter() - start
-    plan_s = float(re.search(r"planned \d+ runs \(.*, ([\d.]+) s\)", done.stdout).group(1))
-    assert f"  {'ok':<10}{runs:>8}" in done.stdout, done.stdout
-    return {"wall_s": wall_s, "plan_s": plan_s}
+    output = "".join(line for _, line in lines)
+    assert process.returncode == 0 and f"  {'ok':<10}{runs:>8}" in output, output
+    plan_s = float(re.search(r"planned \d+ runs \(.*, ([\d.]+) s\)", output).group(1))
+    at = {prefix: next(when for when, line in lines if line.startswith(prefix))
+          for prefix in ("planned", "ray:", "sweep of")}
+    return {"wall_s": wall_s, "plan_s": plan_s, "planned_at_s": at["planned"], "ray_up_at_s": at["ray:"],
+            "summary_at_s": at["sweep of"]}
 
 
 def in_process(runs: int, num_cpus: int, workdir: Path) -> dict[str, Any]:
@@ -111,6 +122,8 @@ def main() -> None:
     print(f"{args.runs} runs of `{' '.join(GRID)}`, {args.num_cpus} CPUs")
     print(f"netsweep launcher on Ray, start to end: {ours['wall_s']:.1f} s ({args.runs / ours['wall_s']:.0f} runs/s); "
           f"planning {ours['plan_s']:.1f} s")
+    print(f"  timeline: planned at {ours['planned_at_s']:.1f} s, Ray up at {ours['ray_up_at_s']:.1f} s, "
+          f"runs stored by {ours['summary_at_s']:.1f} s, Ray stopped and exit at {ours['wall_s']:.1f} s")
     print(f"  in process: planning {here['plan_s']:.1f} s, first result after {here['first_result_s']:.1f} s "
           f"(Ray start), all {here['sweep_s']:.1f} s, steady state {here['steady_runs_per_s']:.0f} runs/s")
     if hydra is not None:

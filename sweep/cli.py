@@ -17,7 +17,7 @@ import importlib.resources
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -28,11 +28,9 @@ from omegaconf.errors import OmegaConfBaseException
 import engine
 from engine.backends import backend_class
 
-from .interrupts import interrupts_deferred
-from .plan import check_dataset, check_overrides_apply, config_error, hydra_error, pop_force, validate
-from .runner import execute, label_presets, run_id
+from .driver import InProcessExecutor, run_sweep
+from .plan import check_dataset, check_overrides_apply, config_error, hydra_error, planned_run, pop_force
 from .schema import PRESET_COLUMNS
-from .store import ResultStore
 
 # The configs, installed as the package `sweep.conf` (conf/ of the repository; see setup.py): a
 # folder on disk in an editable install and in a wheel alike. An absolute path: given a relative
@@ -130,38 +128,41 @@ def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> s
 
 
 def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None = None,
-            err: TextIO | None = None, presets: Mapping[str, str | None] | None = None) -> int:
-    """Validate, resume-check, run and store one resolved config; print a summary; return the exit
-    code. A run already stored with status `ok` is skipped unless `force`; `presets` (the preset
-    of each config group it was composed from) label its runs row."""
+            err: TextIO | None = None, presets: Mapping[str, str | None] | None = None,
+            max_wall_time_s: float | None = None, run_memory_mb: float | None = None,
+            overrides: Sequence[str] = ()) -> int:
+    """Validate, resume-check, run and store one resolved config: a sweep of one, run in this
+    process through the sweep's own path (`sweep.driver.run_sweep`), held to the same limits
+    (`max_wall_time_s`, and `run_memory_mb` MiB or else the run's estimate); print a summary and
+    return the exit code. A run already stored with status `ok` is skipped unless `force`;
+    `presets` (the preset of each config group it was composed from) label its runs row; each of
+    `overrides` (the command line's) must set a key that applies to the run (`check_overrides_apply`)."""
     out = out or sys.stdout
     err = err or sys.stderr
     config = dict(config)
     try:
-        validate(config)
+        run = planned_run(config, overrides, force, presets)
+        check_overrides_apply([(overrides, run.sim_config)])
         check_dataset(config)
     except engine.ConfigError as exc:
         print(f"error: {exc}", file=err)
         return EXIT_BAD_CONFIG
 
-    dataset = Path(config["results_dir"]) / config["name"]
-    store = ResultStore(dataset)
-    identity = run_id(config)
-    if not force and identity in store.completed_run_ids():
-        print(f"run {identity} is already done (status ok) in {dataset}/; not running it again "
+    executor = InProcessExecutor(max_wall_time_s, run_memory_mb)
+    try:
+        summary = run_sweep([run], executor, show_progress=False)
+    except OSError as exc:  # the disk filled up, the directory went away or read-only meanwhile
+        print(f"error: cannot write the results to {run.dataset}/: {exc}", file=err)
+        return EXIT_RUN_FAILED
+    if summary.interrupted:
+        raise KeyboardInterrupt  # `python -m sweep` says so and exits 130; nothing was stored
+    if summary.skipped:
+        print(f"run {run.run_id} is already done (status ok) in {run.dataset}/; not running it again "
               "(add +force=true to rerun)", file=out)
         return EXIT_OK
-
-    rows = execute(config)
-    label_presets(rows, presets or {})
-    try:
-        with interrupts_deferred():  # a Ctrl-C now waits until the rows are on disk
-            store.append(rows)
-            store.flush()
-    except OSError as exc:  # the disk filled up, the directory went away or read-only meanwhile
-        print(f"error: cannot write the results to {dataset}/: {exc}", file=err)
-        return EXIT_RUN_FAILED
-    print(format_summary(rows, dataset), file=out)
+    assert executor.last is not None  # it ran
+    rows = run.rows(executor.last[1])
+    print(format_summary(rows, run.dataset), file=out)
     return EXIT_RUN_FAILED if rows["runs"][0]["status"] == "error" else EXIT_OK
 
 
@@ -195,11 +196,14 @@ def _hydra_main(cfg: DictConfig) -> None:
             raise config_error(exc) from None
         assert isinstance(config, dict)  # the root config is a mapping
         force = pop_force(config)
-        check_overrides_apply([(HydraConfig.get().overrides.task, engine.load_config(config))])
     except engine.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
-    choices = HydraConfig.get().runtime.choices
-    code = run_one(config, force=force, presets={group: choices.get(group) for group in PRESET_COLUMNS})
+    hydra_config = HydraConfig.get()
+    choices = hydra_config.runtime.choices
+    launcher = hydra_config.launcher  # the sweep's limits hold a single run too
+    code = run_one(config, force=force, presets={group: choices.get(group) for group in PRESET_COLUMNS},
+                   max_wall_time_s=launcher.get("max_wall_time_s"), run_memory_mb=launcher.get("run_memory_mb"),
+                   overrides=hydra_config.overrides.task)
     if code != EXIT_OK:
         sys.exit(code)  # SystemExit passes through Hydra's error reporting untouched

@@ -1,13 +1,13 @@
 """Runs on Ray: start a local Ray on loopback or join a cluster, keep a bounded window of runs in
 flight, and hand back each run's rows as soon as it finishes (completion order, `ray.wait`).
 
-Only a run's plain config goes out and only its rows come back (lists of dicts, tens of KB); the
-driver writes the Parquet. Each Ray task calls `sweep.runner.execute`, which turns any exception
-of the run into an error row and stops a run past its wall-time budget as `timeout`; a worker
-process that dies (killed, out of memory) is retried by Ray `max_retries` times and then recorded
-as an error row built here. Each runs row says where it ran (`worker_node`, `worker`) and which
-execution of the task produced it (`attempt`, 0 unless a worker process or node died under it).
-Ray is imported on first use: the single-run command never loads it. A local Ray is started and
+Only a run's validated config (`PlannedRun.sim_config`) goes out and only what it measured comes
+back (`sweep.rows.RunResult`: its measurements and its tables' rows, no config leaves); the driver
+builds the rows and writes the Parquet. Each Ray task calls `sweep.runner.measure`, which turns any
+exception of the run into an error and stops a run past its wall-time budget as `timeout`; a worker
+process that dies (killed, out of memory) is retried by Ray `max_retries` times and then recorded as
+an error made here. Each runs row says where it ran (`worker_node`, `worker`) and which execution
+of the task produced it (`attempt`, 0 unless a worker process or node died under it). Ray is imported on first use: the single-run command never loads it. A local Ray is started and
 stopped by `sweep.local_ray`, so that nothing of it outlives the sweep.
 
 Joining a cluster by address: a head started with `ray start --head` on a machine that has a Ray token
@@ -34,13 +34,14 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TextIO
 
 from .local_ray import LocalRay, ray_starting, wanted_ray_record
-from .plan import PlannedRun
-from .runner import ERROR_TAIL_LINES, OUT_OF_MEMORY, execute, failed_rows, memory_limit
+from .rows import RunResult
+from .runner import ERROR_TAIL_LINES, MIB, failed_result, measure, measure_within_limits
 
-Rows = dict[str, Sequence[dict[str, Any]]]  # by table; `flows` a ColumnRows (see runner.execute)
+if TYPE_CHECKING:  # a worker imports this module: not Hydra, which `sweep.plan` needs
+    from .plan import PlannedRun
 
 LOOPBACK = "127.0.0.1"
 # Ray binds its services to the address other machines would reach this one by, on every interface,
@@ -51,7 +52,6 @@ _ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # CPU waits on the round trip to the driver when runs take milliseconds (4 per CPU ran 1,000 such runs
 # about 20 % slower on 2 CPUs), and a bound on what a Ctrl-C or a crash leaves unfinished.
 IN_FLIGHT_PER_CPU = 16
-MIB = 2**20
 RAY_LOG = "ray.log"  # in the sweep's dataset: what Ray printed on standard error during the sweep
 _AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's switch: `token` sends this machine's token to the cluster
 # Seconds the one request that asks a cluster whether it accepts this process may take.
@@ -72,8 +72,8 @@ def is_loopback(address: str) -> bool:
 _heap_frozen = False  # set in a worker process once Ray's import-time objects are frozen
 
 
-def _on_worker(run_fn: Callable[[dict[str, Any], float | None], Rows], config: dict[str, Any],
-               max_wall_time_s: float | None, memory_bytes: int | None = None) -> Rows:
+def _on_worker(run_fn: Callable[[Any, float | None], RunResult], config: Any,
+               max_wall_time_s: float | None, memory_bytes: int | None = None) -> RunResult:
     """The body of a run's Ray task: `run_fn` on the config, held to the `memory_bytes` it declared
     (a run that needs more is an error row that says so; the worker carries on), then where it ran
     in its runs row: `worker_node` (the Ray node id), `worker` (`host:pid` of the worker process) and
@@ -87,12 +87,7 @@ def _on_worker(run_fn: Callable[[dict[str, Any], float | None], Rows], config: d
         gc.collect()
         gc.freeze()
         _heap_frozen = True
-    with memory_limit(memory_bytes):
-        rows = run_fn(config, max_wall_time_s)
-    run_row = rows["runs"][0]
-    if run_row.get("error") == OUT_OF_MEMORY and memory_bytes is not None:
-        run_row["error"] = (f"{OUT_OF_MEMORY}: {memory_bytes / MIB:,.0f} MiB (its declaration: "
-                            "hydra.launcher.run_memory_mb, or else estimated from its config)")
+    result = measure_within_limits(run_fn, config, max_wall_time_s, memory_bytes)
     try:
         node = ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - provenance only: never fail a finished run over it
@@ -101,8 +96,8 @@ def _on_worker(run_fn: Callable[[dict[str, Any], float | None], Rows], config: d
         attempt = int(ray._private.worker.global_worker.core_worker.get_current_task_attempt_number())
     except Exception:  # noqa: BLE001
         attempt = None
-    rows["runs"][0].update(worker_node=node, worker=f"{socket.gethostname()}:{os.getpid()}", attempt=attempt)
-    return rows
+    result.measured.update(worker_node=node, worker=f"{socket.gethostname()}:{os.getpid()}", attempt=attempt)
+    return result
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -252,7 +247,7 @@ class RayExecutor:
     stops it and every process it started on leaving (`sweep.local_ray`); `auto` or `host:port`
     joins an existing cluster (whose nodes must have netsweep installed), which leaving leaves
     running. A Ray session already open in this process is used as it is.
-    `run_fn(config, max_wall_time_s)` is the task's body, `sweep.runner.execute` unless a test
+    `run_fn(sim_config, max_wall_time_s)` is the task's body, `sweep.runner.measure` unless a test
     swaps it. `log_path` (the launcher's: `<dataset>/ray.log`) receives what Ray prints while it is up
     (see `stderr_to_log` and `driver_messages_to`); None leaves Ray's output where Ray puts it.
     """
@@ -263,7 +258,7 @@ class RayExecutor:
     max_retries: int = 2
     max_wall_time_s: float | None = None
     run_memory_mb: float | None = None  # every run's memory declaration; None: each run's estimate
-    run_fn: Callable[[dict[str, Any], float | None], Rows] = execute
+    run_fn: Callable[[Any, float | None], RunResult] = measure
     poll_s: float = 1.0
     log_path: Path | None = None
 
@@ -336,7 +331,7 @@ class RayExecutor:
     def _cpus(self) -> int:
         return int(self._ray.cluster_resources().get("CPU", 1))
 
-    def results(self, runs: Sequence[PlannedRun]) -> Iterator[tuple[PlannedRun, Rows] | None]:
+    def results(self, runs: Sequence[PlannedRun]) -> Iterator[tuple[PlannedRun, RunResult] | None]:
         """Run `runs` (inside `with executor:`); yield `(run, rows)` as each finishes, or None after
         `poll_s` seconds without one (so the caller can flush on time). Runs still in flight when
         the executor is left end with the Ray session (a job's tasks die with its driver): cancelling
@@ -344,7 +339,7 @@ class RayExecutor:
         ray = self._ray
         assert ray is not None, "use the executor as a context manager: with RayExecutor(...) as executor"
         task = ray.remote(num_cpus=1, max_retries=self.max_retries)(_on_worker)
-        run_fn = ray.put(self.run_fn) if self.run_fn is not execute else execute  # a test's: shipped once
+        run_fn = ray.put(self.run_fn) if self.run_fn is not measure else measure  # a test's: shipped once
         window = self.max_in_flight or IN_FLIGHT_PER_CPU * self._cpus()
         largest_node_bytes = max((node["Resources"].get("memory", 0) for node in ray.nodes() if node.get("Alive")),
                                  default=0)
@@ -352,16 +347,16 @@ class RayExecutor:
         in_flight: dict[Any, PlannedRun] = {}  # ObjectRef -> its run
         while True:
             while len(in_flight) < window and (run := next(todo, None)) is not None:
-                memory_bytes = self._memory_bytes(run)
+                memory_bytes = run.declared_memory_bytes(self.run_memory_mb)
                 if memory_bytes is None:  # nothing declared (a run planned by hand)
-                    in_flight[task.remote(run_fn, run.config, self.max_wall_time_s)] = run
+                    in_flight[task.remote(run_fn, run.sim_config, self.max_wall_time_s)] = run
                 elif memory_bytes > largest_node_bytes:  # Ray would wait for such a node for ever
-                    yield run, failed_rows(run.config, (
+                    yield run, failed_result((
                         f"the run declares {memory_bytes / MIB:,.0f} MiB of memory (hydra.launcher.run_memory_mb, "
                         f"or else estimated from its config), more than any Ray node offers "
                         f"({largest_node_bytes / MIB:,.0f} MiB)"))
                 else:  # Ray starts no more runs at once than the nodes' memory holds
-                    ref = task.options(memory=memory_bytes).remote(run_fn, run.config, self.max_wall_time_s,
+                    ref = task.options(memory=memory_bytes).remote(run_fn, run.sim_config, self.max_wall_time_s,
                                                                    memory_bytes)
                     in_flight[ref] = run
             if not in_flight:
@@ -376,26 +371,20 @@ class RayExecutor:
                 run = in_flight.pop(ref)
                 yield run, self._rows(ref, run)
 
-    def _memory_bytes(self, run: PlannedRun) -> int | None:
-        """What `run` declares to Ray and is held to: `run_memory_mb` if set, else its estimate."""
-        if self.run_memory_mb is not None:
-            return int(self.run_memory_mb * MIB)
-        return run.memory_bytes or None
-
-    def _rows(self, ref: Any, run: PlannedRun) -> Rows:
-        """The rows a task returned, or an error row if it raised or its worker kept dying. Notes
+    def _rows(self, ref: Any, run: PlannedRun) -> RunResult:
+        """The outcome a task returned, or an error if it raised or its worker kept dying. Notes
         whether a worker process died under it (then the local Ray's logs are kept)."""
         ray = self._ray
         try:
-            rows: Rows = ray.get(ref)
+            result: RunResult = ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - any failure to get a run's rows becomes its error row
             tail = "\n".join(str(exc).strip().splitlines()[-ERROR_TAIL_LINES:])
             if not isinstance(exc, ray.exceptions.RayTaskError):  # not raised by the task: its process died
                 self._worker_died = True
                 tail = f"{type(exc).__name__} (the run was retried {self.max_retries} times): {tail}"
-                rows = failed_rows(run.config, tail)
-                rows["runs"][0]["attempt"] = self.max_retries  # its last execution, numbered from 0
-                return rows
-            return failed_rows(run.config, tail)
-        self._worker_died = self._worker_died or bool(rows["runs"][0].get("attempt"))  # died, then retried
-        return rows
+                result = failed_result(tail)
+                result.measured["attempt"] = self.max_retries  # its last execution, numbered from 0
+                return result
+            return failed_result(tail)
+        self._worker_died = self._worker_died or bool(result.measured.get("attempt"))  # died, then retried
+        return result

@@ -1,11 +1,12 @@
 """One sweep from start to end: skip what is already done, run the rest, store rows as they arrive.
 
-`run_sweep` takes the validated runs of `sweep.plan` and an executor (`sweep.cluster.RayExecutor`:
-a context manager that connects on entering, whose `results(runs)` generator yields `(run, rows)`
-in completion order and None when nothing finished for a while) and appends every run's rows to
-its dataset's `ResultStore` the moment they arrive; the store writes Parquet parts by rows or
-seconds. A run already stored with status `ok` is skipped (resume) unless it was planned with
-`force`; a failed one runs again. Ctrl-C or SIGTERM stops the sweep: what finished is flushed
+`run_sweep` takes the validated runs of `sweep.plan` and an executor (`sweep.cluster.RayExecutor`,
+or `InProcessExecutor` for `python -m sweep`, a sweep of one: a context manager whose
+`results(runs)` generator yields `(run, RunResult)` in completion order and None when nothing
+finished for a while) and appends every run's rows (`PlannedRun.rows`) to its dataset's
+`ResultStore` the moment they arrive; the store writes Parquet parts by rows or seconds. A run
+already stored with status `ok` is skipped (resume) unless it was planned with `force`; a failed
+one runs again. Ctrl-C or SIGTERM stops the sweep: what finished is flushed
 first (and the executor stops what it started), and running the same sweep again resumes it.
 """
 
@@ -16,13 +17,15 @@ import os
 import resource
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generator, Protocol, Sequence, TextIO
+from typing import Callable, Iterator, Protocol, Sequence, TextIO
 
 from .interrupts import interrupts_deferred, sigterm_as_interrupt
 from .plan import PlannedRun
 from .progress import ProgressBar, SweepSummary
-from .runner import label_presets
+from .rows import RunResult
+from .runner import measure, measure_within_limits
 from .store import ResultStore
 
 
@@ -33,8 +36,33 @@ class Executor(Protocol):
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None: ...
 
-    def results(self, runs: Sequence[PlannedRun]) -> Generator[
-            tuple[PlannedRun, dict[str, list[dict[str, Any]]]] | None, None, None]: ...
+    def results(self, runs: Sequence[PlannedRun]) -> Iterator[tuple[PlannedRun, RunResult] | None]: ...
+
+
+@dataclass
+class InProcessExecutor:
+    """Runs the runs one after the other in this process, each held to the limits a Ray worker holds
+    it to: the wall-time budget and its memory declaration (`run_memory_mb`, else its estimate).
+    `last` is the last run done and its outcome, for a caller that shows it (`python -m sweep`)."""
+
+    max_wall_time_s: float | None = None
+    run_memory_mb: float | None = None
+    run_fn: Callable[..., RunResult] = measure
+    last: tuple[PlannedRun, RunResult] | None = field(default=None, init=False)
+
+    def __enter__(self) -> InProcessExecutor:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        pass
+
+    def results(self, runs: Sequence[PlannedRun]) -> Iterator[tuple[PlannedRun, RunResult]]:
+        """Run each run here, in order; yield it with its outcome."""
+        for run in runs:
+            result = measure_within_limits(self.run_fn, run.sim_config, self.max_wall_time_s,
+                                           run.declared_memory_bytes(self.run_memory_mb))
+            self.last = (run, result)
+            yield run, result
 
 
 def _to_run(runs: Sequence[PlannedRun], stores: dict[Path, ResultStore],
@@ -93,10 +121,8 @@ def run_sweep(runs: Sequence[PlannedRun], executor: Executor, flush_rows: int = 
                             for store in stores.values():
                                 store.flush_if_due()
                             continue
-                        run, rows = item
-                        label_presets(rows, run.presets)
-                        if run.refine_reason is not None:
-                            rows["runs"][0]["refine_reason"] = run.refine_reason
+                        run, result = item
+                        rows = run.rows(result)
                         with interrupts_deferred():  # stored and counted together, never half
                             stores[run.dataset].append(rows)
                             summary.record(rows["runs"][0])

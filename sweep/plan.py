@@ -4,15 +4,19 @@ Hydra's sweeper expands the command line (`network.link_gbps=25,100 tcp=newreno,
 experiment's `hydra.sweeper.params` into grid points, each a list of override strings. `GridComposer`
 turns a point into the plain dict `python -m sweep` would run for those overrides, composing with
 Hydra (about 40 ms) only once per distinct combination of config-group choices (`tcp=cubic`,
-`workload=dlrm_large`) and applying the point's value overrides (`network.link_gbps=25`) to a copy
-with Hydra's own override code (about a millisecond). `plan` validates every point; the first one
-that cannot run is reported with its overrides and nothing is launched.
+`workload=dlrm_large`) and applying the point's value overrides (`network.link_gbps=25`): a plain
+value set on a copy of the resolved dict where that is all Hydra would do (tens of microseconds),
+else Hydra's own override code on a copy of the composed config (a few milliseconds). `plan`
+validates every point, once (`PlannedRun.sim_config` is what a worker gets); the first one that
+cannot run is reported with its overrides and nothing is launched.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import functools
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,13 +28,14 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import AnyNode, DictConfig, ListConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
 from engine.config import KEY_CONDITIONS, unused_key_error, unused_keys
 
-from .runner import run_id
+from .rows import RunResult, TableRows
+from .runner import HYDRA_WORDS, MIB, run_id, stored_rows
 from .schema import PRESET_COLUMNS
 
 
@@ -170,6 +175,23 @@ class PlannedRun:
         """Where the run's rows go: `${results_dir}/${name}`."""
         return Path(self.config["results_dir"]) / self.config["name"]
 
+    @functools.cached_property
+    def sim_config(self) -> engine.SimConfig:
+        """The engine's validated config, what goes to the worker: validated once, by `plan` (or on
+        first use, for a run made by hand or by `dataclasses.replace`, whose config may differ)."""
+        return validate(self.config)
+
+    def declared_memory_bytes(self, run_memory_mb: float | None) -> int | None:
+        """The memory this run declares (to Ray) and is held to: `run_memory_mb` MiB if set, else its
+        estimate; None if neither (a run planned by hand: nothing declared, nothing held)."""
+        if run_memory_mb is not None:
+            return int(run_memory_mb * MIB)
+        return self.memory_bytes or None
+
+    def rows(self, result: RunResult) -> TableRows:
+        """The rows stored for `result`, this run's outcome (`sweep.runner.stored_rows`)."""
+        return stored_rows(self.config, result, self.run_id, self.presets, self.refine_reason)
+
 
 class GridError(Exception):
     """A grid point that cannot run; its message names the point's overrides."""
@@ -216,17 +238,27 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
             force = pop_force(config)
             presets = pop_presets(config)
             _validate_ray(config)
-            sim_config = validate(config)
-            memory_bytes = engine.estimate_run_bytes(sim_config)
+            run = planned_run(config, overrides, force, presets)
             if (config["results_dir"], config["name"]) not in checked:
                 check_dataset(config)
                 checked.add((config["results_dir"], config["name"]))
         except engine.ConfigError as exc:
             raise GridError(index, len(points), overrides, exc) from exc
-        runs.append(PlannedRun(tuple(overrides), config, run_id(config), force, presets, memory_bytes))
-        validated.append((overrides, sim_config))
+        runs.append(run)
+        validated.append((overrides, run.sim_config))
     check_overrides_apply(validated)
     return runs
+
+
+def planned_run(config: dict[str, Any], overrides: Sequence[str] = (), force: bool = False,
+                presets: Mapping[str, str | None] | None = None) -> PlannedRun:
+    """One run of `config` (without `force` and `presets`), validated once (`validate`) with its
+    memory estimate; raise `engine.ConfigError` if it cannot run."""
+    sim_config = validate(config)
+    run = PlannedRun(tuple(overrides), config, run_id(config), force, presets or {},
+                     engine.estimate_run_bytes(sim_config))
+    run.__dict__["sim_config"] = sim_config  # validated just now: the cache of the cached_property
+    return run
 
 
 class GridComposer:
@@ -245,6 +277,7 @@ class GridComposer:
         self._master = master_config  # the multirun's config: carries the hydra overrides and config name
         self._parser = OverridesParser.create(config_loader=config_loader)
         self._bases: dict[tuple[str, ...], DictConfig] = {}
+        self._plain_bases: dict[tuple[str, ...], _PlainBase | None] = {}  # None: the base has interpolations
         self._groups: dict[str, bool] = {}  # key -> whether it names a config group
         self._parsed: dict[str, Override] = {}  # every point repeats the command line's fixed overrides
 
@@ -278,17 +311,129 @@ class GridComposer:
             self._bases[choices] = base
         return base
 
+    def _plain_base(self, choices: tuple[str, ...]) -> _PlainBase | None:
+        """The resolved plain dict of a base and its plain leaves, or None if it has interpolations
+        (a value override could change what they resolve to: Hydra must apply it)."""
+        if choices not in self._plain_bases:
+            base = self._base(choices)
+            self._plain_bases[choices] = None
+            if _interpolation_free(base):
+                resolved = OmegaConf.to_container(base, resolve=True)
+                assert isinstance(resolved, dict)  # the root config is a mapping
+                self._plain_bases[choices] = _PlainBase(resolved, frozenset(_plain_leaves(base)))
+        return self._plain_bases[choices]
+
     def compose(self, overrides: Sequence[str]) -> dict[str, Any]:
         """The resolved plain config of one grid point, with the presets it was composed from
         under `presets` (see `pop_presets`)."""
+        simple = {}  # line -> (key, value) of `key=<number or word>` lines not parsed by Hydra (yet)
         for line in overrides:
             if line not in self._parsed:
+                match = _SIMPLE_VALUE.fullmatch(line)
+                if match and not match["key"].startswith("hydra.") and not self._is_group(match["key"]):
+                    simple[line] = (match["key"], _simple_value(match["value"]))
+                    continue
                 (self._parsed[line],) = self._parser.parse_overrides([line])
-        parsed = [self._parsed[line] for line in overrides]
+        parsed = [self._parsed[line] for line in overrides if line not in simple]
         choices = tuple(override.input_line for override in parsed if self._composes(override))
-        config = copy.deepcopy(self._base(choices))
-        ConfigLoaderImpl._apply_overrides_to_config(
-            [override for override in parsed if not self._composes(override)], config)
-        resolved = OmegaConf.to_container(config, resolve=True)
+        values = [override for override in parsed if not self._composes(override)]
+        plain = self._plain_base(choices)
+        if plain is not None and all(key in plain.leaves for key, _ in simple.values()) \
+                and all(_sets_a_plain_value(override, plain.leaves) for override in values):
+            # What Hydra would do, without its copy of the config (milliseconds): see `_sets_a_plain_value`
+            config = _copy_plain(plain.resolved)
+            for line in overrides:
+                if line in simple:
+                    key, value = simple[line]
+                elif not self._composes(override := self._parsed[line]):
+                    key, value = override.key_or_group, override.value()
+                else:
+                    continue
+                *parents, leaf = key.split(".")
+                section = config
+                for name in parents:
+                    section = section[name]
+                section[leaf] = value
+            return config
+        for line in simple:  # Hydra applies them after all
+            (self._parsed[line],) = self._parser.parse_overrides([line])
+        values = [self._parsed[line] for line in overrides if not self._composes(self._parsed[line])]
+        composed = copy.deepcopy(self._base(choices))
+        ConfigLoaderImpl._apply_overrides_to_config(values, composed)
+        resolved = OmegaConf.to_container(composed, resolve=True)
         assert isinstance(resolved, dict)  # the root config is a mapping
         return resolved
+
+
+# `key=value` lines whose value Hydra's grammar reads as an int, a float written with a point, or
+# an unquoted word (a string unless it is one of Hydra's keywords): read here without its parser
+# (ANTLR: about a millisecond a line, and a `seed=range(1000)` sweep has a thousand distinct lines).
+_SIMPLE_VALUE = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)="
+                           r"(?P<value>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _simple_value(text: str) -> Any:
+    """The value Hydra's grammar gives a `_SIMPLE_VALUE` value: a keyword's value, an int, a float
+    or the word itself."""
+    lowered = text.lower()
+    if lowered in HYDRA_WORDS:
+        return {"true": True, "false": False, "null": None, "inf": math.inf, "nan": math.nan}[lowered]
+    if text[0] == "-" or text[0].isdigit():
+        return float(text) if "." in text else int(text)
+    return text
+
+
+@dataclass(frozen=True)
+class _PlainBase:
+    """A composed base config without interpolations: resolved to plain containers, and the dotted
+    keys of its leaves that hold a value of any type (OmegaConf's AnyNode: no conversion)."""
+
+    resolved: dict[str, Any]
+    leaves: frozenset[str]
+
+
+def _interpolation_free(node: Any) -> bool:
+    """Whether no node in this OmegaConf node (a container, or a value node) is an interpolation."""
+    if node._is_interpolation():
+        return False
+    if isinstance(node, DictConfig):
+        return all(_interpolation_free(node._get_node(key)) for key in node.keys())
+    if isinstance(node, ListConfig):
+        return all(_interpolation_free(node._get_node(index)) for index in range(len(node)))
+    return True
+
+
+def _plain_leaves(node: DictConfig, prefix: str = "") -> set[str]:
+    """The dotted keys of the untyped value leaves (AnyNode) below `node`."""
+    leaves = set()
+    for key in node.keys():
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            leaves |= _plain_leaves(child, f"{prefix}{key}.")
+        elif isinstance(child, AnyNode):
+            leaves.add(f"{prefix}{key}")
+    return leaves
+
+
+def _sets_a_plain_value(override: Override, leaves: frozenset[str]) -> bool:
+    """Whether Hydra's whole effect of the value override `override` is to store its value, as it is,
+    at an existing untyped leaf: a plain `key=value` (no `+`, `++` or `~`) of a scalar that is not an
+    interpolation nor `???`, onto a key of `leaves`. (Hydra's `OmegaConf.update(cfg, key, value,
+    merge=True)` then sets the AnyNode to the value; `to_container` gives it back unchanged.)"""
+    if override.package is not None or override.is_delete() or override.is_add() or override.is_force_add():
+        return False
+    if override.is_sweep_override() or override.key_or_group not in leaves:
+        return False
+    value = override.value()
+    if isinstance(value, str):
+        return "${" not in value and value != "???"
+    return value is None or isinstance(value, (bool, int, float))
+
+
+def _copy_plain(value: Any) -> Any:
+    """A deep copy of plain dicts and lists of scalars (several times faster than `copy.deepcopy`)."""
+    if isinstance(value, dict):
+        return {key: _copy_plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_plain(item) for item in value]
+    return value

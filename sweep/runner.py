@@ -1,9 +1,13 @@
-"""One run, from a plain config dict to result rows with identity and provenance.
+"""One run, from a config to result rows with identity and provenance.
 
-`execute(config)` is the unit of work of the sweep: the CLI calls it in process, and Ray tasks call
-it on workers (`sweep.cluster`). It never raises for a failing run; the failure becomes a `runs` row with
-status `error`, the tail of the traceback and a command line that reproduces the run. It imports
-nothing from Hydra or Ray, so a worker only needs the engine and this module.
+`measure(config)` is the unit of work of a sweep, done where the run runs (a Ray worker, or this
+process for `python -m sweep`, a sweep of one): it runs the engine within the run's wall-time budget
+and returns a `RunResult`, what only running it gives. It never raises for a failing run; the failure
+becomes status `error` with the tail of the traceback. `stored_rows(config, result)`, where the rows
+are stored, is the one place a `runs` row is built: identity, presets, every config leaf, the
+measured values and a command line that reproduces the run. `execute(config)` is both, for
+notebooks and tests. This module imports nothing from Hydra, Ray or pandas, so a worker only needs
+the engine, this module and `sweep.rows`.
 """
 
 from __future__ import annotations
@@ -24,13 +28,13 @@ import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Mapping  # not typing's: its isinstance checks are several times slower
+from typing import Any, Callable, Iterator
 
 import engine
 from engine.config import identity_mapping
 
-from .schema import PRESET_COLUMNS
-from .store import ColumnRows
+from .rows import ColumnRows, RunResult, TableRows
 
 # Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
 NON_IDENTITY_KEYS = ("name", "results_dir", "ray")
@@ -38,11 +42,13 @@ NON_IDENTITY_KEYS = ("name", "results_dir", "ray")
 _NON_REPRO_KEYS = ("ray",)
 # The Hydra config groups of conf/ (sections chosen by a preset in the root defaults list).
 CONFIG_GROUPS = ("network", "tcp", "system", "workload")
+# Columns of the runs row naming the preset of each config group a run was composed from (`leaf_spine`, ...).
+PRESET_COLUMNS = CONFIG_GROUPS
 # Lines of the traceback kept in the `error` column: enough for the failing frame and the message.
 ERROR_TAIL_LINES = 12
 
 _PLAIN_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
-_HYDRA_WORDS = {"true", "false", "null", "inf", "nan"}  # Hydra parses these, unquoted, as non-strings
+HYDRA_WORDS = {"true", "false", "null", "inf", "nan"}  # Hydra parses these, unquoted (any case), as non-strings
 
 
 def _canonical(value: Any) -> Any:
@@ -108,7 +114,7 @@ def _override_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_override_value(item) for item in value) + "]"
     text = str(value)
-    if _PLAIN_STRING.fullmatch(text) and text.lower() not in _HYDRA_WORDS:
+    if _PLAIN_STRING.fullmatch(text) and text.lower() not in HYDRA_WORDS:
         return text
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -186,6 +192,7 @@ def _wall_time_alarm(max_wall_time_s: float | None) -> Iterator[None]:
 
 # The `error` of a run stopped for using more memory than it may (`memory_limit`).
 OUT_OF_MEMORY = "MemoryError: the run needed more memory than it may use"
+MIB = 2**20
 
 
 def _data_bytes() -> int:
@@ -217,82 +224,98 @@ def memory_limit(max_bytes: int | None) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
-def _runs_row(config: Mapping[str, Any], identity: str, run_row: Mapping[str, Any],
-              started_at: str) -> dict[str, Any]:
-    """The `runs` row of one run: identity, status and error first, then every config leaf, the
-    engine's metrics (`run_row` without `status` and `error`), repro and provenance."""
-    metrics = {key: value for key, value in run_row.items() if key not in ("status", "error")}
-    return {
+def stored_rows(config: Mapping[str, Any], result: RunResult, identity: str | None = None,
+                presets: Mapping[str, str | None] | None = None,
+                refine_reason: str | None = None) -> TableRows:
+    """The rows stored for `result`, the outcome of the run of `config` (whose run_id is `identity`,
+    computed if None), by table: its `runs` row (run_id, point_id, status and error first, then the
+    preset of each config group it was composed from (`network`: `leaf_spine`, ...; null where
+    unknown or given key by key), why its point was refined (two-fidelity sweeps), every config leaf
+    flattened with dots, the measured values and `repro`), and the rows of its other tables, each
+    with `run_id` (empty tables kept: an empty table writes no part; `flows` kept as columns)."""
+    identity = identity or run_id(config)
+    measured = result.measured
+    runs_row = {
         "run_id": identity,
         "point_id": point_id(config),
-        "status": run_row["status"],
-        "error": run_row.get("error"),
+        "status": measured["status"],
+        "error": measured.get("error"),
+        **{group: (presets or {}).get(group) for group in PRESET_COLUMNS},
+        "refine_reason": refine_reason,
         **flatten(config),
-        **metrics,
+        **{key: value for key, value in measured.items() if key not in ("status", "error")},
         "repro": repro_command(config),
-        "engine_version": engine.ENGINE_VERSION,
-        "git_commit": git_commit(),
-        "started_at": started_at,
     }
+    rows: TableRows = {"runs": [runs_row]}
+    for table, table_rows in result.tables.items():
+        if isinstance(table_rows, ColumnRows):  # millions of rows at scale: no dict per row
+            rows[table] = ColumnRows(table_rows.columns, {"run_id": identity, **table_rows.constants})
+        else:
+            rows[table] = [{"run_id": identity, **row} for row in table_rows]
+    return rows
 
 
-def label_presets(rows: dict[str, list[dict[str, Any]]], presets: Mapping[str, str | None]) -> None:
-    """Name in the runs row the preset of each config group the run was composed from
-    (`network`: `leaf_spine`, ...; null for a group given key by key, as a repro command does)."""
-    rows["runs"][0].update({group: presets.get(group) for group in PRESET_COLUMNS})
+def _provenance(started_at: str) -> dict[str, Any]:
+    """When the run started (UTC, ISO 8601) and which code ran it."""
+    return {"started_at": started_at, "engine_version": engine.ENGINE_VERSION, "git_commit": git_commit()}
 
 
-def failed_rows(config: Mapping[str, Any], error: str) -> dict[str, list[dict[str, Any]]]:
-    """The rows of a run that could not return its own (its worker process died), built where the
-    run was supervised: a `runs` row with status `error` like the one `execute` writes for a
-    failure, with no `wall_s` and with `started_at` the time of this call."""
-    started_at = datetime.now(timezone.utc).isoformat()
-    row = {"status": "error", "error": error, "wall_s": None}
-    return {"runs": [_runs_row(config, run_id(config), row, started_at)]}
+def failed_result(error: str) -> RunResult:
+    """The outcome of a run that could not report its own (its worker process died, or no node
+    can hold it), made where it was supervised: status `error`, no `wall_s`, `started_at` now."""
+    return RunResult({"status": "error", "error": error, "wall_s": None,
+                      **_provenance(datetime.now(timezone.utc).isoformat())})
 
 
-def execute(config: Mapping[str, Any],
-            max_wall_time_s: float | None = None) -> dict[str, Sequence[dict[str, Any]]]:
-    """Run one simulation and return its rows by table (`runs`: one row; `collectives`, `layers`,
-    `flows`, `links`: as many as the engine returned, empty tables included (an empty table writes
-    no part); `flows` is a `ColumnRows`, rows kept as columns).
+def measure(config: Mapping[str, Any] | engine.SimConfig, max_wall_time_s: float | None = None) -> RunResult:
+    """Run one simulation here and return its outcome: status, error, the engine's metrics, `wall_s`,
+    provenance, and the other tables' rows (`flows` as `ColumnRows`; empty tables included).
 
-    Every row gets `run_id`; the runs row also gets every config leaf (flattened with dots),
-    `repro`, `wall_s`, `engine_version`, `git_commit` and `started_at` (UTC, ISO 8601). An exception
-    from the engine (including an invalid config) becomes a runs row with status `error` and no
-    other table rows; a run still going after `max_wall_time_s` seconds of wall time (if given; main
-    thread only) is stopped and becomes a runs row with status `timeout`. Nothing is raised.
+    `config` is a plain config or, validated already (`sweep.plan`), the engine's `SimConfig`. An
+    exception from the engine (including an invalid config) becomes status `error` with the tail of
+    its traceback and no table rows; a run still going after `max_wall_time_s` seconds of wall time
+    (if given; main thread only) is stopped and becomes status `timeout`. Nothing is raised.
     """
-    config = dict(config)
-    identity = run_id(config)
     started_at = datetime.now(timezone.utc).isoformat()
     git_commit()  # looked up once per process, before a run: one stopped by `memory_limit` leaves no room
     wall_start = time.perf_counter()
+    tables: dict[str, Any] = {}
     try:
         with _wall_time_alarm(max_wall_time_s):
             rows = engine.run(config, flow_columns=True)
-        run_row = dict(rows["runs"][0])
-        other_tables = {table: table_rows for table, table_rows in rows.items() if table != "runs"}
+        measured = dict(rows["runs"][0])
+        tables = {table: table_rows for table, table_rows in rows.items() if table != "runs"}
     except WallTimeExceeded as exc:
-        run_row = {"status": "timeout", "error": str(exc)}
-        other_tables = {}
+        measured = {"status": "timeout", "error": str(exc)}
     except MemoryError:  # past `memory_limit`
-        run_row = {"status": "error", "error": OUT_OF_MEMORY}
-        other_tables = {}
+        measured = {"status": "error", "error": OUT_OF_MEMORY}
     except Exception as exc:  # noqa: BLE001 - any engine failure must become a row, not kill a sweep
-        run_row = {"status": "error", "error": _error_tail(exc)}
-        other_tables = {}
-    if run_row.get("error") == OUT_OF_MEMORY:
+        measured = {"status": "error", "error": _error_tail(exc)}
+    if measured.get("error") == OUT_OF_MEMORY:
         # the run's objects, let go with the engine's frames, are freed once the collector has broken
         # their cycles (links and their event entries, connections and their routes): the rows need room
         gc.collect()
     # The engine times its own run (events_per_s is based on it); keep that figure when present.
-    run_row.setdefault("wall_s", time.perf_counter() - wall_start)
+    measured.setdefault("wall_s", time.perf_counter() - wall_start)
+    measured.update(_provenance(started_at))
+    if "flows" in tables:  # columns (`engine.run(..., flow_columns=True)`): millions of rows at scale
+        tables["flows"] = ColumnRows(tables["flows"], {})
+    return RunResult(measured, tables)
 
-    result: dict[str, Any] = {"runs": [_runs_row(config, identity, run_row, started_at)]}
-    for table, table_rows in other_tables.items():
-        if table == "flows":  # columns (`engine.run(..., flow_columns=True)`): millions of rows at scale
-            result[table] = ColumnRows(table_rows, {"run_id": identity})
-        else:
-            result[table] = [{"run_id": identity, **row} for row in table_rows]
+
+def measure_within_limits(run_fn: Callable[[Any, float | None], RunResult], config: Any,
+                          max_wall_time_s: float | None, memory_bytes: int | None) -> RunResult:
+    """`run_fn(config, max_wall_time_s)` (`measure`, unless a test swaps it) held to `memory_bytes`
+    (`memory_limit`): a run that needs more ends as an error that says how much it declared."""
+    with memory_limit(memory_bytes):
+        result = run_fn(config, max_wall_time_s)
+    if result.measured.get("error") == OUT_OF_MEMORY and memory_bytes is not None:
+        result.measured["error"] = (f"{OUT_OF_MEMORY}: {memory_bytes / MIB:,.0f} MiB (its declaration: "
+                                    "hydra.launcher.run_memory_mb, or else estimated from its config)")
     return result
+
+
+def execute(config: Mapping[str, Any], max_wall_time_s: float | None = None) -> TableRows:
+    """`measure` and `stored_rows`: run `config` here and return its rows by table, as a sweep stores
+    them (presets null: `config` alone does not say which presets it came from)."""
+    return stored_rows(config, measure(config, max_wall_time_s))

@@ -20,8 +20,7 @@ import pyarrow as pa
 
 from engine.config import SimConfig
 
-# The presets of the Hydra config groups a run was composed from (`leaf_spine`, `dctcp`, ...).
-PRESET_COLUMNS = ("network", "tcp", "system", "workload")
+from .runner import PRESET_COLUMNS
 
 _ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "str": pa.string()}
 _INT, _FLOAT, _TEXT = pa.int64(), pa.float64(), pa.string()

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from .rows import ColumnRows
 from .schema import DECLARED_COLUMNS, conform, declared_schema, rows_to_table
 
 PART_GLOB = "part-*.parquet"
@@ -46,44 +47,6 @@ _NULLABLE_DTYPES = {
     pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
     pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype(),
 }
-
-
-class ColumnRows(Sequence[dict[str, Any]]):
-    """The rows of one table kept as columns: arrays of one type each (a float column holds NaN
-    where the row has None), plus `constants`, columns of one value (run_id). A sequence of row
-    dicts for whatever reads rows; `arrow()` for the store, with no dict per row. The engine gives
-    the flows table so (`engine.run(config, flow_columns=True)`): a DLRM iteration on 1,024 NPUs
-    has 16.8 million flows rows, whose dicts would not fit in memory."""
-
-    def __init__(self, columns: Mapping[str, Sequence[Any]], constants: Mapping[str, Any]) -> None:
-        self.columns = dict(columns)
-        self.constants = dict(constants)
-        self._length = len(next(iter(self.columns.values()))) if self.columns else 0
-
-    def __len__(self) -> int:
-        return self._length
-
-    def _row(self, index: int) -> dict[str, Any]:
-        row = dict(self.constants)
-        for name, column in self.columns.items():
-            value = column[index]
-            row[name] = None if value != value else value  # NaN != NaN: a missing value
-        return row
-
-    def __getitem__(self, index: Any) -> Any:  # an int gives a row, a slice a list of rows
-        if isinstance(index, slice):
-            return [self._row(i) for i in range(*index.indices(self._length))]
-        if not -self._length <= index < self._length:
-            raise IndexError(index)
-        return self._row(index % self._length)
-
-    def arrow(self) -> pa.Table:
-        """The rows as an Arrow table: constants first, then the columns (NaN as null)."""
-        arrays = {name: pa.repeat(pa.scalar(value), self._length) for name, value in self.constants.items()}
-        for name, column in self.columns.items():
-            values = np.asarray(column)  # a typed array's buffer, not copied
-            arrays[name] = pa.array(values, from_pandas=values.dtype.kind == "f")  # NaN -> null
-        return pa.table(arrays)
 
 
 def _part_name() -> str:
@@ -108,8 +71,20 @@ def table_of(table: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Tab
     return rows_to_table(table, list(rows))
 
 
+def with_pandas_metadata(table: pa.Table) -> pa.Table:
+    """`table` with pandas' metadata saying that its integer and boolean columns are pandas' nullable
+    dtypes (`Int64`, `boolean`): `pd.read_parquet` of the part, or of its whole table directory
+    (pyarrow takes a directory's schema from a part), keeps them even where a column holds a null
+    (without it they come back as float64). pyarrow, DuckDB and Polars do not read it."""
+    empty = table.schema.empty_table().to_pandas(types_mapper=_NULLABLE_DTYPES.get)
+    typed = pa.Table.from_pandas(empty, schema=table.schema.remove_metadata(), preserve_index=False)
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), **typed.schema.metadata})
+
+
 def write_atomically(path: Path, table: pa.Table) -> Path:
-    """Write `table` to a hidden temporary file beside `path`, sync it, rename it to `path`."""
+    """Write `table` (with `with_pandas_metadata`) to a hidden temporary file beside `path`, sync it,
+    rename it to `path`."""
+    table = with_pandas_metadata(table)
     path.parent.mkdir(parents=True, exist_ok=True)
     # A leading dot hides the temporary file from pyarrow datasets; the suffix hides it from globs;
     # the uuid keeps two writers of one path (see `harmonise`) off each other's temporary file.
@@ -136,7 +111,8 @@ def current_schema(table: str, schema: pa.Schema) -> pa.Schema:
 def harmonise(dataset: str | os.PathLike[str], table: str) -> int:
     """Rewrite, each atomically under its own name, the parts of `table` whose schema is not the
     table's (`sweep.schema`): parts written by an earlier version (a column declared since, a
-    type declared since), so every reader sees one schema. Returns how many were rewritten."""
+    type declared since, no pandas metadata), so every reader sees one schema. Returns how many
+    were rewritten."""
     rewritten = 0
     for path in readable_parts(dataset, table):
         try:
@@ -144,7 +120,7 @@ def harmonise(dataset: str | os.PathLike[str], table: str) -> int:
         except FileNotFoundError:  # quarantined or compacted meanwhile
             continue
         target = current_schema(table, current)
-        if current.remove_metadata().equals(target):
+        if current.remove_metadata().equals(target) and b"pandas" in (current.metadata or {}):
             continue
         try:
             part = conform(pq.read_table(path), target)
@@ -360,15 +336,17 @@ class ResultStore:
         (Ctrl-C) and called again writes each row once."""
         written = {}
         name = _part_name()  # one name for the parts of this flush: see `completed_run_ids`
-        for table in sorted(self._buffer.keys() | self._column_buffer.keys(),
-                            key=lambda name: name == "runs"):  # False sorts first
+        tables = self._buffer.keys() | self._column_buffer.keys()
+        if self._buffered_rows:  # a table of the results contract nothing has filled yet: an empty part
+            tables |= {table for table in DECLARED_COLUMNS if not (self.path / table).is_dir()}
+        for table in sorted(tables, key=lambda name: (name == "runs", name)):  # runs last (False sorts first)
             rows = self._buffer.get(table, [])
             column_parts = self._column_buffer.get(table, [])
             batch: Sequence[Mapping[str, Any]] | pa.Table = rows
-            if column_parts:
-                parts = [table_of(table, part) for part in ([rows] if rows else []) + column_parts]
-                batch = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
-            if len(batch):
+            if column_parts:  # one table of them all, then one conversion to the schema
+                parts = ([rows_to_table(table, rows)] if rows else []) + column_parts
+                batch = table_of(table, pa.concat_tables(parts, promote_options="permissive"))
+            if len(batch) or not (self.path / table).is_dir():
                 if table not in self._harmonised:  # an earlier version's parts: to this schema, once
                     harmonise(self.path, table)
                     self._harmonised.add(table)

@@ -325,15 +325,15 @@ def test_the_process_tree_takes_orphans_and_kills_what_ignores_sigterm(monkeypat
 
 
 def _dies_once(marker_dir: str) -> Any:
-    """`execute` whose worker process dies the first time (Ray runs it again)."""
-    def run_fn(config: dict[str, Any], max_wall_time_s: float | None = None) -> Any:
-        from sweep.runner import execute
+    """`measure` whose worker process dies the first time (Ray runs it again)."""
+    def run_fn(config: Any, max_wall_time_s: float | None = None) -> Any:
+        from sweep.runner import measure
 
         marker = os.path.join(marker_dir, "died")
         if not os.path.exists(marker):
             open(marker, "w").close()
             os._exit(1)
-        return execute(config, max_wall_time_s)
+        return measure(config, max_wall_time_s)
     return run_fn
 
 

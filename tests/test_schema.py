@@ -15,7 +15,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from sweep.runner import execute, label_presets
+from sweep.runner import measure, stored_rows
 from sweep.schema import DECLARED_COLUMNS, PRESET_COLUMNS
 from sweep.store import ResultStore, harmonise, load_runs, part_files
 from sweep_support import compose_config
@@ -43,9 +43,8 @@ KINDS = {
 
 def _rows(kind: str, tmp_path: Path) -> dict[str, list[dict]]:
     config = compose_config([f"results_dir={tmp_path}", "name=mixed", *KINDS[kind]])
-    rows = execute(config)
+    rows = stored_rows(config, measure(config), presets={"network": KINDS[kind][0].split("=")[1]})
     assert rows["runs"][0]["status"] == "ok", rows["runs"][0]["error"]
-    label_presets(rows, {"network": KINDS[kind][0].split("=")[1]})
     return rows
 
 
@@ -90,6 +89,45 @@ def test_pandas_pyarrow_duckdb_and_polars_read_a_mixed_dataset_as_it_is(mixed_da
     assert set(runs["network"].dropna()) == {"switch", "leaf_spine", "hierarchical", "dumbbell", "ring", "fat_tree"}
     spines = runs.set_index("network")["network.spines"]
     assert spines["leaf_spine"] == 4 and pd.isna(spines["switch"])
+
+
+def test_integer_columns_read_as_int64_by_pandas_from_a_directory(mixed_dataset: Path) -> None:
+    """`pd.read_parquet(dir)` (no options): every declared integer column is pandas' nullable `Int64`,
+    flags `boolean`, even where a part holds nulls (the error row, a column one backend leaves null),
+    because every part carries pandas' metadata; the other readers keep their own integer types."""
+    nullable = {pa.int64(): "Int64", pa.bool_(): "boolean"}
+    for table in TABLES:
+        frame = pd.read_parquet(mixed_dataset / table)
+        for column, kind in DECLARED_COLUMNS[table].items():
+            if kind in nullable:
+                assert str(frame[column].dtype) == nullable[kind], (table, column, frame[column].dtype)
+        glob = str(mixed_dataset / table / "*.parquet")
+        assert pl.read_parquet(glob).schema["run_id"] == pl.String
+    runs = pd.read_parquet(mixed_dataset / "runs").set_index("run_id")
+    assert runs.loc["broken", "retransmits"] is pd.NA and runs["network.npus"].notna().sum() == len(KINDS)
+    assert ds.dataset(mixed_dataset / "runs").schema.field("retransmits").type == pa.int64()
+    assert str(duckdb.sql(f"select retransmits from read_parquet('{mixed_dataset}/runs/*.parquet')").types[0]) == "BIGINT"
+
+
+def test_every_table_reads_as_a_directory_when_nothing_filled_it(tmp_path: Path) -> None:
+    """A run of raw flows with `engine.link_stats=none` (no collectives, layers or links rows): every
+    table of the results contract still reads as a directory, empty where nothing was collected,
+    with its declared columns, in all four readers."""
+    config = compose_config([f"results_dir={tmp_path}", "name=few", "workload=incast", "workload.senders=2",
+                             "workload.bytes_per_flow=20000"])
+    with ResultStore(tmp_path / "few") as store:
+        store.append(stored_rows(config, measure(config)))
+    collected = {"runs": True, "collectives": False, "flows": True, "layers": False, "links": False}
+    for table in TABLES:
+        directory, glob = tmp_path / "few" / table, str(tmp_path / "few" / table / "*.parquet")
+        frame = pd.read_parquet(directory)
+        assert list(frame.columns) == list(DECLARED_COLUMNS[table]), table
+        rows = len(frame)
+        assert ds.dataset(directory).to_table().num_rows == rows
+        assert duckdb.sql(f"select count(*) from read_parquet('{glob}')").fetchall() == [(rows,)]
+        assert pl.read_parquet(glob).height == rows
+        assert (rows > 0) == collected[table], table
+    assert str(pd.read_parquet(tmp_path / "few" / "links")["packets"].dtype) == "Int64"
 
 
 def test_pandas_and_duckdb_agree_on_every_column_type(mixed_dataset: Path) -> None:

@@ -1,24 +1,27 @@
 """The sweep loop without Ray: resume, rows stored as runs finish, interrupts, wall-time budgets,
-the store's flush order and pyarrow view, the progress bar and the summary table. (With Ray:
-test_sweep_ray.py.)"""
+the single run as a sweep of one, the store's flush order and pyarrow view, the progress bar and the
+summary table. (With Ray: test_sweep_ray.py.) Tests synchronise on events (a signal raised where
+they choose, a clock they advance), never on the time a machine takes."""
 
 from __future__ import annotations
 
 import io
-import os
 import signal
-import time
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Sequence
 
 import pytest
 
 import engine
 from sweep import store as store_module
+from sweep.cli import EXIT_OK, EXIT_RUN_FAILED, run_one
 from sweep.driver import run_sweep
 from sweep.plan import PlannedRun, plan
 from sweep.progress import ProgressBar, SweepSummary, format_summary
-from sweep.runner import execute, failed_rows, flatten, run_id
+from sweep.rows import RunResult
+from sweep.runner import OUT_OF_MEMORY, execute, failed_result, flatten, measure, run_id, stored_rows
 from sweep.store import ResultStore, arrow_dataset, part_files, read_table, write_part
 from sweep_support import compose_config
 
@@ -48,26 +51,27 @@ class _Executor:
         pass
 
 
-def _in_process(run_fn: Callable[[dict[str, Any]], Any] = execute, calls: list[str] | None = None) -> _Executor:
+def _in_process(run_fn: Callable[[engine.SimConfig], RunResult] = measure,
+                calls: list[str] | None = None) -> _Executor:
     """An executor that runs each run here, in order."""
     def results(runs: Sequence[PlannedRun]) -> Iterator[Any]:
         for run in runs:
             if calls is not None:
                 calls.append(run.run_id)
-            yield run, run_fn(run.config)
+            yield run, run_fn(run.sim_config)
     return _Executor(results)
 
 
-def _fail_seed(seed: int) -> Callable[[dict[str, Any]], Any]:
-    """`execute`, with an engine that raises for one seed."""
-    def run_fn(config: dict[str, Any]) -> Any:
-        if config["seed"] != seed:
-            return execute(config)
+def _fail_seed(seed: int) -> Callable[[engine.SimConfig], RunResult]:
+    """`measure`, with an engine that raises for one seed."""
+    def run_fn(config: engine.SimConfig) -> RunResult:
+        if config.seed != seed:
+            return measure(config)
         def broken(cfg: Any, **options: Any) -> dict:
             raise RuntimeError("injected engine failure")
         engine.run = broken
         try:
-            return execute(config)
+            return measure(config)
         finally:
             engine.run = _REAL_ENGINE_RUN
     return run_fn
@@ -129,9 +133,9 @@ def test_an_interrupted_sweep_keeps_what_finished(tmp_path: Path, how: str) -> N
                 if index == 2:
                     if how == "ctrl-c":
                         raise KeyboardInterrupt
-                    os.kill(os.getpid(), signal.SIGTERM)
-                    time.sleep(5)  # the handler interrupts this
-                yield run, execute(run.config)
+                    signal.raise_signal(signal.SIGTERM)  # its handler runs before this call returns
+                    raise AssertionError("SIGTERM did not interrupt the sweep")
+                yield run, measure(run.sim_config)
         finally:
             closed.append(True)
 
@@ -146,34 +150,39 @@ def test_an_interrupted_sweep_keeps_what_finished(tmp_path: Path, how: str) -> N
     assert (resumed.skipped, resumed.ran) == (2, 4)
 
 
-def test_rows_are_written_by_rows_or_seconds_while_waiting(tmp_path: Path) -> None:
+def test_rows_are_written_by_rows_or_seconds_while_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's clock is this test's: it moves only when the test says so."""
     runs = _grid(tmp_path)[:2]
+    now_s = [0.0]
+    monkeypatch.setattr(store_module, "time", SimpleNamespace(monotonic=lambda: now_s[0]))
     parts_seen = []
 
     def slow_results(todo: Sequence[PlannedRun]) -> Iterator[Any]:
-        yield todo[0], execute(todo[0].config)
-        parts_seen.append(len(part_files(tmp_path / "grid", "runs")))  # 0: within flush_interval_s
-        time.sleep(0.3)
-        yield None  # nothing finished for a while: the driver writes what is due
+        yield todo[0], measure(todo[0].sim_config)
+        yield None  # nothing finished for a while, but the last write is not 10 s old: nothing written
         parts_seen.append(len(part_files(tmp_path / "grid", "runs")))
-        yield todo[1], execute(todo[1].config)
+        now_s[0] += 10.0
+        yield None  # now it is: the driver writes what waits
+        parts_seen.append(len(part_files(tmp_path / "grid", "runs")))
+        yield todo[1], measure(todo[1].sim_config)
 
-    run_sweep(runs, _Executor(slow_results), flush_rows=10**6, flush_interval_s=0.2, show_progress=False)
+    run_sweep(runs, _Executor(slow_results), flush_rows=10**6, flush_interval_s=10.0, show_progress=False)
     assert parts_seen == [0, 1]
-    assert len(part_files(tmp_path / "grid", "runs")) == 2
+    assert len(part_files(tmp_path / "grid", "runs")) == 2  # and the second run's at the end
+
+
+def _stuck_engine(config: Any, **options: Any) -> dict:
+    """An engine that waits for an event nobody sets; a wall-time alarm interrupts the wait (if none
+    comes within a minute, it returns nothing, and the run is an error, not a timeout)."""
+    threading.Event().wait(60)
+    return {}
 
 
 def test_execute_stops_a_run_past_its_wall_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def stuck_engine(config: Any, **options: Any) -> dict:
-        time.sleep(30)
-        return {}
-
-    monkeypatch.setattr(engine, "run", stuck_engine)
+    monkeypatch.setattr(engine, "run", _stuck_engine)
     config = compose_config([f"results_dir={tmp_path}"])
     previous = signal.getsignal(signal.SIGALRM)
-    start = time.perf_counter()
     (row,) = execute(config, max_wall_time_s=0.1)["runs"]
-    assert time.perf_counter() - start < 5
     assert row["status"] == "timeout" and row["error"] == "wall-time budget of 0.1 s exceeded"
     assert row["run_id"] == run_id(config) and row["repro"].startswith("python -m sweep ")
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) is previous
@@ -184,9 +193,41 @@ def test_execute_stops_a_run_past_its_wall_time_budget(tmp_path: Path, monkeypat
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and run_id(small)
 
 
+def test_a_single_run_is_a_sweep_of_one_held_to_the_same_limits(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m sweep` (run_one): the sweep's wall-time budget holds it, its rows are the sweep's
+    rows (presets named), and the same run again is skipped as a sweep would skip it."""
+    config = compose_config([f"results_dir={tmp_path}", "name=one", "workload=incast", "workload.senders=1"])
+    presets = {"network": "switch", "tcp": "newreno", "system": "default", "workload": "incast"}
+    monkeypatch.setattr(engine, "run", _stuck_engine)
+    out = io.StringIO()
+    assert run_one(config, out=out, err=out, presets=presets, max_wall_time_s=0.1) == EXIT_OK  # a timeout is no failure
+    (row,) = read_table(tmp_path / "one", "runs").to_dict("records")
+    assert (row["status"], row["error"]) == ("timeout", "wall-time budget of 0.1 s exceeded")
+    assert {group: row[group] for group in presets} == presets and row["run_id"] == run_id(config)
+
+    monkeypatch.setattr(engine, "run", _REAL_ENGINE_RUN)
+    assert run_one(config, out=out, err=out, presets=presets, max_wall_time_s=60) == EXIT_OK
+    assert run_one(config, out=(again := io.StringIO()), err=again, presets=presets) == EXIT_OK
+    assert again.getvalue().startswith(f"run {run_id(config)} is already done (status ok)")
+    stored = read_table(tmp_path / "one", "runs")
+    assert list(stored["status"]) == ["timeout", "ok"] and len(read_table(tmp_path / "one", "flows")) == 1
+
+    # the memory declaration holds it too (a GiB-sized run, as in test_memory.py, held to 1 MiB more)
+    big = compose_config([f"results_dir={tmp_path}", "name=one", "workload=astra_dlrm", "workload.iterations=1",
+                          "network.npus=512"])
+    assert run_one(big, out=(held := io.StringIO()), err=held, run_memory_mb=1) == EXIT_RUN_FAILED
+    assert f"{OUT_OF_MEMORY}: 1 MiB (its declaration: hydra.launcher.run_memory_mb" in held.getvalue()
+
+    monkeypatch.setattr(engine, "run", lambda cfg, **options: 1 / 0)
+    failing = {**config, "seed": 1}
+    assert run_one(failing, out=(failed := io.StringIO()), err=failed) == EXIT_RUN_FAILED
+    assert "ZeroDivisionError: division by zero" in failed.getvalue() and "reproduce with: python -m sweep" in failed.getvalue()
+
+
 def test_failed_rows_look_like_an_error_row_of_execute(tmp_path: Path) -> None:
     config = compose_config([f"results_dir={tmp_path}", "seed=4"])
-    rows = failed_rows(config, "WorkerCrashedError: the worker died")
+    rows = stored_rows(config, failed_result("WorkerCrashedError: the worker died"))
     assert list(rows) == ["runs"]
     (row,) = rows["runs"]
     assert (row["run_id"], row["status"], row["error"]) == (run_id(config), "error", "WorkerCrashedError: the worker died")
@@ -214,10 +255,11 @@ def test_flush_writes_runs_last_and_every_row_once(tmp_path: Path, monkeypatch: 
                   "layers": []})
     with pytest.raises(OSError):
         store.flush()
-    assert written == ["flows", "runs-failed"]
+    # the tables of the results contract that got no rows are written too, empty, once
+    assert written == ["collectives", "flows", "layers", "links", "runs-failed"]
     assert ResultStore(tmp_path).completed_run_ids() == set()  # not done until its runs row is stored
     store.flush()
-    assert written == ["flows", "runs-failed", "runs"]
+    assert written == ["collectives", "flows", "layers", "links", "runs-failed", "runs"]
     assert len(read_table(tmp_path, "flows")) == 1 and store.completed_run_ids() == {"a"}
 
 

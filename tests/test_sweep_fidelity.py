@@ -18,7 +18,7 @@ import sweep
 from sweep.fidelity import (RefinePolicy, at_risk, plan_screens, run_two_fidelity, select_refinements)
 from sweep.plan import PlannedRun, plan
 from sweep.report import POINTS_FILE, SUMMARY_FILE, build_report
-from sweep.runner import execute, point_id, run_id
+from sweep.runner import measure, point_id, run_id
 from sweep.store import read_table
 from sweep_support import compose_config
 
@@ -130,7 +130,7 @@ class _Executor:
             if backend == self.stop_backend and count == self.stop_after:
                 raise KeyboardInterrupt
             self.ran.append((backend, point_id(run.config)))
-            yield run, execute(run.config)
+            yield run, measure(run.sim_config)
 
 
 def _two_fidelity(runs: list[PlannedRun], executor: _Executor) -> Any:

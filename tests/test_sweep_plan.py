@@ -58,6 +58,13 @@ POINTS = [
     ["+force=true", "seed=1"],
     ["workload=astra_dlrm", "workload.iterations=1"],  # a bundled workload file
     ["network=dumbbell", "++network.bottleneck_gbps=50"],
+    # interpolations: Hydra's own override code applies these (a plain value set would not resolve them)
+    ["+label=run${seed}", "seed=5"],
+    ["name=${results_dir}", "results_dir=elsewhere"],
+    ["name='???'"],
+    # values read without Hydra's parser: ints, floats, words, keywords (and a key typed by no preset)
+    ["seed=12", "network.link_gbps=12.50", "network.ecn_threshold_kb=-3", "tcp.cc=cubic", "name=NULL"],
+    ["network.buffer_kb=inf", "tcp.sack=False", "name=True_2"],
 ]
 
 

@@ -27,7 +27,7 @@ import pytest
 from sweep.cluster import RayExecutor, is_loopback
 from sweep.driver import run_sweep
 from sweep.plan import plan
-from sweep.runner import execute
+from sweep.runner import PRESET_COLUMNS, measure
 from sweep.store import arrow_dataset, part_files, read_table
 from sweep_support import compose_config
 
@@ -175,10 +175,10 @@ def test_grid_runs_on_the_cluster_and_again_runs_nothing(ray_address: str, tmp_p
     stored = runs.set_index("run_id")
     flows = read_table(dataset, "flows")
     for run in plan(points, compose_config):
-        local = execute(run.config)
+        local = run.rows(measure(run.sim_config))  # the rows of a run here, by the sweep's one path
         remote = stored.loc[run.run_id]
         for key, value in local["runs"][0].items():
-            if key not in TIMING_COLUMNS and key != "run_id":
+            if key not in TIMING_COLUMNS and key not in PRESET_COLUMNS and key != "run_id":  # no presets here
                 assert remote[key] == value or (value is None and remote.isna()[key]), key
         remote_flows = flows[flows["run_id"] == run.run_id].sort_values("flow_id")
         assert remote_flows.drop(columns="run_id").to_dict("records") == [
@@ -192,19 +192,19 @@ def test_grid_runs_on_the_cluster_and_again_runs_nothing(ray_address: str, tmp_p
 
 
 def _misbehaving_execute(marker_dir: str) -> Any:
-    """`execute` on a worker, with failures by seed: 1 raises in the engine, 2 kills its worker
+    """`measure` on a worker, with failures by seed: 1 raises in the engine, 2 kills its worker
     process every time, 3 kills it once (then runs), 4 outlives the wall-time budget."""
-    def run_fn(config: dict[str, Any], max_wall_time_s: float | None = None) -> Any:
+    def run_fn(config: Any, max_wall_time_s: float | None = None) -> Any:
         import engine
-        from sweep.runner import execute
+        from sweep.runner import PRESET_COLUMNS, measure
 
-        seed = config["seed"]
+        seed = config.seed
         marker = os.path.join(marker_dir, "seed-3-crashed")
         if seed == 2 or (seed == 3 and not os.path.exists(marker)):
             open(marker, "w").close() if seed == 3 else None
             os._exit(1)  # the worker process dies, as on a segfault or an OOM kill
         if seed not in (1, 4):
-            return execute(config, max_wall_time_s)
+            return measure(config, max_wall_time_s)
 
         def misbehaving_engine(cfg: Any, **options: Any) -> dict:
             if seed == 1:
@@ -214,7 +214,7 @@ def _misbehaving_execute(marker_dir: str) -> Any:
 
         real_run, engine.run = engine.run, misbehaving_engine
         try:
-            return execute(config, max_wall_time_s)
+            return measure(config, max_wall_time_s)
         finally:
             engine.run = real_run
     return run_fn
@@ -253,18 +253,18 @@ def test_failures_become_rows_and_the_sweep_goes_on(ray_address: str, tmp_path: 
 
 
 def _killable_execute(marker_dir: str, lives: dict[int, int]) -> Any:
-    """`execute` on a worker that first writes `seed-<seed>-pid-<its pid>` into `marker_dir`; the
+    """`measure` on a worker that first writes `seed-<seed>-pid-<its pid>` into `marker_dir`; the
     first `lives[seed]` executions of a seed then wait (to be killed from outside), later ones run."""
-    def run_fn(config: dict[str, Any], max_wall_time_s: float | None = None) -> Any:
-        from sweep.runner import execute
+    def run_fn(config: Any, max_wall_time_s: float | None = None) -> Any:
+        from sweep.runner import PRESET_COLUMNS, measure
 
-        seed = config["seed"]
+        seed = config.seed
         prefix = f"seed-{seed}-pid-"
         attempts = sum(name.startswith(prefix) for name in os.listdir(marker_dir))
         open(os.path.join(marker_dir, f"{prefix}{os.getpid()}"), "w").close()
         if attempts < lives.get(seed, 0):
             time.sleep(120)  # mid-run, until SIGKILL
-        return execute(config, max_wall_time_s)
+        return measure(config, max_wall_time_s)
     return run_fn
 
 

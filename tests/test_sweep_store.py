@@ -65,9 +65,12 @@ def test_store_buffers_until_flush(tmp_path: Path) -> None:
     store.append({"runs": [{"run_id": "a", "status": "ok"}], "flows": [{"run_id": "a", "flow_id": 0}]})
     assert part_files(tmp_path, "runs") == []
     written = store.flush()
-    assert set(written) == {"runs", "flows"}
-    assert len(part_files(tmp_path, "runs")) == len(part_files(tmp_path, "flows")) == 1
+    assert set(written) == {"runs", "flows", "collectives", "layers", "links"}  # the last three empty, once
+    assert [len(part_files(tmp_path, table)) for table in written] == [1] * 5
+    assert pq.read_metadata(written["links"]).num_rows == 0
     assert store.flush() == {}  # nothing buffered: no empty parts
+    store.append({"runs": [{"run_id": "b", "status": "ok"}]})
+    assert set(store.flush()) == {"runs"}  # every table has a part: no more empty ones
 
 
 def test_store_flushes_by_row_count_and_age(tmp_path: Path) -> None:
@@ -164,21 +167,21 @@ def test_column_rows_read_and_store_as_the_rows_they_hold(tmp_path: Path) -> Non
 
 
 def test_the_links_table_resumes_and_compacts_like_the_others(tmp_path: Path) -> None:
-    """Runs with and without `engine.link_stats`, one stored twice: a run without links writes no
-    links part; each run with links has them once (its newest attempt) before and after
+    """Runs with and without `engine.link_stats`, one stored twice: a run without links writes an
+    empty links part (the table reads, with its schema); each run with links has them once (its newest attempt) before and after
     compaction; both runs count as done; a links part lost to corruption makes its run run again."""
     with_links = small_config(tmp_path, ["engine.link_stats=all"])
     without = small_config(tmp_path, ["seed=1"])
     dataset = tmp_path / "results" / "test"
     with ResultStore(dataset) as store:
         store.append(execute(without))
-    assert not (dataset / "links").exists()
+    assert [pq.read_metadata(path).num_rows for path in part_files(dataset, "links")] == [0]
     for _ in range(2):  # stored twice, as `+force=true` would
         with ResultStore(dataset) as store:
             store.append(execute(with_links))
     links_run = execute(with_links)["runs"][0]["run_id"]
     before = load_table(dataset, "links")
-    assert len(part_files(dataset, "links")) == 2 and len(before) == 16 + 16  # the newest attempt's NICs and ports
+    assert len(part_files(dataset, "links")) == 1 + 2 and len(before) == 16 + 16  # the newest attempt's NICs and ports
     assert set(before["run_id"]) == {links_run} and before["link"].is_unique
     assert len(ResultStore(dataset).completed_run_ids()) == 2
     damaged = tmp_path / "damaged"
