@@ -17,7 +17,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 # Pages the README links to that other branches of the same round write; drop a name once it is merged.
-PAGES_WRITTEN_ELSEWHERE = {"performance.md", "sweeps.md"}
+PAGES_WRITTEN_ELSEWHERE = {"performance.md"}
 FENCE = re.compile(r"^\s*(```|~~~)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
