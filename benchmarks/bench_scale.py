@@ -171,7 +171,8 @@ def measure_all(args: argparse.Namespace) -> pd.DataFrame:
                     break
                 # by CPU time: on a shared machine the wall time measures the other processes too
                 best = min(finished, key=lambda result: result["simulate_cpu_s"])
-                measured.append({"npus": npus, "backend": backend, "topology": topology, **best,
+                kept = {key: value for key, value in best.items() if key != "engine_dir"}  # a local path
+                measured.append({"npus": npus, "backend": backend, "topology": topology, **kept,
                                  "load_1min": load_1min, "measured_on": time.strftime("%Y-%m-%d", time.gmtime()),
                                  "notes": f"bench_scale.py, fastest of {len(finished)}"})
                 rows_s = f"{best['rows_s']:7.2f}" if rows else f"{'-':>7}"
@@ -273,8 +274,10 @@ def plot(after: pd.DataFrame, before: pd.DataFrame | None, path: Path) -> list[s
                               color=colours.get(backend, "black"))
             time_axes.plot(series["npus"], series["time_s"], style, marker=markers.get(topology, "x"),
                            color=colours.get(backend, "black"), label=legend)
+            timed = series[series["time_s"].notna()].tail(2)
+            local = growth_exponent(timed["npus"], timed["time_s"]) if len(timed) == 2 else float("nan")
             lines.append(f"fit {legend} (time: {time_sizes} sizes, {int(series['npus'].min())} to "
-                         f"{int(series['npus'].max())} NPUs)")
+                         f"{int(series['npus'].max())} NPUs; between the last two sizes ~ NPUs^{local:.2f})")
     for axes, ylabel in ((time_axes, "simulation time of one DLRM iteration (s; CPU, wall where unrecorded)"),
                          (rss_axes, "peak resident memory, build and simulate (MiB)")):
         axes.set_xscale("log", base=2)
