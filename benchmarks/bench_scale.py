@@ -278,7 +278,7 @@ def plot(after: pd.DataFrame, before: pd.DataFrame | None, path: Path) -> list[s
             local = growth_exponent(timed["npus"], timed["time_s"]) if len(timed) == 2 else float("nan")
             lines.append(f"fit {legend} (time: {time_sizes} sizes, {int(series['npus'].min())} to "
                          f"{int(series['npus'].max())} NPUs; between the last two sizes ~ NPUs^{local:.2f})")
-    for axes, ylabel in ((time_axes, "simulation time of one DLRM iteration (s; CPU, wall where unrecorded)"),
+    for axes, ylabel in ((time_axes, "time of one DLRM iteration (s, CPU)"),
                          (rss_axes, "peak resident memory, build and simulate (MiB)")):
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
