@@ -1,6 +1,6 @@
 """One astra_dlrm iteration on the phase backend across oversubscription, at 1,024 and 9,216 NPUs:
-iteration time (is it monotone in oversubscription?), wall time and peak resident memory, each run in
-a fresh process (its own peak RSS).
+iteration time (is it monotone in oversubscription?), wall and CPU time and peak resident memory, each
+run in a fresh process (its own peak RSS).
 
     python benchmarks/phase_oversubscription.py                 # 1,024 and 9,216 NPUs
     python benchmarks/phase_oversubscription.py --npus 1024     # one size
@@ -30,10 +30,10 @@ CHILD = """
 import json, resource, sys, time
 import engine
 config = json.loads(sys.argv[1])
-start = time.perf_counter()
+start, cpu_start = time.perf_counter(), time.process_time()
 row = engine.run(config, flow_columns=True)["runs"][0]
-wall_s = time.perf_counter() - start
-print(json.dumps({"iteration_time_s": row["iteration_time_s"], "wall_s": wall_s, "status": row["status"],
+wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+print(json.dumps({"iteration_time_s": row["iteration_time_s"], "wall_s": wall_s, "cpu_s": cpu_s, "status": row["status"],
                   "timeouts": row.get("timeouts"),
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "max_port_flows": row.get("max_port_flows"), "incast_phases": row.get("incast_phases"),
@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--issue-table", action="store_true", help="leaf_spine 8 and 2 spines on several backends")
     parser.add_argument("--backends", nargs="*", default=None,
                         help="default phase (issue table: alpha_beta analytical packet phase phase+rto)")
+    parser.add_argument("--csv", type=Path, default=None,
+                        help="CSV to write (default benchmarks/phase_oversubscription.csv; issue table: "
+                             "benchmarks/phase_oversubscription_issue_table_<sizes>.csv)")
     args = parser.parse_args(argv)
     sizes = args.npus or ([256] if args.issue_table else [1024, 9216])
     backends = args.backends or (["alpha_beta", "analytical", "packet", "phase", "phase+rto"] if args.issue_table
@@ -78,21 +81,21 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append({"backend": backend, "topology": topology, "npus": npus, "oversubscription": ratio,
                              "load_1min": load, **result})
                 print(rows[-1], file=sys.stderr)
-    out = HERE / (f"phase_oversubscription_issue_table_{'_'.join(map(str, sizes))}.csv" if args.issue_table
+    out = args.csv or HERE / (f"phase_oversubscription_issue_table_{'_'.join(map(str, sizes))}.csv" if args.issue_table
                   else "phase_oversubscription.csv")
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print("| backend | topology | NPUs | oversubscription | iteration ms | wall s | peak RSS MiB | max_port_flows | "
+    print("| backend | topology | NPUs | oversubscription | iteration ms | wall s | CPU s | peak RSS MiB | max_port_flows | "
           "incast_phases | timeouts | load (1 min) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         def count(key: str) -> str:
             return "" if row[key] is None else f"{row[key]:,}"
         iteration_ms = "n/a" if row["iteration_time_s"] is None else f"{1e3 * row['iteration_time_s']:.4f}"
         print(f"| {row['backend']} | {row['topology']} | {row['npus']:,} | {row['oversubscription']}:1 | "
-              f"{iteration_ms} | {row['wall_s']:.2f} | {row['rss_mib']:.0f} | "
+              f"{iteration_ms} | {row['wall_s']:.2f} | {row['cpu_s']:.2f} | {row['rss_mib']:.0f} | "
               f"{count('max_port_flows')} | {count('incast_phases')} | {count('timeouts')} | {row['load_1min']:.1f} |")
 
 

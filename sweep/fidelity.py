@@ -1,7 +1,9 @@
 """Two-fidelity sweeps: every grid point on a fast screening backend, then a chosen few again at the
 grid's own backend (packet level).
 
-`hydra.launcher.screen_backend=analytical` (or `alpha_beta`) turns a sweep into two phases:
+`hydra.launcher.refine_budget=N` turns a sweep into two phases, screening on
+`hydra.launcher.screen_backend` (`analytical`, `alpha_beta` or `phase`; by default `phase` for a grid
+with runs of 256 NPUs or more, `analytical` below: `default_screen_backend`):
 
 1. **Screen.** Every grid point runs with `engine.backend` set to the screening backend.
 2. **Refine.** At most `refine_budget` points run again as planned (the grid's backend), chosen
@@ -37,7 +39,11 @@ from .runner import flatten, point_id, run_id
 from .schema import PRESET_COLUMNS
 from .store import load_runs
 
-SCREEN_BACKENDS = ("analytical", "alpha_beta")
+SCREEN_BACKENDS = ("analytical", "alpha_beta", "phase")
+# From this many NPUs the default screen is `phase`: `analytical` handles every message (4-11 s a
+# 256-NPU DLRM iteration, 186-1,114 s at 1,024) where `phase` solves each collective phase at once
+# (0.02 s and 0.1-0.2 s; docs/performance.md), with the same contention within 0.01 % on that workload.
+PHASE_SCREEN_MIN_NPUS = 256
 # At-risk thresholds. A link whose mean load over the run is this close to its capacity queues at
 # packet level (an M/M/1 queue holds rho / (1 - rho) packets: 9 at 0.9), where the fluid model
 # has no queue at all.
@@ -52,6 +58,8 @@ SAMPLE, TOP = "sample", "top"
 RISKS = {  # at-risk reason -> what it means (the report's legend)
     "link_load": f"a link loaded to {UTILISATION_AT_RISK:.0%} of its capacity or more over the run",
     "port_fan_in": "more messages at once into a switch port than its buffer holds initial windows of",
+    "incast": "a collective phase whose opening windows, less what a switch port drains meanwhile, overflow "
+              "its buffer (the phase backend's incast_phases)",
     "slow_start": f"{SLOW_START_AT_RISK:.0%} or more of the messages shorter than TCP's slow start to them",
     "screen_failed": "the screening run did not finish (error or timeout)",
 }
@@ -72,7 +80,8 @@ class RefinePolicy:
         """Raise `engine.ConfigError` naming the `hydra.launcher` key that is out of range."""
         for key, value, valid, allowed in (
             ("screen_backend", self.screen_backend, self.screen_backend in SCREEN_BACKENDS,
-             f"one of {', '.join(SCREEN_BACKENDS)}, or null for a single-fidelity sweep"),
+             f"one of {', '.join(SCREEN_BACKENDS)}, or null for the default (phase from {PHASE_SCREEN_MIN_NPUS} "
+             f"NPUs, else analytical)"),
             ("refine_budget", self.budget_runs, isinstance(self.budget_runs, int) and self.budget_runs >= 1,
              "a number of refined runs >= 1 (required with screen_backend)"),
             ("refine_top", self.top, self.top >= 0, "an integer >= 0"),
@@ -106,6 +115,14 @@ class RefinePolicy:
                                      f"(the values of {', '.join(self.top_per) or 'the whole grid'}) = {needed}")
 
 
+def default_screen_backend(runs: Sequence[PlannedRun]) -> str:
+    """The screening backend of a two-fidelity sweep of `runs` that names none: `phase` if any run has
+    `PHASE_SCREEN_MIN_NPUS` NPUs or more, else `analytical`. One backend for the whole grid, so that
+    one calibration sample measures one screen's error."""
+    largest_npus = max(run.config["network"]["npus"] for run in runs)
+    return "phase" if largest_npus >= PHASE_SCREEN_MIN_NPUS else "analytical"
+
+
 def screen_run(run: PlannedRun, backend: str) -> PlannedRun:
     """`run` on the screening `backend`: its config with `engine.backend` replaced (validated, with
     its own run_id and memory estimate), its overrides, force flag and presets kept."""
@@ -133,11 +150,14 @@ def _mss_bytes(screen: pd.DataFrame) -> pd.Series:
 
 def at_risk(screen: pd.DataFrame) -> pd.Series:
     """Per screening run (a `runs` frame), its at-risk reasons (keys of `RISKS`, comma-separated;
-    '' for none), from the signals the analytical backend reports (`max_link_utilisation`,
-    `max_port_flows`, `slow_start_share`; null on `alpha_beta`, which then marks nothing but
-    failures). Port fan-in: the most messages that crossed one switch port at once, each opening
-    with `tcp.init_cwnd_pkts` full segments, bring more bytes than `network.buffer_kb` holds (the
-    incast condition; a null buffer is unlimited)."""
+    '' for none), from the signals the fluid backends report (`max_link_utilisation`,
+    `max_port_flows`, `slow_start_share`, and on `phase` `incast_phases`; null on `alpha_beta`, which
+    then marks nothing but failures). Port fan-in: the most messages that crossed one switch port at
+    once, each opening with `tcp.init_cwnd_pkts` full segments, bring more bytes than
+    `network.buffer_kb` holds (the incast condition; a null buffer is unlimited). Where the screen
+    counted `incast_phases` (phase), that count replaces it: the same condition per phase, less what
+    the port drains while the windows arrive (without the drain, every large collective would be
+    flagged)."""
     def column(name: str) -> pd.Series:
         values = screen[name] if name in screen else pd.Series(np.nan, index=screen.index)
         return values.astype("Float64")
@@ -146,7 +166,8 @@ def at_risk(screen: pd.DataFrame) -> pd.Series:
         _mss_bytes(screen) + TCP_IP_HEADER_BYTES)
     flags = {
         "link_load": column("max_link_utilisation") >= UTILISATION_AT_RISK,
-        "port_fan_in": initial_burst_bytes > column("network.buffer_kb") * 1024,
+        "port_fan_in": (initial_burst_bytes > column("network.buffer_kb") * 1024) & column("incast_phases").isna(),
+        "incast": column("incast_phases") > 0,
         "slow_start": column("slow_start_share") >= SLOW_START_AT_RISK,
         "screen_failed": pd.Series(screen["status"] != "ok", index=screen.index),
     }

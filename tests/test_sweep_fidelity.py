@@ -15,7 +15,8 @@ import pytest
 
 import engine
 import sweep
-from sweep.fidelity import (RefinePolicy, at_risk, plan_screens, run_two_fidelity, select_refinements)
+from sweep.fidelity import (RefinePolicy, at_risk, default_screen_backend, plan_screens, run_two_fidelity,
+                            select_refinements)
 from sweep.plan import PlannedRun, plan
 from sweep.report import POINTS_FILE, SUMMARY_FILE, build_report
 from sweep.runner import measure, point_id, run_id
@@ -55,6 +56,18 @@ def test_at_risk_reasons_by_hand() -> None:
     # alpha_beta reports no signals: only failures count
     blind = POINTS.assign(max_link_utilisation=None, max_port_flows=None, slow_start_share=None)
     assert list(at_risk(blind)[at_risk(blind) != ""]) == ["screen_failed"]
+
+
+def test_a_phase_screen_flags_incast_by_its_count_not_by_port_fan_in() -> None:
+    """The issue's 256-NPU leaf-spine (512 KiB buffers, docs/phase-backend.md): at 2:1 `phase` counts 536
+    messages at once into a port and no incast phase, at 8:1 1,990 and 2. Both fan-ins bring far more
+    than the buffer (536 x 10 x 1,500 = 8,040,000 bytes > 524,288), so only the incast count separates
+    them; a row without the count (analytical) keeps the fan-in rule."""
+    screen = _screen([{"point_id": "2:1", "iteration_time_s": 8.5693e-3, "max_port_flows": 536, "incast_phases": 0},
+                      {"point_id": "8:1", "iteration_time_s": 8.6710e-3, "max_port_flows": 1990, "incast_phases": 2},
+                      {"point_id": "analytical 8:1", "iteration_time_s": 8.6703e-3, "max_port_flows": 1990,
+                       "incast_phases": None}]).assign(**{"network.buffer_kb": 512.0})
+    assert list(at_risk(screen)) == ["", "incast", "port_fan_in"]
 
 
 def test_top_points_then_at_risk_fastest_first_within_the_budget() -> None:
@@ -196,6 +209,33 @@ def test_the_budget_must_hold_the_sample_and_the_top_points(tmp_path: Path) -> N
         RefinePolicy("packet", 6).check()
     with pytest.raises(engine.ConfigError, match="hydra.launcher.refine_budget=None"):
         RefinePolicy("analytical", None).check()  # type: ignore[arg-type]
+
+
+def _npus_grid(tmp_path: Path, npus: Sequence[int], backend: str = "packet") -> list[PlannedRun]:
+    """One small all-reduce per size, on one switch, at `backend`."""
+    return plan([["workload=collective", f"network.npus={count}", "workload.bytes=65536", f"engine.backend={backend}",
+                  f"results_dir={tmp_path}", "name=sizes"] for count in npus], compose_config)
+
+
+def test_the_default_screen_is_phase_from_256_npus(tmp_path: Path) -> None:
+    """No `screen_backend`: a grid with a run of 256 NPUs or more screens on `phase`, the whole grid
+    (one screen, one calibration band); below, on `analytical`."""
+    assert default_screen_backend(_npus_grid(tmp_path, [16, 128])) == "analytical"
+    assert default_screen_backend(_npus_grid(tmp_path, [256])) == "phase"
+    assert default_screen_backend(_npus_grid(tmp_path, [16, 1024])) == "phase"
+
+
+def test_a_sweep_of_256_npus_screens_every_point_on_phase(tmp_path: Path) -> None:
+    """The default screen in a real two-fidelity sweep: every screening row is a `phase` run, the
+    refined one runs at the grid's backend (`alpha_beta` here only to keep the refinement cheap)."""
+    runs = _npus_grid(tmp_path, [256, 512], backend="alpha_beta")
+    policy = RefinePolicy(default_screen_backend(runs), budget_runs=1, top=1)
+    result = run_two_fidelity(runs, plan_screens(runs, policy.screen_backend), policy, _Executor(),
+                              show_progress=False)
+    stored = sweep.load_runs(tmp_path / "sizes")
+    assert sorted(stored["engine.backend"]) == ["alpha_beta", "phase", "phase"]
+    assert (stored["status"] == "ok").all() and stored.loc[stored["engine.backend"] == "phase", "incast_phases"].notna().all()
+    assert result.selection == {point_id(runs[0].config): "top"}  # 256 NPUs: the faster iteration
 
 
 def test_the_report_of_a_two_fidelity_dataset(reference: tuple[Path, Any]) -> None:

@@ -46,8 +46,8 @@ class RayNetsweepLauncherConf:
     report: bool = False  # at the end, build each dataset's report and print its summary
     # Two-fidelity sweeps (sweep/fidelity.py): every point on screen_backend first, then at most
     # refine_budget of them at the grid's backend: a calibration sample, the top points, the at-risk ones.
-    screen_backend: Optional[str] = None  # analytical or alpha_beta; null = one fidelity
-    refine_budget: Optional[int] = None  # refined runs at most (required with screen_backend)
+    screen_backend: Optional[str] = None  # analytical, alpha_beta or phase; null = phase from 256 NPUs, else analytical
+    refine_budget: Optional[int] = None  # refined runs at most; null (and no screen_backend) = one fidelity
     refine_top: int = 10  # the fastest points by screened iteration time ...
     refine_top_per: List[str] = field(default_factory=list)  # ... per value of each of these axes
     refine_sample: int = 0  # points drawn at random to measure the screen's error
@@ -137,20 +137,20 @@ class RayNetsweepLauncher(Launcher):
         from sweep.plan import GridComposer, GridError, plan
         from sweep.progress import format_summary
 
-        from sweep.fidelity import RefinePolicy, format_selection, plan_screens, run_two_fidelity
+        from sweep.fidelity import (RefinePolicy, default_screen_backend, format_selection, plan_screens,
+                                    run_two_fidelity)
 
         start = time.perf_counter()
         composer = GridComposer(self.hydra_context.config_loader, self.config)
         policy = None
         try:
             self._check()
-            if self.screen_backend is not None:
-                policy = RefinePolicy(self.screen_backend, self.refine_budget, self.refine_top,  # type: ignore[arg-type]
-                                      self.refine_top_per, self.refine_sample, self.refine_seed)
-                policy.check()
             runs = plan(job_overrides, composer.compose)
             screens = []
-            if policy is not None and runs:
+            if (self.screen_backend is not None or self.refine_budget is not None) and runs:
+                policy = RefinePolicy(self.screen_backend or default_screen_backend(runs), self.refine_budget,  # type: ignore[arg-type]
+                                      self.refine_top, self.refine_top_per, self.refine_sample, self.refine_seed)
+                policy.check()
                 policy.check_grid(runs)
                 screens = plan_screens(runs, policy.screen_backend)
         except (GridError, engine.ConfigError) as exc:
