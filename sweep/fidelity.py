@@ -49,7 +49,7 @@ PHASE_SCREEN_MIN_NPUS = 256
 # has no queue at all.
 UTILISATION_AT_RISK = 0.9
 # The share of messages whose slow start from the initial window would outlast their transmission
-# (`AnalyticalTransport._slow_start_dominates`) above which the screen's missing slow start is
+# (`engine.transport.cc.slow_start_dominates`) above which the screen's missing slow start is
 # likely to change the iteration time.
 SLOW_START_AT_RISK = 0.5
 TCP_IP_HEADER_BYTES = 40

@@ -16,8 +16,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-# Pages the README links to that other branches of the same round write; drop a name once it is merged.
-PAGES_WRITTEN_ELSEWHERE = {"performance.md"}
 FENCE = re.compile(r"^\s*(```|~~~)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -74,8 +72,6 @@ def test_every_link_reaches_an_existing_page_and_heading() -> None:
                     continue
                 path, _, anchor = target.partition("#")
                 linked = (page.parent / path).resolve() if path else page
-                if linked.name in PAGES_WRITTEN_ELSEWHERE and linked.parent == DOCS:
-                    continue
                 if not linked.exists():
                     broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
                 elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):

@@ -10,6 +10,8 @@ from typing import Sequence
 
 import pandas as pd
 
+from engine.backends import backend_class
+
 from ..fidelity import RISKS, SAMPLE, TOP, at_risk
 from .axes import Axis, describe
 from .text import ms, table
@@ -107,7 +109,8 @@ def section(two: TwoFidelity, axes: Sequence[Axis], points_csv: Path) -> list[st
              " (a point can be chosen for several reasons). Both runs of a point share its `point_id`.",
              "", f"The screen marks {int((points['at_risk'] != '').sum())} points at risk"
              + (": " + "; ".join(f"{RISKS[name]}: {number}" for name, number in risk_counts.items()) if len(risk_counts)
-                else ("" if screen == "analytical" else f" (`{screen}` reports no contention signals: only failed "
+                else ("" if "max_link_utilisation" in backend_class(screen).FILLS
+                      else f" (`{screen}` reports no contention signals: only failed "
                       "screens count)")) + "."]
     band = two.band
     errors = two.sample_errors
