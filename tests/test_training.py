@@ -161,6 +161,34 @@ def test_missing_astra_file_is_refused(tmp_path):
         engine.check_workload_files(config)
 
 
+def test_a_grid_reads_its_workload_file_once_until_the_file_changes(tmp_path, monkeypatch):
+    """Every point of a grid names the same file: the check reads it for the first point only, reads
+    it again once it changes (size or modification time), and reads a refused file every time."""
+    from engine.workload import files
+
+    reads = []
+    monkeypatch.setattr(files, "parse_astra", lambda path, *args: reads.append(path))
+    files._check_once.cache_clear()
+    path = write_workload(tmp_path, "DATA\n1\nl -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n")
+    for seed in range(5):  # five grid points, one file
+        engine.check_workload_files(engine.load_config({"seed": seed, "workload": {"type": "astra", "path": path}}))
+    assert reads == [path]
+    Path(path).write_text("DATA\n1\nl -1 12 NONE 0 1 NONE 0 1 NONE 0 0\n")  # one byte more: a new size
+    engine.check_workload_files(engine.load_config({"workload": {"type": "astra", "path": path}}))
+    assert reads == [path, path]
+
+    def refuse(path, *args):
+        reads.append(path)
+        raise engine.ConfigError("workload.path", path, "a readable file")
+    monkeypatch.setattr(files, "parse_astra", refuse)
+    files._check_once.cache_clear()
+    for _ in range(2):
+        with pytest.raises(engine.ConfigError):
+            engine.check_workload_files(engine.load_config({"workload": {"type": "astra", "path": path}}))
+    assert reads == [path] * 4
+    files._check_once.cache_clear()
+
+
 # -- ASTRA-sim 1.0's model-parallel loops (Workload.cc: iterate_model_parallel,
 # iterate_hybrid_parallel_data_model / _model_data, decode_involved_dimensions) ---------------------
 
