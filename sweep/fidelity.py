@@ -127,8 +127,11 @@ def screen_run(run: PlannedRun, backend: str) -> PlannedRun:
     """`run` on the screening `backend`: its config with `engine.backend` replaced (validated, with
     its own run_id and memory estimate), its overrides, force flag and presets kept."""
     config = {**run.config, "engine": {**run.config["engine"], "backend": backend}}
-    memory_bytes = engine.estimate_run_bytes(validate(config))
-    return dataclasses.replace(run, config=config, run_id=run_id(config), memory_bytes=memory_bytes)
+    sim_config = validate(config)
+    screen = dataclasses.replace(run, config=config, run_id=run_id(config),
+                                 memory_bytes=engine.estimate_run_bytes(sim_config))
+    screen.__dict__["sim_config"] = sim_config  # validated just now: the cache of the cached_property
+    return screen
 
 
 def plan_screens(runs: Sequence[PlannedRun], backend: str) -> list[PlannedRun]:
