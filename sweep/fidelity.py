@@ -33,9 +33,9 @@ import pandas as pd
 import engine
 
 from .driver import Executor, run_sweep
-from .plan import GridError, PlannedRun, validate
+from .plan import GridError, PlannedRun, planned_run
 from .progress import SweepSummary
-from .runner import flatten, point_id, run_id
+from .runner import flatten, point_id
 from .schema import PRESET_COLUMNS
 from .store import load_runs
 
@@ -127,11 +127,7 @@ def screen_run(run: PlannedRun, backend: str) -> PlannedRun:
     """`run` on the screening `backend`: its config with `engine.backend` replaced (validated, with
     its own run_id and memory estimate), its overrides, force flag and presets kept."""
     config = {**run.config, "engine": {**run.config["engine"], "backend": backend}}
-    sim_config = validate(config)
-    screen = dataclasses.replace(run, config=config, run_id=run_id(config),
-                                 memory_bytes=engine.estimate_run_bytes(sim_config))
-    screen.__dict__["sim_config"] = sim_config  # validated just now: the cache of the cached_property
-    return screen
+    return planned_run(config, run.overrides, run.force, run.presets)
 
 
 def plan_screens(runs: Sequence[PlannedRun], backend: str) -> list[PlannedRun]:

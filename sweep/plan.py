@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import functools
 import math
 import os
 import re
@@ -169,17 +168,20 @@ class PlannedRun:
     presets: Mapping[str, str | None] = field(default_factory=dict)
     memory_bytes: int = 0
     refine_reason: str | None = None
+    # The engine's validated `config`, set by `planned_run`; `dataclasses.replace` carries it along,
+    # so a run copied with another `config` must be made by `planned_run` instead.
+    validated: engine.SimConfig | None = field(default=None, repr=False, compare=False)
 
     @property
     def dataset(self) -> Path:
         """Where the run's rows go: `${results_dir}/${name}`."""
         return Path(self.config["results_dir"]) / self.config["name"]
 
-    @functools.cached_property
+    @property
     def sim_config(self) -> engine.SimConfig:
-        """The engine's validated config, what goes to the worker: validated once, by `plan` (or on
-        first use, for a run made by hand or by `dataclasses.replace`, whose config may differ)."""
-        return validate(self.config)
+        """The engine's validated config, what goes to the worker: validated once, by `planned_run`
+        (or here, for a run made by hand)."""
+        return self.validated if self.validated is not None else validate(self.config)
 
     def declared_memory_bytes(self, run_memory_mb: float | None) -> int | None:
         """The memory this run declares (to Ray) and is held to: `run_memory_mb` MiB if set, else its
@@ -255,10 +257,8 @@ def planned_run(config: dict[str, Any], overrides: Sequence[str] = (), force: bo
     """One run of `config` (without `force` and `presets`), validated once (`validate`) with its
     memory estimate; raise `engine.ConfigError` if it cannot run."""
     sim_config = validate(config)
-    run = PlannedRun(tuple(overrides), config, run_id(config), force, presets or {},
-                     engine.estimate_run_bytes(sim_config))
-    run.__dict__["sim_config"] = sim_config  # validated just now: the cache of the cached_property
-    return run
+    return PlannedRun(tuple(overrides), config, run_id(config), force, presets or {},
+                      engine.estimate_run_bytes(sim_config), validated=sim_config)
 
 
 class GridComposer:
