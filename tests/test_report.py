@@ -317,6 +317,21 @@ def test_each_cdf_series_says_how_many_of_its_own_messages_waited_for_an_rto() -
     }
 
 
+def test_a_cdf_of_runs_that_differ_only_by_workload_has_a_panel_per_workload() -> None:
+    """CI's wheel check: two runs, one per workload and nothing else swept. The workloads make the
+    panel rows, so no axis is left for series: each panel holds its run's messages, one curve each."""
+    from sweep.report.plots import plot_cdf
+
+    runs = pd.DataFrame({"run_id": ["a", "b"], "workload": ["astra_micro_allreduce", "astra_dlrm"],
+                         "workload.path": ["microAllReduce.txt", "DLRM_HybridParallel.txt"], "engine.backend": "packet", "started_at": pd.Timestamp(0, unit="s", tz="UTC"),
+                         "compute_s": 1e-5})
+    flows = pd.DataFrame({"run_id": ["a"] * 3 + ["b"] * 5, "fct_s": [1e-6, 2e-6, 3e-6, 1e-6, 2e-6, 4e-6, 8e-6, 9e-6],
+                          "timeouts": 0.0})
+    fig = plot_cdf(runs, flows, swept_axes(runs), "title", "completion time (ms)", "messages")
+    curves = sorted(len(line.get_xdata()) for ax in fig.axes for line in ax.get_lines())
+    assert curves == [3, 5]
+
+
 def test_messages_of_a_fluid_backend_claim_no_rto_count(report: Path, dataset: tuple[Path, dict]) -> None:
     """The analytical backend stores 0 timeouts per message but counts none (its runs row: null):
     the report says nothing of their timeouts, and says it of the packet runs' flows."""

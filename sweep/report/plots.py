@@ -130,9 +130,13 @@ def _series(frame: pd.DataFrame, axes: Sequence[Axis]) -> list[tuple[str, pd.Dat
     return [(describe(part.iloc[0], axes), part) for _, part in groups]
 
 
-def _styles(frame: pd.DataFrame, axes: Sequence[Axis]) -> dict[str, dict[str, Any]]:
-    """The style of each series of the whole figure."""
-    return {label: STYLES[index % len(STYLES)] for index, (label, _) in enumerate(_series(frame, axes))}
+def _styles(frame: pd.DataFrame, grid: list[list[tuple[str, pd.DataFrame]]], axes: Sequence[Axis]
+            ) -> dict[str, dict[str, Any]]:
+    """The style of each series of the whole figure, by label: the combinations of `axes` in the
+    axes' order; with no series axes, each panel's one series (named by its run where it has one)."""
+    labels = [label for label, _ in _series(frame, axes)] if axes else [
+        label for panel_row in grid for _, panel in panel_row if not panel.empty for label, _ in _series(panel, axes)]
+    return {label: STYLES[index % len(STYLES)] for index, label in enumerate(dict.fromkeys(labels))}
 
 
 def _grid(rows: int, columns: int, width: float = 5.4, height: float = 3.9, sharex: bool = True
@@ -191,7 +195,7 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
     grid = plan.panels(frame)
     fig, axs = _grid(len(grid), len(grid[0]))
     positions = {v: (float(v) if axis.numeric else i) for i, v in enumerate(axis.order)}
-    styles = _styles(frame, plan.series)
+    styles = _styles(frame, grid, plan.series)
     order = list(styles)
     for panel_row, ax_row in zip(grid, axs):
         for (panel_title, panel), ax in zip(panel_row, ax_row):
@@ -241,7 +245,7 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
     grid = plan.panels(frame)
     fig, axs = _grid(len(grid), len(grid[0]), height=4.4)
     completed = flows[flows["fct_s"].notna()]
-    styles = _styles(frame, plan.series)
+    styles = _styles(frame, grid, plan.series)
     fewest = 1.0
     for panel_row, ax_row in zip(grid, axs):
         for (panel_title, panel), ax in zip(panel_row, ax_row):
