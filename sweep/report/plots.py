@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -139,6 +140,14 @@ def _styles(frame: pd.DataFrame, grid: list[list[tuple[str, pd.DataFrame]]], axe
     return {label: STYLES[index % len(STYLES)] for index, label in enumerate(dict.fromkeys(labels))}
 
 
+def _title(fig: Figure, text: str) -> None:
+    """`text` as the figure's title, wrapped to lines that fit its width (a long title would
+    otherwise run past both edges of the image)."""
+    size_pt = 12.0  # matplotlib's "large", the title's default size
+    chars_per_line = int(fig.get_figwidth() * 72 / (0.6 * size_pt))  # a character is about 0.6 em wide
+    fig.suptitle(textwrap.fill(text, chars_per_line), fontsize=size_pt)
+
+
 def _grid(rows: int, columns: int, width: float = 5.4, height: float = 3.9, sharex: bool = True
           ) -> tuple[Figure, np.ndarray]:
     """A figure of `rows` x `columns` panels sharing their y-axis (and x-axis if `sharex`), with
@@ -229,7 +238,7 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
         ax_row[0].set_ylabel(ylabel)
     _time_axis(axs, frame[metric].astype(float) * MS)
     _figure_legend(fig, axs, plan.legend_title() + ("\n(median of the runs; band: min-max)" if plan.pooled else ""))
-    fig.suptitle(title)
+    _title(fig, title)
     return fig
 
 
@@ -275,7 +284,7 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
         ax.tick_params(labelbottom=True)  # every panel's own ticks: its legend sits below it
     for ax_row in axs:
         ax_row[0].set_ylabel(f"fraction of {unit} taking this long or longer")
-    fig.suptitle(title)
+    _title(fig, title)
     return fig
 
 
@@ -344,7 +353,7 @@ def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "
     for ax in (absolute, share):
         ax.grid(True, axis="x", alpha=0.3)
     fig.legend(loc="outside lower center", ncols=len(parts), fontsize="small")
-    fig.suptitle("Where an iteration goes: its length (left) and its shares of compute and exposed "
+    _title(fig, "Where an iteration goes: its length (left) and its shares of compute and exposed "
                  "communication (right)" + title_end + note)
     return fig
 
@@ -370,7 +379,7 @@ def plot_counters(frame: pd.DataFrame, axes: Sequence[Axis], kind: str) -> Figur
     left.set_yticks(y, bars.index, fontsize="small")
     left.invert_yaxis()
     quiet = len(frame) - len(lossy)
-    fig.suptitle(f"TCP loss recovery (packet backend): the {len(lossy)} {kind} runs that retransmitted"
+    _title(fig, f"TCP loss recovery (packet backend): the {len(lossy)} {kind} runs that retransmitted"
                  + (f"; the other {quiet} retransmitted nothing" if quiet else "") + note)
     return fig
 
@@ -403,7 +412,7 @@ def plot_screen_vs_fine(two: TwoFidelity) -> Figure:
     ax.set_ylabel(f"iteration time, {two.fine_backend} (ms)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left")
-    fig.suptitle(f"Screen against refinement: {len(refined)} refined points of {len(two.points)}")
+    _title(fig, f"Screen against refinement: {len(refined)} refined points of {len(two.points)}")
     return fig
 
 
@@ -430,5 +439,5 @@ def plot_calibration(two: TwoFidelity) -> Figure:
     ax.set_ylim(-0.6, len(groups) - 0.4)
     ax.set_xlabel(f"screen error: {two.fine_backend} / {two.screen_backend} - 1 (%)")
     ax.grid(True, axis="x", alpha=0.3)
-    fig.suptitle("How far the screen is from the refinement")
+    _title(fig, "How far the screen is from the refinement")
     return fig
