@@ -18,6 +18,7 @@ configs that differ only there share one identity (`sweep.runner.run_id`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
@@ -593,5 +594,11 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
 def _default(section: Any, name: str) -> Any:
     """The default of field `name` of a section dataclass, as a mapping would spell it (a list for
     a tuple)."""
-    value = next(item.default for item in fields(section) if item.name == name)  # every section field has one
+    value = _field_defaults(type(section))[name]
     return list(value) if isinstance(value, tuple) else value
+
+
+@functools.cache
+def _field_defaults(section_class: type) -> dict[str, Any]:
+    """Every field's default of a section dataclass (every section field has one)."""
+    return {item.name: item.default for item in fields(section_class)}

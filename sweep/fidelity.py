@@ -35,7 +35,7 @@ import engine
 from .driver import Executor, run_sweep
 from .plan import GridError, PlannedRun, planned_run
 from .progress import SweepSummary
-from .runner import flatten, point_id
+from .runner import flatten
 from .schema import PRESET_COLUMNS
 from .store import load_runs
 
@@ -219,8 +219,7 @@ def select_refinements(screen: pd.DataFrame, policy: RefinePolicy) -> dict[str, 
 def refined_runs(runs: Sequence[PlannedRun], selection: Mapping[str, str]) -> list[PlannedRun]:
     """The planned runs (at the grid's backend) of the selected points, each labelled with its
     reasons, in grid order."""
-    return [dataclasses.replace(run, refine_reason=selection[point_id(run.config)])
-            for run in runs if point_id(run.config) in selection]
+    return [dataclasses.replace(run, refine_reason=selection[run.point_id]) for run in runs if run.point_id in selection]
 
 
 def screen_frame(screen_runs: Sequence[PlannedRun], load: Any) -> pd.DataFrame:

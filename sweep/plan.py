@@ -34,7 +34,7 @@ import engine
 from engine.config import KEY_CONDITIONS, unused_key_error, unused_keys
 
 from .rows import RunResult, TableRows
-from .runner import HYDRA_WORDS, MIB, run_id, stored_rows
+from .runner import HYDRA_WORDS, MIB, point_id, run_id, stored_rows
 from .schema import PRESET_COLUMNS
 
 
@@ -192,7 +192,12 @@ class PlannedRun:
 
     def rows(self, result: RunResult) -> TableRows:
         """The rows stored for `result`, this run's outcome (`sweep.runner.stored_rows`)."""
-        return stored_rows(self.config, result, self.run_id, self.presets, self.refine_reason)
+        return stored_rows(self.config, result, self.run_id, self.presets, self.refine_reason, self.sim_config)
+
+    @property
+    def point_id(self) -> str:
+        """Its grid point (`sweep.runner.point_id`), which its runs on other backends share."""
+        return point_id(self.config, self.sim_config)
 
 
 class GridError(Exception):
@@ -257,7 +262,7 @@ def planned_run(config: dict[str, Any], overrides: Sequence[str] = (), force: bo
     """One run of `config` (without `force` and `presets`), validated once (`validate`) with its
     memory estimate; raise `engine.ConfigError` if it cannot run."""
     sim_config = validate(config)
-    return PlannedRun(tuple(overrides), config, run_id(config), force, presets or {},
+    return PlannedRun(tuple(overrides), config, run_id(config, sim_config), force, presets or {},
                       engine.estimate_run_bytes(sim_config), validated=sim_config)
 
 

@@ -13,6 +13,7 @@ the engine, this module and `sweep.rows`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import hashlib
@@ -32,12 +33,13 @@ from collections.abc import Mapping  # not typing's: its isinstance checks are s
 from typing import Any, Callable, Iterator
 
 import engine
-from engine.config import identity_mapping
+from engine.config import EngineConfig, identity_mapping
 
 from .rows import ColumnRows, RunResult, TableRows
 
 # Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
 NON_IDENTITY_KEYS = ("name", "results_dir", "ray")
+DEFAULT_BACKEND = EngineConfig().backend  # the backend of a config that names none
 # Keys left out of the repro command: a single in-process run does not use Ray.
 _NON_REPRO_KEYS = ("ray",)
 # The Hydra config groups of conf/ (sections chosen by a preset in the root defaults list).
@@ -62,26 +64,34 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def run_id(config: Mapping[str, Any]) -> str:
+def run_id(config: Mapping[str, Any], sim_config: engine.SimConfig | None = None) -> str:
     """The identity of a run: first 16 hex digits of the SHA-256 of the canonical JSON of the
     resolved config (seed included; `name`, `results_dir` and `ray` left out), with the keys that
     cannot change its simulation at their defaults (`engine.config.identity_mapping`: another
     topology's, congestion control's or workload type's keys), so no grid runs one simulation twice.
-    A config the engine refuses keeps every key: it has no simulation to share."""
-    try:
-        config = identity_mapping(config, engine.load_config(config))
-    except engine.ConfigError:
-        pass
+    A config the engine refuses keeps every key: it has no simulation to share. `sim_config` is
+    `config` as `engine.load_config` validated it, when the caller has it (not validated again)."""
+    if sim_config is None:
+        try:
+            sim_config = engine.load_config(config)
+        except engine.ConfigError:
+            pass
+    if sim_config is not None:
+        config = identity_mapping(config, sim_config)
     identity = {key: value for key, value in config.items() if key not in NON_IDENTITY_KEYS}
     text = json.dumps(_canonical(identity), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def point_id(config: Mapping[str, Any]) -> str:
+def point_id(config: Mapping[str, Any], sim_config: engine.SimConfig | None = None) -> str:
     """The grid point of a run: `run_id` of its config without `engine.backend`, so the run of a
-    point on a screening backend and its refined run on another share it (`sweep.fidelity`)."""
+    point on a screening backend and its refined run on another share it (`sweep.fidelity`).
+    `sim_config` as for `run_id`: `config` validated (with its own backend)."""
     engine_section = {key: value for key, value in (config.get("engine") or {}).items() if key != "backend"}
-    return run_id({**config, "engine": engine_section})
+    if sim_config is not None:  # what validating the config without its backend gives: the default backend
+        sim_config = dataclasses.replace(sim_config, engine=dataclasses.replace(sim_config.engine,
+                                                                                backend=DEFAULT_BACKEND))
+    return run_id({**config, "engine": engine_section}, sim_config)
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -226,18 +236,19 @@ def memory_limit(max_bytes: int | None) -> Iterator[None]:
 
 def stored_rows(config: Mapping[str, Any], result: RunResult, identity: str | None = None,
                 presets: Mapping[str, str | None] | None = None,
-                refine_reason: str | None = None) -> TableRows:
+                refine_reason: str | None = None, sim_config: engine.SimConfig | None = None) -> TableRows:
     """The rows stored for `result`, the outcome of the run of `config` (whose run_id is `identity`,
     computed if None), by table: its `runs` row (run_id, point_id, status and error first, then the
     preset of each config group it was composed from (`network`: `leaf_spine`, ...; null where
     unknown or given key by key), why its point was refined (two-fidelity sweeps), every config leaf
     flattened with dots, the measured values and `repro`), and the rows of its other tables, each
-    with `run_id` (empty tables kept: an empty table writes no part; `flows` kept as columns)."""
-    identity = identity or run_id(config)
+    with `run_id` (empty tables kept: an empty table writes no part; `flows` kept as columns).
+    `sim_config`: `config` validated, if at hand (`run_id`)."""
+    identity = identity or run_id(config, sim_config)
     measured = result.measured
     runs_row = {
         "run_id": identity,
-        "point_id": point_id(config),
+        "point_id": point_id(config, sim_config),
         "status": measured["status"],
         "error": measured.get("error"),
         **{group: (presets or {}).get(group) for group in PRESET_COLUMNS},

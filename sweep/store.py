@@ -19,6 +19,7 @@ lost rows, so `ResultStore.completed_run_ids` does not count it done and a resum
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -76,9 +77,16 @@ def with_pandas_metadata(table: pa.Table) -> pa.Table:
     dtypes (`Int64`, `boolean`): `pd.read_parquet` of the part, or of its whole table directory
     (pyarrow takes a directory's schema from a part), keeps them even where a column holds a null
     (without it they come back as float64). pyarrow, DuckDB and Polars do not read it."""
-    empty = table.schema.empty_table().to_pandas(types_mapper=_NULLABLE_DTYPES.get)
-    typed = pa.Table.from_pandas(empty, schema=table.schema.remove_metadata(), preserve_index=False)
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), **typed.schema.metadata})
+    return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                          **_pandas_metadata(table.schema.remove_metadata())})
+
+
+@functools.lru_cache(maxsize=64)
+def _pandas_metadata(schema: pa.Schema) -> dict[bytes, bytes]:
+    """The pandas metadata of `schema` (without metadata of its own) read as nullable dtypes: it
+    depends on the schema alone, and a sweep writes parts of a few schemas many times."""
+    empty = schema.empty_table().to_pandas(types_mapper=_NULLABLE_DTYPES.get)
+    return pa.Table.from_pandas(empty, schema=schema, preserve_index=False).schema.metadata
 
 
 def write_atomically(path: Path, table: pa.Table) -> Path:

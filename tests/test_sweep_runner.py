@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import engine
-from sweep.runner import execute, flatten, repro_command, run_id
+from sweep.runner import execute, flatten, point_id, repro_command, run_id
 from sweep_support import compose_config, small_config
 
 
@@ -31,6 +31,22 @@ def test_run_id_treats_integral_floats_as_ints(tmp_path: Path) -> None:
     """`network.link_gbps=100` on the command line is the run the preset's 100.0 describes."""
     config = small_config(tmp_path)
     assert run_id({**config, "network": {**config["network"], "link_gbps": 100}}) == run_id(config)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["engine.backend=analytical", "network=switch", "network.ecn_threshold_kb=32"],  # ECN keys unused on both
+    ["engine.backend=ns3", "network=leaf_spine", "network.buffer_kb=null", "network.ecn_threshold_kb=32"],
+    ["engine.backend=phase", "tcp=dctcp", "workload=dlrm_small"],
+])
+def test_ids_from_the_validated_config_are_the_ids_from_the_mapping(overrides: list[str]) -> None:
+    """A sweep hands `run_id` and `point_id` the config it validated when it planned the run, so
+    they do not validate it again: the ids are the same as from the mapping alone, also for
+    `point_id` where whether a key applies depends on the backend it leaves out (ns3 reads an ECN
+    threshold without a buffer limit; the default backend, packet, does not)."""
+    config = compose_config(overrides)
+    validated = engine.load_config(config)
+    assert run_id(config, validated) == run_id(config)
+    assert point_id(config, validated) == point_id(config)
 
 
 def test_flatten_dots_keys_and_turns_lists_into_json() -> None:
