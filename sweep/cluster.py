@@ -144,11 +144,17 @@ def _check_accepted(ray: Any, address: str) -> None:
             import grpc  # noqa: PLC0415 - Ray's dependency
             from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc  # noqa: PLC0415
 
-            if _token_mode():  # Ray's client adds the token itself; the ping would need it too
-                return
+            metadata: tuple[tuple[str, str], ...] = ()
+            if _token_mode():  # the token, as Ray's client sends it (its own interceptor's metadata)
+                from ray._private.authentication.grpc_authentication_client_interceptor import (  # noqa: PLC0415
+                    _get_authentication_metadata_tuple,
+                )
+
+                metadata = _get_authentication_metadata_tuple()
             with grpc.insecure_channel("%s:%d" % _host_port(address)) as channel:
                 ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
-                ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=AUTH_PROBE_TIMEOUT_S)
+                ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=AUTH_PROBE_TIMEOUT_S,
+                                                                          metadata=metadata)
         else:
             from ray._raylet import GcsClient  # noqa: PLC0415
 

@@ -470,6 +470,7 @@ def test_an_explicit_loopback_address_gets_the_token_its_head_expects(
     ("", {"RAY_AUTH_MODE": "disabled"}, "requires token authentication: export RAY_AUTH_MODE=token, "),
     ("", {"RAY_AUTH_TOKEN": "not-the-token"}, "refused this machine's Ray token (RAY_AUTH_TOKEN, "),
     ("ray://", {}, "requires token authentication: export RAY_AUTH_MODE=token, "),
+    ("ray://", {"RAY_AUTH_TOKEN": "not-the-token"}, "refused this machine's Ray token (RAY_AUTH_TOKEN, "),
 ])
 def test_a_head_that_refuses_the_sweep_says_what_to_set_in_one_line(
         token_head: tuple[str, int, str], tmp_path: Path, scheme: str, settings: dict[str, str],
