@@ -10,7 +10,7 @@ import pytest
 from scenario import build_path, drop_segment_and_its_first_retransmission
 
 from engine.transport.cc import NewReno, HyStartPlusPlus
-from engine.transport.recovery import ProportionalRateReduction
+from engine.transport.recovery import ProportionalRateReduction, RackState
 from engine.units import PS_PER_MS
 
 MSS = 1460
@@ -188,6 +188,38 @@ def test_rack_detects_a_lost_retransmission_when_a_later_transmission_is_deliver
     expected_ps = min(t for (t, *_), echoed_ps in zip(path.ack_tap.seen, path.ack_tap.sent_ps)
                       if echoed_ps > first_resend_ps)
     assert resends[1] == expected_ps
+
+
+@pytest.mark.parametrize("retransmission_out", [False, True])
+def test_rack_update_and_detect_loss_by_hand(retransmission_out: bool) -> None:
+    # RFC 8985 6.2 through the module alone. In MSS units (1,000 bytes) and microseconds: S0..S9
+    # sent at t = 0..9 us. Then one ACK at 30 us: cumulative up to S3, SACK [S5, S7). RACK_update
+    # (steps 1-3) takes the delivered segments S0, S1, S2, S5, S6 in transmission order: 5,000 bytes
+    # delivered; RACK.xmit_ts = 6 us (S6, sent last among them), RACK.end_seq = 7,000, RACK.rtt =
+    # 30 - 6 = 24 us, fack = 7,000, min RTT = 30 - 6 = 24 us (S6's is the smallest). RACK_detect_loss
+    # (step 5) with reo_wnd = 0: S3 and S4 were sent before S6 and are out for 27 and 26 us >= 24:
+    # both lost; S7..S9 were sent after: not. With S8 retransmitted at 20 us before the ACK (it moves
+    # to the end of the transmission order), the delivered set and the losses are the same: S8 is
+    # not delivered, and was (re)sent after S6. The same RFC steps, whichever way `RackState` finds
+    # the segments.
+    us = 1_000_000  # ps
+    rack = RackState()
+    for index in range(10):
+        rack.on_transmit(index * 1000, (index + 1) * 1000, index * us, False)
+    if retransmission_out:
+        rack.on_transmit(8000, 9000, 20 * us, True)
+    delivered = rack.on_delivery(3000, [[5000, 7000]], 30 * us, 30 * us)
+    assert delivered == 5000
+    assert (rack.xmit_ps, rack.end_seq, rack.rtt_ps, rack.fack, rack.min_rtt_ps) == (6 * us, 7000, 24 * us, 7000, 24 * us)
+    left = [3, 4, 7, 9, 8] if retransmission_out else [3, 4, 7, 8, 9]
+    assert [segment.start // 1000 for segment in rack.outstanding] == left
+    assert rack.detect_losses(30 * us, 0) == (2, 0)
+    assert [segment.start // 1000 for segment in rack.outstanding if segment.lost] == [3, 4]
+    assert rack.lost_bytes == 2000
+    # a later ACK covering everything: every segment delivered, the retransmission's RTT not taken
+    # from a send time the ACK does not echo (S8 echoed at 8 us < 20 us)
+    assert rack.on_delivery(10_000, None, 40 * us, 8 * us) == 5000
+    assert rack.outstanding == [] and rack.lost_bytes == 0 and rack.fack == 10_000
 
 
 def test_prr_ssrb_sends_the_rfc6937_sequence_for_two_loss_bursts_in_one_window():

@@ -50,18 +50,22 @@ class RackState:
     """RFC 8985 state of one sender.
 
     `outstanding` holds every segment sent and not yet delivered, in the order of their (latest)
-    transmission: a retransmission moves its segment to the end. `xmit_ps`, `end_seq` and `rtt_ps`
+    transmission: a retransmission moves its segment to the end. `retransmitted_count` counts the
+    retransmitted ones among them: with none, `outstanding` is also in sequence order (new data is
+    sent in order), which lets an ACK find what it delivers without reading every segment out.
+    `xmit_ps`, `end_seq` and `rtt_ps`
     describe the most recently sent delivered segment (RACK.xmit_ts, RACK.end_seq, RACK.rtt);
     `fack` is the highest sequence delivered. `lost_bytes` counts segments marked lost and not
     yet retransmitted. Deadlines are absolute picoseconds, 0 when not armed.
     """
 
-    __slots__ = ("outstanding", "xmit_ps", "end_seq", "rtt_ps", "min_rtt_ps", "fack", "reordering_seen",
+    __slots__ = ("outstanding", "retransmitted_count", "xmit_ps", "end_seq", "rtt_ps", "min_rtt_ps", "fack", "reordering_seen",
                  "lost_bytes", "reorder_deadline_ps", "probe_deadline_ps", "probe_end_seq", "probe_sent_ps",
                  "probe_retransmitted", "probe_flight_bytes", "after_timeout")
 
     def __init__(self) -> None:
         self.outstanding: list[SentSegment] = []
+        self.retransmitted_count = 0
         self.xmit_ps = _NONE
         self.end_seq = 0
         self.rtt_ps = 0
@@ -88,42 +92,93 @@ class RackState:
                     if segment.lost:
                         segment.lost = False
                         self.lost_bytes -= segment.end - segment.start
+                    if not segment.retransmitted:
+                        segment.retransmitted = True
+                        self.retransmitted_count += 1
                     segment.xmit_ps = now_ps
-                    segment.retransmitted = True
                     outstanding.append(segment)
                     return
+            self.retransmitted_count += 1
         outstanding.append(SentSegment(start, end, now_ps, is_retransmit))
 
     def on_delivery(self, snd_una: int, sacked: list[list[int]] | None, now_ps: int, echoed_sent_ps: int) -> int:
-        """RACK_update (RFC 8985 6.2 steps 1-3) for the segments this ACK shows delivered, which
-        leave `outstanding`; `echoed_sent_ps` is the send time the ACK echoes (the engine's
+        """RACK_update (RFC 8985 6.2 steps 1-3) for the segments this ACK shows delivered
+        (cumulatively acknowledged, or inside a SACK block), which leave `outstanding`, taken in
+        their order there; `echoed_sent_ps` is the send time the ACK echoes (the engine's
         counterpart of the timestamp option's TSecr, which Linux enables by default). Returns the
         bytes newly delivered (PRR's DeliveredData)."""
-        kept: list[SentSegment] = []
+        outstanding = self.outstanding
         delivered = 0
-        for segment in self.outstanding:
+        if self.retransmitted_count == 0:
+            # In sequence order and without overlaps: the delivered segments are the prefix that
+            # ends at or below snd_una, and within each SACK block a run of consecutive segments.
+            runs = self._delivered_runs(snd_una, sacked)
+            for first, stop in runs:
+                for index in range(first, stop):
+                    delivered += self._deliver(outstanding[index], now_ps, echoed_sent_ps)
+            for first, stop in reversed(runs):
+                del outstanding[first:stop]
+            return delivered
+        kept: list[SentSegment] = []
+        for segment in outstanding:
             if segment.end > snd_una and not _covered(segment.start, segment.end, sacked):
                 kept.append(segment)
-                continue
-            delivered += segment.end - segment.start
-            if segment.lost:
-                self.lost_bytes -= segment.end - segment.start
-            if segment.retransmitted and echoed_sent_ps < segment.xmit_ps:
-                continue  # the ACK may be for an earlier transmission (TSecr < xmit_ts): no RTT to learn
-            rtt_ps = now_ps - segment.xmit_ps
-            if self.min_rtt_ps == _NONE or rtt_ps < self.min_rtt_ps:
-                self.min_rtt_ps = rtt_ps
-            if not segment.retransmitted and segment.end < self.fack:
-                self.reordering_seen = True  # delivered below something delivered earlier
-            if segment.end > self.fack:
-                self.fack = segment.end
-            if sent_after(segment.xmit_ps, segment.end, self.xmit_ps, self.end_seq):
-                self.rtt_ps = rtt_ps
-                self.xmit_ps = segment.xmit_ps
-                self.end_seq = segment.end
+            else:
+                delivered += self._deliver(segment, now_ps, echoed_sent_ps)
         if delivered:
             self.outstanding = kept
         return delivered
+
+    def _delivered_runs(self, snd_una: int, sacked: list[list[int]] | None) -> list[tuple[int, int]]:
+        """With `outstanding` in sequence order: the index ranges [first, stop) of the segments at
+        or below `snd_una` and of those inside each SACK block, in index order, none overlapping."""
+        outstanding = self.outstanding
+        count = len(outstanding)
+        prefix_stop = 0
+        while prefix_stop < count and outstanding[prefix_stop].end <= snd_una:
+            prefix_stop += 1
+        runs: list[tuple[int, int]] = [(0, prefix_stop)] if prefix_stop else []
+        if sacked is not None:
+            block_runs: list[tuple[int, int]] = []
+            for block_start, block_end in sacked:
+                low = prefix_stop  # the first segment starting at or above block_start
+                high = count
+                while low < high:
+                    middle = (low + high) // 2
+                    if outstanding[middle].start < block_start:
+                        low = middle + 1
+                    else:
+                        high = middle
+                stop = low
+                while stop < count and outstanding[stop].end <= block_end:
+                    stop += 1
+                if stop > low:
+                    block_runs.append((low, stop))
+            block_runs.sort()
+            runs.extend(block_runs)
+        return runs
+
+    def _deliver(self, segment: SentSegment, now_ps: int, echoed_sent_ps: int) -> int:
+        """RACK_update for one delivered segment; its length."""
+        length = segment.end - segment.start
+        if segment.lost:
+            self.lost_bytes -= length
+        if segment.retransmitted:
+            self.retransmitted_count -= 1
+            if echoed_sent_ps < segment.xmit_ps:
+                return length  # the ACK may be for an earlier transmission (TSecr < xmit_ts): no RTT to learn
+        rtt_ps = now_ps - segment.xmit_ps
+        if self.min_rtt_ps == _NONE or rtt_ps < self.min_rtt_ps:
+            self.min_rtt_ps = rtt_ps
+        if not segment.retransmitted and segment.end < self.fack:
+            self.reordering_seen = True  # delivered below something delivered earlier
+        if segment.end > self.fack:
+            self.fack = segment.end
+        if sent_after(segment.xmit_ps, segment.end, self.xmit_ps, self.end_seq):
+            self.rtt_ps = rtt_ps
+            self.xmit_ps = segment.xmit_ps
+            self.end_seq = segment.end
+        return length
 
     def reordering_window_ps(self, in_recovery: bool, sacked_bytes: int, mss_bytes: int, srtt_ps: int) -> int:
         """RACK.reo_wnd (RFC 8985 6.2 step 4, without DSACK: the multiplier stays 1): zero when no
@@ -143,8 +198,17 @@ class RackState:
         newly_lost = 0
         wait_ps = 0
         deadline_offset_ps = self.rtt_ps + reorder_window_ps
+        rack_xmit_ps = self.xmit_ps
+        rack_end_seq = self.end_seq
+        # `outstanding` is in transmission order, and with no retransmission in it also in sequence
+        # order: past the first segment not sent before the latest delivered one, none is
+        in_sequence_order = self.retransmitted_count == 0
         for segment in self.outstanding:
-            if segment.lost or not sent_after(self.xmit_ps, self.end_seq, segment.xmit_ps, segment.end):
+            if not sent_after(rack_xmit_ps, rack_end_seq, segment.xmit_ps, segment.end):
+                if in_sequence_order or segment.xmit_ps > rack_xmit_ps:
+                    break
+                continue
+            if segment.lost:
                 continue
             remaining_ps = segment.xmit_ps + deadline_offset_ps - now_ps
             if remaining_ps <= 0:
