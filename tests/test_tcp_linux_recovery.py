@@ -200,8 +200,7 @@ def test_rack_update_and_detect_loss_by_hand(retransmission_out: bool) -> None:
     # (step 5) with reo_wnd = 0: S3 and S4 were sent before S6 and are out for 27 and 26 us >= 24:
     # both lost; S7..S9 were sent after: not. With S8 retransmitted at 20 us before the ACK (it moves
     # to the end of the transmission order), the delivered set and the losses are the same: S8 is
-    # not delivered, and was (re)sent after S6. The same RFC steps, whichever way `RackState` finds
-    # the segments.
+    # not delivered, and was (re)sent after S6 (and the segments out keep their transmission order).
     us = 1_000_000  # ps
     rack = RackState()
     for index in range(10):
@@ -216,10 +215,15 @@ def test_rack_update_and_detect_loss_by_hand(retransmission_out: bool) -> None:
     assert rack.detect_losses(30 * us, 0) == (2, 0)
     assert [segment.start // 1000 for segment in rack.outstanding if segment.lost] == [3, 4]
     assert rack.lost_bytes == 2000
-    # a later ACK covering everything: every segment delivered, the retransmission's RTT not taken
-    # from a send time the ACK does not echo (S8 echoed at 8 us < 20 us)
-    assert rack.on_delivery(10_000, None, 40 * us, 8 * us) == 5000
+    # A later ACK at 40 us covering everything, echoing the send time of the last segment sent: all
+    # five delivered (S3, S4, S7, then S9, S8 in transmission order). Without the retransmission the
+    # latest sent is S9 (9 us): RACK.rtt = 31 us. With it, S8's retransmission at 20 us, echoed (so
+    # its RTT counts, RFC 8985 6.2 step 2): RACK.xmit_ts = 20 us, RACK.rtt = min RTT = 20 us.
+    echoed_us = 20 if retransmission_out else 9
+    assert rack.on_delivery(10_000, None, 40 * us, echoed_us * us) == 5000
     assert rack.outstanding == [] and rack.lost_bytes == 0 and rack.fack == 10_000
+    expected = (20, 20, 20) if retransmission_out else (9, 31, 24)
+    assert (rack.xmit_ps, rack.rtt_ps, rack.min_rtt_ps) == tuple(value * us for value in expected)
 
 
 def test_prr_ssrb_sends_the_rfc6937_sequence_for_two_loss_bursts_in_one_window():

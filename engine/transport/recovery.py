@@ -19,7 +19,8 @@ The sender calls these only when the options are on (`tcp.rack_tlp`, `tcp.prr`).
 
 from __future__ import annotations
 
-from typing import Final
+import bisect
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -29,16 +30,22 @@ DUPTHRESH_SEGMENTS: Final = 3  # RFC 8985 6.2: SACKed segments beyond which reo_
 
 
 class SentSegment:
-    """One transmission RACK tracks: bytes [start, end) last sent at `xmit_ps`."""
+    """One transmission RACK tracks: bytes [start, end) last sent at `xmit_ps`, the `send_number`-th
+    transmission of its sender (its place in the transmission order)."""
 
-    __slots__ = ("start", "end", "xmit_ps", "retransmitted", "lost")
+    __slots__ = ("start", "end", "xmit_ps", "retransmitted", "lost", "send_number")
 
-    def __init__(self, start: int, end: int, xmit_ps: int, retransmitted: bool) -> None:
+    def __init__(self, start: int, end: int, xmit_ps: int, retransmitted: bool, send_number: int) -> None:
         self.start = start
         self.end = end
         self.xmit_ps = xmit_ps
         self.retransmitted = retransmitted
         self.lost = False
+        self.send_number = send_number
+
+
+def _send_number(segment: SentSegment) -> int:
+    return segment.send_number
 
 
 def sent_after(t1_ps: int, end1: int, t2_ps: int, end2: int) -> bool:
@@ -50,21 +57,27 @@ class RackState:
     """RFC 8985 state of one sender.
 
     `outstanding` holds every segment sent and not yet delivered, in the order of their (latest)
-    transmission: a retransmission moves its segment to the end. `retransmitted_count` counts the
-    retransmitted ones among them: with none, `outstanding` is also in sequence order (new data is
-    sent in order), which lets an ACK find what it delivers without reading every segment out.
-    `xmit_ps`, `end_seq` and `rtt_ps`
+    transmission: a retransmission moves its segment to the end. No two of them start at the same
+    sequence number (a retransmission from a segment's start is that segment sent again), so
+    `by_start` finds each by its start and `starts`, sorted, finds those in a range of sequence
+    numbers: an ACK reads the segments it can deliver, not every segment out. `retransmitted_count`
+    counts the retransmitted ones out: with none, `outstanding` is in sequence order as well (new
+    data is sent in order). `xmit_ps`, `end_seq` and `rtt_ps`
     describe the most recently sent delivered segment (RACK.xmit_ts, RACK.end_seq, RACK.rtt);
     `fack` is the highest sequence delivered. `lost_bytes` counts segments marked lost and not
     yet retransmitted. Deadlines are absolute picoseconds, 0 when not armed.
     """
 
-    __slots__ = ("outstanding", "retransmitted_count", "xmit_ps", "end_seq", "rtt_ps", "min_rtt_ps", "fack", "reordering_seen",
-                 "lost_bytes", "reorder_deadline_ps", "probe_deadline_ps", "probe_end_seq", "probe_sent_ps",
-                 "probe_retransmitted", "probe_flight_bytes", "after_timeout")
+    __slots__ = ("outstanding", "by_start", "starts", "sends", "retransmitted_count", "xmit_ps", "end_seq",
+                 "rtt_ps", "min_rtt_ps", "fack", "reordering_seen", "lost_bytes", "reorder_deadline_ps",
+                 "probe_deadline_ps", "probe_end_seq", "probe_sent_ps", "probe_retransmitted",
+                 "probe_flight_bytes", "after_timeout")
 
     def __init__(self) -> None:
         self.outstanding: list[SentSegment] = []
+        self.by_start: dict[int, SentSegment] = {}
+        self.starts: list[int] = []
+        self.sends = 0
         self.retransmitted_count = 0
         self.xmit_ps = _NONE
         self.end_seq = 0
@@ -83,23 +96,30 @@ class RackState:
 
     def on_transmit(self, start: int, end: int, now_ps: int, is_retransmit: bool) -> None:
         """Record a transmission; a retransmission moves its segment to the end of the order."""
-        outstanding = self.outstanding
+        self.sends += 1
+        segment = self.by_start.get(start) if is_retransmit else None
+        if segment is not None:
+            self.outstanding.remove(segment)
+            if segment.lost:
+                segment.lost = False
+                self.lost_bytes -= segment.end - segment.start
+            if not segment.retransmitted:
+                segment.retransmitted = True
+                self.retransmitted_count += 1
+            segment.xmit_ps = now_ps
+            segment.send_number = self.sends
+            self.outstanding.append(segment)
+            return
+        segment = SentSegment(start, end, now_ps, is_retransmit, self.sends)
         if is_retransmit:
-            for index in range(len(outstanding)):
-                segment = outstanding[index]
-                if segment.start == start:
-                    del outstanding[index]
-                    if segment.lost:
-                        segment.lost = False
-                        self.lost_bytes -= segment.end - segment.start
-                    if not segment.retransmitted:
-                        segment.retransmitted = True
-                        self.retransmitted_count += 1
-                    segment.xmit_ps = now_ps
-                    outstanding.append(segment)
-                    return
             self.retransmitted_count += 1
-        outstanding.append(SentSegment(start, end, now_ps, is_retransmit))
+        self.outstanding.append(segment)
+        self.by_start[start] = segment
+        starts = self.starts
+        if not starts or start > starts[-1]:  # new data: above everything out
+            starts.append(start)
+        else:
+            starts.insert(bisect.bisect_left(starts, start), start)
 
     def on_delivery(self, snd_una: int, sacked: list[list[int]] | None, now_ps: int, echoed_sent_ps: int) -> int:
         """RACK_update (RFC 8985 6.2 steps 1-3) for the segments this ACK shows delivered
@@ -107,56 +127,44 @@ class RackState:
         their order there; `echoed_sent_ps` is the send time the ACK echoes (the engine's
         counterpart of the timestamp option's TSecr, which Linux enables by default). Returns the
         bytes newly delivered (PRR's DeliveredData)."""
-        outstanding = self.outstanding
-        delivered = 0
-        if self.retransmitted_count == 0:
-            # In sequence order and without overlaps: the delivered segments are the prefix that
-            # ends at or below snd_una, and within each SACK block a run of consecutive segments.
-            runs = self._delivered_runs(snd_una, sacked)
-            for first, stop in runs:
-                for index in range(first, stop):
-                    delivered += self._deliver(outstanding[index], now_ps, echoed_sent_ps)
-            for first, stop in reversed(runs):
-                del outstanding[first:stop]
-            return delivered
-        kept: list[SentSegment] = []
-        for segment in outstanding:
-            if segment.end > snd_una and not _covered(segment.start, segment.end, sacked):
-                kept.append(segment)
-            else:
-                delivered += self._deliver(segment, now_ps, echoed_sent_ps)
-        if delivered:
-            self.outstanding = kept
-        return delivered
-
-    def _delivered_runs(self, snd_una: int, sacked: list[list[int]] | None) -> list[tuple[int, int]]:
-        """With `outstanding` in sequence order: the index ranges [first, stop) of the segments at
-        or below `snd_una` and of those inside each SACK block, in index order, none overlapping."""
-        outstanding = self.outstanding
-        count = len(outstanding)
-        prefix_stop = 0
-        while prefix_stop < count and outstanding[prefix_stop].end <= snd_una:
-            prefix_stop += 1
-        runs: list[tuple[int, int]] = [(0, prefix_stop)] if prefix_stop else []
+        starts = self.starts
+        by_start = self.by_start
+        count = len(starts)
+        delivered_indices: list[int] = []  # into `starts`
+        index = 0
+        while index < count and starts[index] < snd_una:  # the segments that start below snd_una
+            segment = by_start[starts[index]]
+            if segment.end <= snd_una or _covered(segment.start, segment.end, sacked):
+                delivered_indices.append(index)
+            index += 1
         if sacked is not None:
-            block_runs: list[tuple[int, int]] = []
-            for block_start, block_end in sacked:
-                low = prefix_stop  # the first segment starting at or above block_start
-                high = count
-                while low < high:
-                    middle = (low + high) // 2
-                    if outstanding[middle].start < block_start:
-                        low = middle + 1
-                    else:
-                        high = middle
-                stop = low
-                while stop < count and outstanding[stop].end <= block_end:
-                    stop += 1
-                if stop > low:
-                    block_runs.append((low, stop))
-            block_runs.sort()
-            runs.extend(block_runs)
-        return runs
+            above_snd_una = index
+            for block_start, block_end in sacked:  # the segments inside each block (disjoint blocks)
+                index = bisect.bisect_left(starts, block_start, above_snd_una)
+                while index < count and starts[index] < block_end:
+                    if by_start[starts[index]].end <= block_end:
+                        delivered_indices.append(index)
+                    index += 1
+        if not delivered_indices:
+            return 0
+        delivered_indices.sort()
+        segments = [by_start[starts[index]] for index in delivered_indices]
+        # with no retransmission out, sequence order is transmission order: `outstanding` holds the
+        # segments at the same positions as `starts`
+        in_sequence_order = self.retransmitted_count == 0
+        if not in_sequence_order:
+            segments.sort(key=_send_number)  # RFC 8985 reads them in transmission order
+        delivered = 0
+        for segment in segments:
+            delivered += self._deliver(segment, now_ps, echoed_sent_ps)
+            del by_start[segment.start]
+        _delete_positions(starts, delivered_indices)
+        if in_sequence_order:
+            _delete_positions(self.outstanding, delivered_indices)
+        else:
+            for segment in segments:
+                self.outstanding.remove(segment)
+        return delivered
 
     def _deliver(self, segment: SentSegment, now_ps: int, echoed_sent_ps: int) -> int:
         """RACK_update for one delivered segment; its length."""
@@ -234,12 +242,13 @@ class RackState:
 
     def first_lost(self) -> SentSegment | None:
         """The lost segment with the lowest sequence number (retransmitted first), if any."""
-        first: SentSegment | None = None
         if self.lost_bytes:
-            for segment in self.outstanding:
-                if segment.lost and (first is None or segment.start < first.start):
-                    first = segment
-        return first
+            by_start = self.by_start
+            for start in self.starts:
+                segment = by_start[start]
+                if segment.lost:
+                    return segment
+        return None
 
     def last_sent_segment(self) -> SentSegment | None:
         """The outstanding segment with the highest sequence number (what a probe resends)."""
@@ -248,6 +257,17 @@ class RackState:
             if last is None or segment.end > last.end:
                 last = segment
         return last
+
+
+def _delete_positions(items: list[Any], positions: list[int]) -> None:
+    """Delete the items at `positions` (ascending) from `items`, a slice per run of consecutive ones."""
+    stop = len(positions)
+    while stop:
+        first = stop - 1
+        while first and positions[first - 1] == positions[first] - 1:
+            first -= 1
+        del items[positions[first]:positions[stop - 1] + 1]
+        stop = first
 
 
 def _covered(start: int, end: int, sacked: list[list[int]] | None) -> bool:
