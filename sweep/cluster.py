@@ -56,6 +56,9 @@ RAY_LOG = "ray.log"  # in the sweep's dataset: what Ray printed on standard erro
 _AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's switch: `token` sends this machine's token to the cluster
 # Seconds the one request that asks a cluster whether it accepts this process may take.
 AUTH_PROBE_TIMEOUT_S = 10.0
+# Connections tried to a `ray://` address whose client server fails to start this driver's server.
+CLIENT_CONNECT_ATTEMPTS = 3
+_CLIENT_SERVER_FAILED = "Starting Ray client server failed"  # Ray's message for that failure
 
 
 def is_loopback(address: str) -> bool:
@@ -179,6 +182,25 @@ def _send_token_to_loopback(address: str) -> None:
     except ImportError:  # a Ray without token authentication
         return
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _join(ray: Any, address: str, settings: dict[str, Any]) -> None:
+    """`ray.init(address=address, **settings)`, tried again (up to `CLIENT_CONNECT_ATTEMPTS` in all)
+    where Ray's client server failed to start this driver's own server process (`ray://`): under
+    load that process can die as it starts (Ray 2.60: `SpecificServer startup failed`, its log
+    "epoll_wait error: Bad file descriptor", seen on 2 busy cores), and a new connection starts
+    another. Any other failure is raised at once."""
+    for attempt in range(1, CLIENT_CONNECT_ATTEMPTS + 1):
+        try:
+            ray.init(address=address, **settings)
+            return
+        except ConnectionAbortedError as exc:
+            if _CLIENT_SERVER_FAILED not in str(exc) or attempt == CLIENT_CONNECT_ATTEMPTS:
+                raise
+            ray.shutdown()  # the half-made client connection
+            # to descriptor 2, which is the sweep's Ray log while Ray is up (`stderr_to_log`): Ray's trouble
+            print(f"ray: the Ray client server at {address} failed to start a server for this driver; "
+                  f"connecting again ({attempt + 1} of {CLIENT_CONNECT_ATTEMPTS})", file=sys.__stderr__, flush=True)
 
 
 @contextlib.contextmanager
@@ -315,7 +337,7 @@ class RayExecutor:
             if self.address != "auto":
                 _send_token_to_loopback(self.address)
                 _check_accepted(ray, self.address)
-            ray.init(address=self.address, **common)
+            _join(ray, self.address, common)
         return f"the Ray cluster at {self.address}"
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
