@@ -9,8 +9,12 @@ finds while composing (an unknown preset, a value override of a key that does no
 override it cannot parse) included: the line lists the presets or keys there are, and the closest
 one to a typo.
 
-The commands run concurrently in one module fixture (about a second each), so the file takes
-tens of seconds, not minutes.
+A command line costs about a second of interpreter start-up and imports (Hydra, the engine) before
+it reaches its mistake. So the module fixture runs the mistakes in two command servers: each is
+`python` that has imported the command's modules once and runs each command line in a child forked
+from it (`python -m sweep` itself: `runpy`, its arguments, working directory and environment, its
+own standard output and error, its exit status). `test_forked_commands_are_the_command_line` runs a
+few of the mistakes as separate `python -m sweep` processes and finds the same exit code and output.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -179,17 +184,81 @@ def _immutable(path: Path) -> bool:
     return False
 
 
-def _run(mistake: Mistake, root: Path) -> subprocess.CompletedProcess:
+def _arguments(mistake: Mistake, root: Path) -> list[str]:
+    """The arguments after `python -m sweep`: every command writes to the existing dataset unless
+    it names another place itself."""
     args = mistake.args.replace("{root}", str(root)).split(" ")
     keys = {arg.lstrip("+").split("=", 1)[0] for arg in args}
-    # Every command writes to the existing dataset unless it names another place itself.
     defaults = [arg for key, arg in (("results_dir", f"results_dir={root / 'results'}"), ("name", "name=existing"))
                 if key not in keys]
-    command = [sys.executable, "-m", "sweep", *(["-m"] if mistake.multirun else []), *args, *defaults]
-    # the sweep package of this checkout, not whichever one is installed
+    return [*(["-m"] if mistake.multirun else []), *args, *defaults]
+
+
+def _environment() -> dict[str, str]:
+    """The commands' environment: the sweep package of this checkout, not whichever one is installed."""
     path = os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run(command, capture_output=True, text=True, cwd=root / "cwd", timeout=120,
-                          env={**os.environ, "HYDRA_FULL_ERROR": "", "PYTHONPATH": path})
+    return {**os.environ, "HYDRA_FULL_ERROR": "", "PYTHONPATH": path}
+
+
+def _run(mistake: Mistake, root: Path) -> subprocess.CompletedProcess:
+    """The mistake's command line as its own process."""
+    return subprocess.run([sys.executable, "-m", "sweep", *_arguments(mistake, root)], capture_output=True,
+                          text=True, cwd=root / "cwd", timeout=120, env=_environment())
+
+
+# A command server: reads one JSON job a line ({args, cwd, env, out, err}), runs `python -m sweep
+# <args>` in a forked child with that working directory, environment and output files, and writes
+# the child's exit code as one line.
+_COMMAND_SERVER = r"""
+import json, os, runpy, sys, traceback
+import sweep.cli  # the command's imports, once: Hydra, OmegaConf, the engine
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job["env"])
+        for fd, name in ((1, job["out"]), (2, job["err"])):
+            os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = ["sweep", *job["args"]]
+        try:
+            runpy.run_module("sweep", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exiting:  # as the interpreter treats it
+            code = exiting.code if isinstance(exiting.code, int) else (exiting.code is not None)
+            if not isinstance(exiting.code, (int, type(None))):
+                print(exiting.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+def _run_forked(mistakes: list[Mistake], root: Path, outputs: Path) -> dict[str, subprocess.CompletedProcess]:
+    """Each mistake's command line run by a command server (`_COMMAND_SERVER`); one server per
+    core, each taking every other mistake; their output files go to `outputs`."""
+    env = _environment()
+
+    def serve(share: list[Mistake]) -> dict[str, subprocess.CompletedProcess]:
+        jobs = [{"args": _arguments(m, root), "cwd": str(root / "cwd"), "env": env,
+                 "out": str(outputs / f"{m.id}.out"), "err": str(outputs / f"{m.id}.err")} for m in share]
+        server = subprocess.run([sys.executable, "-c", _COMMAND_SERVER], input="".join(json.dumps(job) + "\n"
+                                for job in jobs), capture_output=True, text=True, env=env, timeout=600, check=True)
+        codes = [int(code) for code in server.stdout.split()]
+        assert len(codes) == len(share), server.stderr
+        return {m.id: subprocess.CompletedProcess(["python", "-m", "sweep", *job["args"]], code,
+                                                  Path(job["out"]).read_text(), Path(job["err"]).read_text())
+                for m, job, code in zip(share, jobs, codes)}
+
+    servers = max(2, os.cpu_count() or 2)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=servers) as pool:
+        shares = pool.map(serve, [mistakes[index::servers] for index in range(servers)])
+    return {key: value for share in shares for key, value in share.items()}
 
 
 @pytest.fixture(scope="module")
@@ -211,8 +280,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict:
     before = _tree_hashes(root)
     runnable = [m for m in MISTAKES if m.needs != "immutable" or immutable]
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-            results = dict(zip((m.id for m in runnable), pool.map(lambda m: _run(m, root), runnable)))
+        results = _run_forked(runnable, root, tmp_path_factory.mktemp("bad_input_outputs"))
         after = _tree_hashes(root)
     finally:
         if immutable:
@@ -239,6 +307,17 @@ def test_mistake_is_refused_clearly(mistake: Mistake, outcomes: dict) -> None:
         assert piece.replace("{root}", str(outcomes["root"])) in stderr, (piece, stderr)
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+
+
+@pytest.mark.parametrize("mistake_id", ["unknown-preset", "negative-bandwidth", "grid-value-typo", "astra-comm-type"])
+def test_forked_commands_are_the_command_line(mistake_id: str, outcomes: dict) -> None:
+    """A Hydra composition error, a validation error, a grid point's error and a workload file's
+    error, each run as its own `python -m sweep` process: the same exit code, output and error as
+    from the command server."""
+    mistake = next(m for m in MISTAKES if m.id == mistake_id)
+    alone = _run(mistake, outcomes["root"])
+    forked = outcomes["results"][mistake_id]
+    assert (alone.returncode, alone.stdout, alone.stderr) == (forked.returncode, forked.stdout, forked.stderr)
 
 
 def test_nothing_was_written_or_changed(outcomes: dict) -> None:
