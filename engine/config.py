@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
-from .backends import BACKEND_NAMES, ECN_THRESHOLD_SETS_QUEUE
+from .backends import BACKEND_NAMES, ECN_THRESHOLD_SETS_QUEUE, MODELS_HOST_STACK
 from .network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
@@ -46,6 +46,8 @@ SYSTEM_ALGORITHMS = {
     "reduce_scatter": ("ring", "halving_doubling", "direct"),
 }
 FLOW_PATTERNS = ("incast", "permutation", "all_to_all")
+# A host's qdisc: pfifo_fast, Linux's default root qdisc (one FIFO for traffic of one priority).
+QDISCS = ("pfifo_fast",)
 
 
 class ConfigError(ValueError):
@@ -109,6 +111,23 @@ class TcpConfig:
     dctcp_g: float = 1.0 / 16
     cubic_c: float = 0.4
     cubic_beta: float = 0.7
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """A host's transmit path below TCP, as Linux's (`host.*`; packet backend, every topology but the
+    ring, whose NPUs forward packets): TCP Small Queues and a bounded qdisc that holds TCP back.
+    `tsq_bytes: null` and `qdisc_packets: null` together give the unbounded host queue of before."""
+
+    # net.ipv4.tcp_limit_output_bytes (Linux's default since 4.19: 1 MiB): at most this many bytes of
+    # one connection below TCP; null = no TCP Small Queues
+    tsq_bytes: int | None = 1_048_576
+    qdisc: str = "pfifo_fast"  # one of QDISCS
+    qdisc_packets: int | None = 1000  # the qdisc's limit, a device's txqueuelen (Linux: 1000); null = none
+    # Each packet a host sends reaches its switch a random time in [0, tx_jitter_ns) late (in order,
+    # seeded): the variation of a real host's transmit timing, which breaks the phase lock-out of
+    # deterministic drop-tail queues (Floyd and Jacobson 1992); 0 = exact timing, as ns-3
+    tx_jitter_ns: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -194,6 +213,7 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     tcp: TcpConfig = field(default_factory=TcpConfig)
+    host: HostConfig = field(default_factory=HostConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
@@ -215,6 +235,8 @@ class SimConfig:
         return self.mss_bytes - (self.header_bytes - TCP_IP_HEADER_BYTES)
 
 
+# The engine's sections of a config, in the order of `SimConfig`'s fields.
+SECTIONS = tuple(item.name for item in fields(SimConfig) if item.name != "seed")
 # Keys outside the engine's sections that a composed config may carry (the sweep's own settings).
 _IGNORED_TOP_LEVEL = {"name", "results_dir", "ray", "hydra", "sweep"}
 
@@ -290,18 +312,20 @@ def load_config(mapping: Mapping[str, Any]) -> SimConfig:
     cannot run."""
     mapping = dict(mapping)
     for key in mapping:
-        if key not in {"seed", "engine", "network", "tcp", "system", "workload"} | _IGNORED_TOP_LEVEL:
-            raise ConfigError(key, mapping[key], "unknown top-level key; known: seed, engine, network, tcp, system, workload, "
+        if key not in {"seed", *SECTIONS} | _IGNORED_TOP_LEVEL:
+            raise ConfigError(key, mapping[key], f"unknown top-level key; known: seed, {', '.join(SECTIONS)}, "
                               + ", ".join(sorted(_IGNORED_TOP_LEVEL)))
     seed = _coerce("seed", mapping.get("seed", 0), "int")
     engine = EngineConfig(**_section(EngineConfig, mapping.get("engine"), "engine"))
     network = NetworkConfig(**_section(NetworkConfig, mapping.get("network"), "network"))
     tcp = TcpConfig(**_section(TcpConfig, mapping.get("tcp"), "tcp"))
+    host = HostConfig(**_section(HostConfig, mapping.get("host"), "host"))
     system = SystemConfig(**_section(SystemConfig, mapping.get("system"), "system"))
     workload_values = _section(WorkloadConfig, mapping.get("workload"), "workload")
     workload_values["flows"] = _flow_specs(workload_values.get("flows", ()))
     workload = WorkloadConfig(**workload_values)
-    config = SimConfig(seed=seed, engine=engine, network=network, tcp=tcp, system=system, workload=workload)
+    config = SimConfig(seed=seed, engine=engine, network=network, tcp=tcp, host=host, system=system,
+                       workload=workload)
     _validate(config)
     return config
 
@@ -372,6 +396,7 @@ def _validate(config: SimConfig) -> None:
     _positive("tcp.cubic_c", tcp.cubic_c)
     _require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
 
+    _validate_host(config.host)
     _validate_system(config)
     _one_of("workload.type", wl.type, WORKLOAD_TYPES)
     if wl.type == "flows":
@@ -409,6 +434,18 @@ def _validate(config: SimConfig) -> None:
     elif wl.type == "collective":
         _one_of("workload.op", wl.op, COLLECTIVE_OPS)
         _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
+
+
+def _validate_host(host: HostConfig) -> None:
+    if host.tsq_bytes is not None:
+        _require(host.tsq_bytes >= 1, "host.tsq_bytes", host.tsq_bytes,
+                 "an integer >= 1 (bytes; Linux's tcp_limit_output_bytes is 1048576), or null for no TCP Small Queues")
+    _require(host.qdisc in QDISCS, "host.qdisc", host.qdisc,
+             f"one of {', '.join(QDISCS)} (fq, per-flow fair queueing with pacing, is not modelled yet)")
+    if host.qdisc_packets is not None:
+        _require(host.qdisc_packets >= 1, "host.qdisc_packets", host.qdisc_packets,
+                 "an integer >= 1 (packets; Linux's txqueuelen is 1000), or null for an unbounded qdisc")
+    _non_negative("host.tx_jitter_ns", host.tx_jitter_ns)
 
 
 def _validate_system(config: SimConfig) -> None:
@@ -520,6 +557,11 @@ def _both(first: tuple[str, Callable[[SimConfig], bool]],
 
 
 _DLRM = _when("workload.type", "dlrm")
+# A host's own transmit path exists on the backends that model it, and on every topology but the ring,
+# whose NPUs send their own packets through the ports that forward others' (`RingPort`).
+_HOST_STACK = (
+    f"engine.backend={'|'.join(sorted(MODELS_HOST_STACK))} on a topology other than ring",
+    lambda config: config.engine.backend in MODELS_HOST_STACK and config.network.topology != "ring")
 # Where each key is read: outside its condition a key cannot change the simulation (another
 # topology's links, another congestion control's constants, another workload type's sizes, a
 # setting of an option that is off). Keys not listed apply to every config.
@@ -539,6 +581,7 @@ KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
         "ECN-capable traffic (tcp.cc=dctcp or tcp.ecn=true; on engine.backend=ns3 also network.buffer_kb=null)",
         lambda config: config.tcp.ecn or config.tcp.cc == "dctcp"
         or (config.engine.backend in ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None)),
+    **{f"host.{key}": _HOST_STACK for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
     "tcp.dctcp_g": _when("tcp.cc", "dctcp"),
     "tcp.cubic_c": _when("tcp.cc", "cubic"),
     "tcp.cubic_beta": _when("tcp.cc", "cubic"),
@@ -583,11 +626,17 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
     simulation map to one identity. Defaults, not deletion, so a config whose unused keys hold
     their defaults (every preset's) keeps the identity it had."""
     identity = {key: dict(value) if isinstance(value, Mapping) else value for key, value in mapping.items()}
-    for key in unused_keys(config):
+    unused = unused_keys(config)
+    for key in unused:
         section, name = key.split(".")
         values = identity.get(section)
         if isinstance(values, dict) and name in values:
             values[name] = _default(getattr(config, section), name)
+    # A section none of whose keys can change this simulation (`host` off the packet backend) is left
+    # out, so such configs keep the identity they had before the section was added.
+    for section in SECTIONS:
+        if all(f"{section}.{name}" in unused for name in _field_defaults(type(getattr(config, section)))):
+            identity.pop(section, None)
     return identity
 
 

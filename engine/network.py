@@ -10,9 +10,14 @@ departure: it keeps the packets on the wire in arrival order (a list linked thro
 `next_on_wire`: no container to grow, no method call per hop) and holds at most one pending event,
 for the head's arrival at the next hop.
 
+A host's own interface is a `HostNic`: the link with, above it, Linux's transmit path below TCP: the
+qdisc (pfifo_fast, a FIFO for traffic of one priority) bounded to `qdisc_bytes`, and TCP Small
+Queues' per-connection limit (`tsq_bytes`, read by the sender). A full qdisc does not drop: it stops
+the sender that finds it full and wakes it when a packet leaves (`HostSender`).
+
 On a ring, where a port carries both an NPU's own packets and those it forwards, a `RingPort` in
-front of the link serves the two round-robin: the buffer limits forwarded packets only, as a host's
-own packets wait without limit at a host NIC elsewhere.
+front of the link serves the two round-robin: the buffer limits forwarded packets only, and the NPU's
+own packets wait without limit.
 """
 
 from __future__ import annotations
@@ -94,7 +99,8 @@ class Packet:
     and the detection of lost retransmissions); `ts_echo_ps` is the TSecr of the timestamp option
     (RFC 7323; only with `tcp.timestamps`, whose TSval is the send time). `arrival_ps` and
     `next_on_wire` are set by the link carrying the packet: when it reaches the next hop, and the
-    packet behind it on that link's wire.
+    packet behind it on that link's wire. `below_end_ps` and `next_below` are its sender's (TCP Small
+    Queues): when its host interface will have sent it, and the sender's next packet handed down.
     """
 
     # Compiled, attributes lie in the object in this order: what every hop reads (route, hop, the
@@ -103,6 +109,7 @@ class Packet:
     __slots__ = (
         "route", "hop", "next_on_wire", "arrival_ps", "size_bytes", "payload_bytes", "seq", "ack",
         "sent_ps", "ts_echo_ps", "sack_blocks", "is_retransmit", "ecn_capable", "ce", "ece", "cwr",
+        "below_end_ps", "next_below",
     )
 
     def __init__(
@@ -132,6 +139,8 @@ class Packet:
         self.ce = False
         self.ece = False
         self.cwr = False
+        self.below_end_ps = 0
+        self.next_below: Packet | None = None
 
 
 class Link(PacketSink):
@@ -143,12 +152,17 @@ class Link(PacketSink):
     occupancy exceeds `buffer_bytes` (so a zero buffer still accepts a packet on an idle port) and
     CE-marked, if ECN-capable, when it exceeds `ecn_threshold_bytes`. Both comparisons are done in
     picoseconds of backlog, which is exact for a FIFO and needs no per-packet conversion.
+
+    With `jitter_ps` a packet reaches the next hop a random time in [0, jitter) later than the
+    propagation alone gives, in order (a host's transmit timing, `host.tx_jitter_ns`): it costs the
+    link no throughput, since the serialiser is not held.
     """
 
     __slots__ = (
         "name", "eventlist", "rate_bps", "latency_ps", "buffer_bytes", "ecn_threshold_bytes",
         "_buffer_ps", "_ecn_threshold_ps", "_ps_per_byte_num", "_ps_per_byte", "busy_until_ps",
-        "_wire_head", "_wire_tail", "_loss_rate", "_rng", "_event", "packets_sent", "bytes_sent", "drops",
+        "_wire_head", "_wire_tail", "_loss_rate", "_rng", "_jitter_ps", "_jitter_rng", "_event", "packets_sent",
+        "bytes_sent", "drops",
         "ecn_marks", "max_backlog_ps",
     )
 
@@ -162,6 +176,8 @@ class Link(PacketSink):
         ecn_threshold_bytes: int | None = None,
         loss_rate: float = 0.0,
         rng: Random | None = None,
+        jitter_ps: int = 0,
+        jitter_rng: Random | None = None,
     ) -> None:
         if rate_bps <= 0:
             raise ValueError(f"link {name}: rate_bps must be positive, got {rate_bps}")
@@ -189,6 +205,10 @@ class Link(PacketSink):
             raise ValueError(f"link {name}: random loss needs a seeded rng")
         self._loss_rate = loss_rate
         self._rng = rng if loss_rate > 0.0 else None  # None: no random loss, no draw per packet
+        if jitter_ps > 0 and jitter_rng is None:
+            raise ValueError(f"link {name}: jitter needs a seeded rng")
+        self._jitter_ps = jitter_ps
+        self._jitter_rng = jitter_rng if jitter_ps > 0 else None  # None: no jitter, no draw per packet
         self.packets_sent = 0
         self.bytes_sent = 0
         self.drops = 0
@@ -216,8 +236,14 @@ class Link(PacketSink):
         self.packets_sent += 1
         self.bytes_sent += size
         arrival_ps = busy_until + self.latency_ps
-        pkt.arrival_ps = arrival_ps
         tail = self._wire_tail
+        jitter_rng = self._jitter_rng
+        if jitter_rng is not None:
+            # a random delay in [0, jitter) before the next hop, never overtaking the packet ahead
+            arrival_ps += int(jitter_rng.random() * self._jitter_ps)
+            if tail is not None and arrival_ps < tail.arrival_ps:
+                arrival_ps = tail.arrival_ps
+        pkt.arrival_ps = arrival_ps
         self._wire_tail = pkt
         if tail is None:
             self._wire_head = pkt
@@ -258,6 +284,104 @@ class Link(PacketSink):
     def max_queue_bytes(self) -> int:
         """Largest backlog an arriving packet saw, in bytes."""
         return bytes_in_duration(self.max_backlog_ps, self.rate_bps)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class HostSender(PacketSink):
+    """Base of a sender a `HostNic` can stop and wake (TCP's sending half)."""
+
+    __slots__ = ()
+
+    def on_qdisc_room(self) -> None:
+        """The qdisc that stopped this sender has room again: send what the windows allow."""
+        raise NotImplementedError
+
+
+class HostNic(Link):
+    """A host's egress interface: the qdisc above the device, then the link.
+
+    The qdisc is pfifo_fast (Linux's default root qdisc, net/sched/sch_generic.c): three priority
+    bands, and all of TCP's traffic here is in one, so a FIFO; with the link it is one work-conserving
+    FIFO, so a packet's end of serialisation is known when it is queued, and the link's arithmetic
+    serves both. Its limit, `qdisc_bytes`, is `host.qdisc_packets` full-size packets (txqueuelen,
+    1,000) counted in bytes: the interface holds no more than that, the packet being sent included
+    (a bulk transfer's segments are full-size, so this is Linux's packet count; a small packet counts
+    for its share). Where Linux's pfifo_fast would drop a segment at a full queue (TCP keeps it and
+    tries again later), here the sender asks first (`has_room`) and, if the queue is full, waits in
+    line (`wait_for_room`) to be woken, in order, as the queue drains: TCP is held back, nothing is
+    dropped inside a host. Pure ACKs and segments sent one at a time go in regardless (a packet or
+    two over the limit at most).
+
+    `tsq_bytes` is TCP Small Queues' cap (net.ipv4.tcp_limit_output_bytes; 0: no TSQ), which every
+    sender on this host applies to its own bytes below TCP (`TcpSender`).
+    """
+
+    __slots__ = ("qdisc_bytes", "tsq_bytes", "_limit_ps", "_waiting", "_woken", "_wakeup", "_wakeup_pending",
+                 "sender_stops")
+
+    def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
+                 qdisc_bytes: int | None, tsq_bytes: int, loss_rate: float = 0.0,
+                 rng: Random | None = None, jitter_ps: int = 0, jitter_rng: Random | None = None) -> None:
+        super().__init__(eventlist, name, rate_bps, latency_ps, loss_rate=loss_rate, rng=rng, jitter_ps=jitter_ps,
+                         jitter_rng=jitter_rng)
+        self.qdisc_bytes = qdisc_bytes
+        self.tsq_bytes = tsq_bytes
+        # the limit as a backlog (exact for a FIFO, as the switch ports' buffers); 0: no limit
+        self._limit_ps = 0 if qdisc_bytes is None else serialisation_ps(qdisc_bytes, rate_bps)
+        self._waiting: deque[HostSender] = deque()  # senders stopped by a full qdisc, in order
+        self._woken: HostSender | None = None  # the sender being woken, which goes before those waiting
+        self._wakeup = EventEntry(_QdiscWakeup(self))
+        self._wakeup_pending = False
+        self.sender_stops = 0  # times a sender found the qdisc full
+
+    def has_room(self, sender: HostSender, now_ps: int) -> bool:
+        """May `sender` queue one more data segment now? Not while the interface holds its limit,
+        nor while other senders wait for room (they go first), unless it is the one being woken."""
+        limit_ps = self._limit_ps
+        if not limit_ps:
+            return True
+        if self._waiting and sender is not self._woken:
+            return False
+        return self.busy_until_ps - now_ps < limit_ps
+
+    def wait_for_room(self, sender: HostSender) -> None:
+        """Stop `sender` until the qdisc has room for it (woken in the order they stopped)."""
+        self.sender_stops += 1
+        self._waiting.append(sender)
+        self._schedule_wakeup()
+
+    def _schedule_wakeup(self) -> None:
+        """Wake when the backlog has fallen below the limit (once: the entry is scheduled at most once)."""
+        if not self._wakeup_pending:
+            self._wakeup_pending = True
+            self.eventlist.schedule_entry(self._wakeup, self.busy_until_ps - self._limit_ps + 1)
+
+    def wake_senders(self) -> None:
+        """The queue has drained below its limit: wake waiting senders, first come first, while it
+        has room (a woken sender that fills it again waits at the back)."""
+        self._wakeup_pending = False
+        waiting = self._waiting
+        now = self.eventlist.now_ps
+        while waiting and self.busy_until_ps - now < self._limit_ps:
+            sender = waiting.popleft()
+            self._woken = sender
+            sender.on_qdisc_room()
+        self._woken = None
+        if waiting:
+            self._schedule_wakeup()
+
+
+class _QdiscWakeup(EventSource):
+    """The event source of a `HostNic`'s wake-ups (the link's own entry carries its wire)."""
+
+    __slots__ = ("nic",)
+
+    def __init__(self, nic: HostNic) -> None:
+        self.nic = nic
+
+    def do_next_event(self) -> None:
+        """Wake the senders the qdisc stopped."""
+        self.nic.wake_senders()
 
 
 class RingPort(PacketSink):

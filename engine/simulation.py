@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from random import Random
 
+from .backends import MODELS_HOST_STACK
 from .config import SimConfig
 from .eventlist import EventList
 from .network import Link, idle_transit_ps, syn_bytes
@@ -75,7 +76,9 @@ class Simulation:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.eventlist = EventList()
-        self.topology: Topology = build_topology(self.eventlist, config.network, config.seed)
+        # Linux's transmit path at the hosts (`host.*`), on the backends that send packets through it
+        host = config.host if config.engine.backend in MODELS_HOST_STACK else None
+        self.topology: Topology = build_topology(self.eventlist, config.network, config.seed, host)
         self.settings = tcp_settings(config)
         self.connections: list[TcpConnection] = []
         self.time_limit_reached = False

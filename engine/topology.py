@@ -1,10 +1,11 @@
 """Topologies: the links of a network and the route between any two hosts.
 
-Hosts are numbered 0..npus-1. A host's own packets are never dropped for lack of buffer at their
-first hop, as a host qdisc backs up into TCP rather than dropping: a host's NIC (its first link) has
-an unlimited buffer; on a ring, where an NPU's links also forward others' packets, each link's
-`RingPort` keeps the NPU's own packets in an unlimited queue and serves them and the forwarded ones
-round-robin. Every switch egress port, and every ring link for the packets it forwards, has
+Hosts are numbered 0..npus-1. A host's own packets are never dropped at their first hop, as a host
+qdisc backs up into TCP rather than dropping: a host's NIC (its first link; on hierarchical, its
+scale-up link too) is a `HostNic` when the run models Linux's transmit path (`host.*`: TCP Small
+Queues and a qdisc that stops the sender when full), else a link with an unlimited buffer; on a ring,
+where an NPU's links also forward others' packets, each link's `RingPort` keeps the NPU's own packets
+in an unlimited queue and serves them and the forwarded ones round-robin. Every switch egress port, and every ring link for the packets it forwards, has
 `network.buffer_kb` of drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several
 equal-cost paths exist (leaf_spine, fat_tree, the two directions of an even ring), a flow hash picks
 one per flow (ECMP). Sizes in `_kb` are KiB (1024 bytes).
@@ -23,12 +24,13 @@ from collections import Counter
 from random import Random
 from typing import NamedTuple, Sequence
 
-from .config import NetworkConfig, smallest_fat_tree_k
+from .config import HostConfig, NetworkConfig, smallest_fat_tree_k
 from .eventlist import EventList
-from .network import Link, PacketSink, RingPort
-from .units import gbps_to_bps, us_to_ps
+from .network import HostNic, Link, PacketSink, RingPort
+from .units import gbps_to_bps, ns_to_ps, us_to_ps
 
 BYTES_PER_KB = 1024  # configuration sizes in _kb are KiB
+_JITTER_RNG_SALT = 0x7177  # a host interface's jitter draws: a stream apart from its loss draws
 
 
 def flow_hash(*values: int) -> int:
@@ -59,6 +61,8 @@ LINK_KINDS = {
 # Kinds whose traffic is fixed by the two hosts a message joins (its first or last link), whatever
 # equal-cost path it takes.
 HOST_LINK_KINDS = ("host_nic", "switch_port", "scaleup_nic", "scaleup_port")
+# Kinds of a host's own interfaces, where its TCP's packets start (a `HostNic` with `host.*`).
+HOST_INTERFACE_KINDS = ("host_nic", "scaleup_nic")
 
 
 class LinkRole(NamedTuple):
@@ -74,8 +78,10 @@ class LinkRole(NamedTuple):
 class Topology:
     """Links of one network and routing between hosts; built by `build_topology`."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
         self.eventlist = eventlist
+        # Linux's transmit path at each host interface, if `host` asks for any of it
+        self.host = host if host is not None and (host.tsq_bytes or host.qdisc_packets or host.tx_jitter_ns) else None
         self.config = net
         self.npus = net.npus
         self.links: list[Link] = []
@@ -88,15 +94,27 @@ class Topology:
     def add_link(self, src: str, dst: str, kind: str, rate_gbps: float, latency_us: float,
                  switch_port: bool) -> Link:
         """Create the link from node `src` to node `dst`, named `src->dst`, of `kind` (one of
-        `LINK_KINDS`); switch ports get the configured buffer and ECN threshold."""
+        `LINK_KINDS`); switch ports get the configured buffer and ECN threshold, a host's own
+        interfaces the modelled transmit path (`HostNic`), if any."""
         net = self.config
         rng = Random(flow_hash(self._seed, len(self.links), 0x1055)) if net.loss_rate > 0 else None
-        link = Link(
-            self.eventlist, f"{src}->{dst}", gbps_to_bps(rate_gbps), us_to_ps(latency_us),
-            buffer_bytes=self._buffer_bytes if switch_port else None,
-            ecn_threshold_bytes=self._ecn_bytes if switch_port else None,
-            loss_rate=net.loss_rate, rng=rng,
-        )
+        name, rate_bps, latency_ps = f"{src}->{dst}", gbps_to_bps(rate_gbps), us_to_ps(latency_us)
+        link: Link
+        if self.host is not None and kind in HOST_INTERFACE_KINDS:
+            jitter_ps = ns_to_ps(self.host.tx_jitter_ns)
+            jitter_rng = Random(flow_hash(self._seed, len(self.links), _JITTER_RNG_SALT)) if jitter_ps else None
+            qdisc_packets = self.host.qdisc_packets
+            qdisc_bytes = None if qdisc_packets is None else qdisc_packets * net.mtu_bytes  # full-size packets
+            link = HostNic(self.eventlist, name, rate_bps, latency_ps, qdisc_bytes=qdisc_bytes,
+                           tsq_bytes=self.host.tsq_bytes or 0, loss_rate=net.loss_rate, rng=rng,
+                           jitter_ps=jitter_ps, jitter_rng=jitter_rng)
+        else:
+            link = Link(
+                self.eventlist, name, rate_bps, latency_ps,
+                buffer_bytes=self._buffer_bytes if switch_port else None,
+                ecn_threshold_bytes=self._ecn_bytes if switch_port else None,
+                loss_rate=net.loss_rate, rng=rng,
+            )
         self.links.append(link)
         self.link_roles.append(LinkRole(kind, src, dst, switch_port))
         if switch_port:
@@ -152,8 +170,8 @@ class Topology:
 class SwitchTopology(Topology):
     """Every host on one switch: host -> switch -> host."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
-        super().__init__(eventlist, net, seed)
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+        super().__init__(eventlist, net, seed, host)
         self.up = [self.add_link(f"h{i}", "sw", "host_nic", net.link_gbps, net.link_latency_us, False)
                    for i in range(net.npus)]
         self.down = [self.add_link("sw", f"h{i}", "switch_port", net.link_gbps, net.link_latency_us, True)
@@ -166,8 +184,8 @@ class SwitchTopology(Topology):
 class DumbbellTopology(Topology):
     """Hosts [0, n/2) on the left switch, [n/2, n) on the right, joined by a bottleneck pair."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
-        super().__init__(eventlist, net, seed)
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+        super().__init__(eventlist, net, seed, host)
         self.half = net.npus // 2
         sides = [self.side_switch(i) for i in range(net.npus)]
         self.up = [self.add_link(f"h{i}", sides[i], "host_nic", net.link_gbps, net.link_latency_us, False)
@@ -200,8 +218,8 @@ class RingTopology(Topology):
     """NPUs in a bidirectional ring, each forwarding for others; the shorter direction is taken
     (a flow hash breaks the tie half-way round)."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
-        super().__init__(eventlist, net, seed)
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+        super().__init__(eventlist, net, seed, host)
         n = net.npus
         self.clockwise = [self.add_link(f"n{i}", f"n{(i + 1) % n}", "ring", net.link_gbps, net.link_latency_us, True)
                           for i in range(n)]
@@ -240,8 +258,8 @@ class LeafSpineTopology(Topology):
     """Leaves of `hosts_per_leaf` hosts, each leaf joined to every spine by `uplink_gbps` links;
     ECMP over spines by flow hash. Oversubscription = hosts_per_leaf * link_gbps / (spines * uplink_gbps)."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
-        super().__init__(eventlist, net, seed)
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+        super().__init__(eventlist, net, seed, host)
         assert net.hosts_per_leaf and net.spines and net.uplink_gbps
         self.hosts_per_leaf = net.hosts_per_leaf
         leaves = net.npus // net.hosts_per_leaf
@@ -296,8 +314,8 @@ class FatTreeTopology(Topology):
     Links live in flat lists indexed by switch numbers (edge e = pod * k/2 + i, aggregation
     a = pod * k/2 + j, core c = j * k/2 + m): O(k^3) links, no per-pair state."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
-        super().__init__(eventlist, net, seed)
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+        super().__init__(eventlist, net, seed, host)
         self.k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
         half = self.half = self.k // 2
         k = self.k
@@ -351,8 +369,8 @@ class HierarchicalTopology(Topology):
     """Nodes of `npus_per_node` NPUs on a scale-up switch (`scaleup_gbps`, `scaleup_latency_us`);
     every NPU also has a NIC of `link_gbps` to one scale-out switch joining the nodes."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int) -> None:
-        super().__init__(eventlist, net, seed)
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+        super().__init__(eventlist, net, seed, host)
         assert net.npus_per_node and net.scaleup_gbps is not None and net.scaleup_latency_us is not None
         self.npus_per_node = net.npus_per_node
         n = net.npus
@@ -393,6 +411,7 @@ _TOPOLOGIES: dict[str, type[Topology]] = {
 }
 
 
-def build_topology(eventlist: EventList, net: NetworkConfig, seed: int) -> Topology:
-    """Build the topology named by `net.topology` (already validated)."""
-    return _TOPOLOGIES[net.topology](eventlist, net, seed)
+def build_topology(eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> Topology:
+    """Build the topology named by `net.topology` (already validated); with `host`, its hosts'
+    interfaces model Linux's transmit path (the packet engine's; fluid backends read routes only)."""
+    return _TOPOLOGIES[net.topology](eventlist, net, seed, host)

@@ -23,8 +23,14 @@ from sweep.runner import run_id
 INCAST: dict[str, Any] = {"network": {"npus": 4, "buffer_kb": 16.0},
           "workload": {"type": "flows", "pattern": "incast", "senders": 3, "bytes_per_flow": 60_000}}
 ALL_REDUCE: dict[str, Any] = {"network": {"npus": 4}, "workload": {"type": "collective", "op": "all_reduce", "bytes": 65_536}}
+# The all-reduce on a ring: NPUs send their own packets through the ports that forward, no host stack.
+RING_ALL_REDUCE: dict[str, Any] = {**ALL_REDUCE, "network": {**ALL_REDUCE["network"], "topology": "ring"}}
 # Per key: the base config where it is unused, and another valid value for it.
 CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
+    "host.tsq_bytes": (RING_ALL_REDUCE, 3_000),
+    "host.qdisc": (RING_ALL_REDUCE, "pfifo_fast"),  # its only value so far
+    "host.qdisc_packets": (RING_ALL_REDUCE, 1),
+    "host.tx_jitter_ns": (RING_ALL_REDUCE, 500.0),
     "network.bottleneck_gbps": (INCAST, 1.0),
     "network.bottleneck_latency_us": (INCAST, 50.0),
     "network.hosts_per_leaf": (INCAST, 2),
@@ -128,6 +134,9 @@ DCN = with_value(DLRM, "workload.interaction", "dcn")
 # RTO: longer runs than a unit test's), the chakra keys (a trace per NPU count) and
 # workload.emb_dim (valid only with a bottom MLP ending at the same width: two keys change).
 APPLIED_CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
+    "host.tsq_bytes": (INCAST, 3_000),
+    "host.qdisc_packets": (INCAST, 1),
+    "host.tx_jitter_ns": (INCAST, 500.0),
     "network.bottleneck_gbps": (DUMBBELL, 10.0),
     "network.bottleneck_latency_us": (DUMBBELL, 50.0),
     "network.hosts_per_leaf": (LEAF_SPINE, 4),

@@ -26,6 +26,9 @@ BACKEND_NAMES = ("packet", "analytical", "alpha_beta", "phase", "ns3")  # engine
 # threshold is set without a buffer limit. Read by the config's key applicability, which sits below
 # the backends' modules and so cannot ask their classes.
 ECN_THRESHOLD_SETS_QUEUE = frozenset({"ns3"})
+# Backends that model a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc), the
+# packet engine's hosts; read by the config's key applicability, as above.
+MODELS_HOST_STACK = frozenset({"packet"})
 
 
 def backend_class(name: str) -> type[NetworkBackend]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Final
 
 from ..eventlist import EventList
-from ..network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES, Packet, PacketSink
+from ..network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES, HostNic, HostSender, Packet, PacketSink
 from ..units import PS_PER_S
 from .cc import UNSET_SSTHRESH, CongestionControl, HyStartPlusPlus
 from .recovery import ProportionalRateReduction, RackState
@@ -39,6 +39,37 @@ _NO_PROBE: Final = -1  # `RackState.probe_end_seq` with no tail loss probe episo
 _QUICK_ACKS: Final = 16  # Linux TCP_MAX_QUICKACKS: segments ACKed at once in quick-ACK mode
 # RFC 6298 5.7 (Linux TCP_TIMEOUT_FALLBACK): the RTO when data starts after a handshake that gave no sample
 RTO_FALLBACK_PS: Final = 3 * PS_PER_S
+# TCP Small Queues (net/ipv4/tcp_output.c, tcp_small_queue_check): a connection may have below it
+# about 1 ms of data at its pacing rate, pacing_rate >> sk_pacing_shift (10: 1/1024 s), and at
+# least two packets; without fq's pacing at most net.ipv4.tcp_limit_output_bytes (`HostNic.tsq_bytes`)
+TSQ_PACING_SHIFT: Final = 10
+# tcp_update_pacing_rate: the pacing rate is this percentage of cwnd / SRTT in slow start (cwnd below
+# half ssthresh; net.ipv4.tcp_pacing_ss_ratio) and after it (tcp_pacing_ca_ratio)
+PACING_SS_RATIO_PCT: Final = 200
+PACING_CA_RATIO_PCT: Final = 120
+# Linux hands the device 64 KiB GSO segments (GSO_LEGACY_MAX_SIZE), so a connection held back by TSQ
+# goes on when a whole one has left it: what a throttled sender waits to see sent before it resumes
+TSQ_RESUME_BYTES: Final = 65_536
+
+
+def tsq_limit_bytes(cwnd_bytes: float, in_flight_bytes: int, ssthresh_bytes: float, srtt_ps: int,
+                    packet_bytes: int, cap_bytes: int) -> int:
+    """TCP Small Queues' limit on the bytes a connection has below TCP (in the qdisc and on the
+    device), as Linux's tcp_small_queue_check computes it without fq: max(2 packets, pacing_rate >>
+    10), at most `cap_bytes` (tcp_limit_output_bytes). The pacing rate is tcp_update_pacing_rate's:
+    200 % (slow start, cwnd < ssthresh / 2) or 120 % of max(cwnd, in flight) per SRTT; before any RTT
+    sample it is unlimited (Linux starts it at ~0), so the cap applies. `packet_bytes` is a full
+    segment on the wire, standing for Linux's skb->truesize."""
+    limit = cap_bytes
+    if srtt_ps > 0:
+        ratio_pct = PACING_SS_RATIO_PCT if cwnd_bytes < ssthresh_bytes / 2 else PACING_CA_RATIO_PCT
+        window_bytes = cwnd_bytes if cwnd_bytes > in_flight_bytes else float(in_flight_bytes)
+        # pacing rate (bytes/s) >> 10, in floats: the integer product would pass 2**63, which compiled
+        # code turns into an object whose arithmetic a pending signal can interrupt
+        pacing_bytes = ratio_pct * window_bytes * (PS_PER_S / (100 << TSQ_PACING_SHIFT)) / srtt_ps
+        if pacing_bytes < cap_bytes:
+            limit = int(pacing_bytes)
+    return limit if limit > 2 * packet_bytes else 2 * packet_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +159,7 @@ class RttEstimator:
         self.rto_ps = min(2 * self.rto_ps, self.max_rto_ps)
 
 
-class TcpSender(PacketSink):
+class TcpSender(HostSender):
     """The sending half of a connection: windows, retransmissions, the RTO timer.
 
     Sequence space: [snd_una, snd_max) is sent and unacknowledged, snd_nxt the next byte to send
@@ -138,6 +169,15 @@ class TcpSender(PacketSink):
     follows an RTO which kept the scoreboard (`keep_sack_after_rto`, without RACK): everything sent
     before the RTO (below recover_seq) and not SACKed is lost and resent in order, high_rxt being
     how far that has gone.
+
+    Below TCP, on a host whose interface is a `HostNic` (`host_nic`), the sender keeps what it has
+    handed the interface and not yet seen serialised (its packets from `below_head` to `below_tail`,
+    linked through `Packet.next_below`, each with its end of serialisation; `bytes_below_tcp` their
+    sizes, an upper bound until `_bytes_below_tcp` drops those gone) and sends no more while TCP Small Queues' limit is
+    exceeded (woken at `tsq_wake_ps`) or the qdisc is full (`waiting_for_room`, woken by the NIC).
+    Only the segments it sends in a loop (new data, go-back-N, SACK recovery) wait so; those sent one
+    at a time (the first fast retransmission, a partial ACK's, limited transmit, a loss probe) go at
+    once, as Linux's tcp_retransmit_skb does not ask TSQ.
     """
 
     __slots__ = (
@@ -150,6 +190,7 @@ class TcpSender(PacketSink):
         "rack", "prr", "hystart",
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "fast_retransmits", "ece_received",
         "acks_received", "loss_probes", "rack_lost_segments",
+        "host_nic", "below_head", "below_tail", "bytes_below_tcp", "tsq_wake_ps", "waiting_for_room", "tsq_stops",
     )
 
     def __init__(self, eventlist: EventList, settings: TcpSettings, cc: CongestionControl) -> None:
@@ -195,6 +236,13 @@ class TcpSender(PacketSink):
         self.acks_received = 0
         self.loss_probes = 0  # tail loss probes sent (RFC 8985 section 7)
         self.rack_lost_segments = 0  # segments RACK's time-based detection marked lost
+        self.host_nic: HostNic | None = None  # the host's interface, when it models Linux's (set by TcpConnection)
+        self.below_head: Packet | None = None  # TSQ: the oldest packet handed down and not yet sent
+        self.below_tail: Packet | None = None
+        self.bytes_below_tcp = 0
+        self.tsq_wake_ps = 0  # 0: not held back by TSQ
+        self.waiting_for_room = False  # stopped by a full qdisc, waiting in its line
+        self.tsq_stops = 0  # times TSQ held the sender back
 
     def open_after_handshake(self, rtt_ps: int, syn_retransmits: int) -> None:
         """The connection was opened by a three-way handshake before its first message: the last SYN
@@ -239,11 +287,14 @@ class TcpSender(PacketSink):
         mss = self.mss_bytes
         stream_end = self.stream_end
         snd_nxt = self.snd_nxt
+        nic = self.host_nic
         while snd_nxt < stream_end:
             length = stream_end - snd_nxt
             if length > mss:
                 length = mss
             if snd_nxt + length > limit:
+                break
+            if nic is not None and not self._host_allows(nic):
                 break
             self._transmit(snd_nxt, length)
             snd_nxt += length
@@ -271,6 +322,75 @@ class TcpSender(PacketSink):
         if rack is not None:
             rack.on_transmit(seq, seq + length, now, is_retransmit)
         pkt.route[0].receive_packet(pkt)
+        nic = self.host_nic
+        if nic is not None and nic.tsq_bytes:
+            pkt.below_end_ps = nic.busy_until_ps  # a FIFO: when it will have been sent
+            tail = self.below_tail
+            if tail is None:
+                self.below_head = pkt
+            else:
+                tail.next_below = pkt
+            self.below_tail = pkt
+            self.bytes_below_tcp += pkt.size_bytes
+
+    # -- below TCP: TCP Small Queues and the host's qdisc ---------------------------------------
+
+    def _host_allows(self, nic: HostNic) -> bool:
+        """May one more segment go down to the host's interface now? Not while TCP Small Queues'
+        limit is exceeded (a wake-up is set for when a GSO segment's worth has been sent), unless at
+        most one segment is unacknowledged (Linux always sends then); nor while the qdisc is full
+        (the sender waits in its line, and the NIC wakes it)."""
+        if self.waiting_for_room or self.tsq_wake_ps:
+            return False
+        now = self.eventlist.now_ps
+        # the limit is at least two full packets: below that (even counting what has left since) no
+        # need to count or to compute it
+        two_packets = 2 * (self.mss_bytes + self.header_bytes)
+        if (nic.tsq_bytes and self.bytes_below_tcp > two_packets and self.snd_max - self.snd_una > self.mss_bytes
+                and self._bytes_below_tcp(now) > two_packets):
+            cc = self.cc
+            limit = tsq_limit_bytes(cc.cwnd_bytes, self.snd_max - self.snd_una, cc.ssthresh_bytes,
+                                    self.rtt.srtt_ps, self.mss_bytes + self.header_bytes, nic.tsq_bytes)
+            if self.bytes_below_tcp > limit:
+                self._hold_for_tsq(self.bytes_below_tcp, limit)
+                return False
+        if not nic.has_room(self, now):
+            self.waiting_for_room = True
+            nic.wait_for_room(self)
+            return False
+        return True
+
+    def _bytes_below_tcp(self, now_ps: int) -> int:
+        """Bytes handed to the interface and not yet serialised at `now_ps`."""
+        head = self.below_head
+        while head is not None and head.below_end_ps <= now_ps:
+            self.bytes_below_tcp -= head.size_bytes
+            following = head.next_below
+            head.next_below = None
+            head = following
+        self.below_head = head
+        if head is None:
+            self.below_tail = None
+        return self.bytes_below_tcp
+
+    def _hold_for_tsq(self, below_bytes: int, limit_bytes: int) -> None:
+        """TSQ holds the sender back: resume when `TSQ_RESUME_BYTES` (at most half the limit) of what
+        lies below it has been sent."""
+        target = limit_bytes - min(TSQ_RESUME_BYTES, limit_bytes // 2)
+        pkt = self.below_head
+        while pkt is not None:
+            below_bytes -= pkt.size_bytes
+            if below_bytes <= target:
+                self.tsq_wake_ps = pkt.below_end_ps
+                break
+            pkt = pkt.next_below
+        self.tsq_stops += 1
+        self._wake_at(self.tsq_wake_ps)
+
+    def on_qdisc_room(self) -> None:
+        """The host's qdisc has room again for this sender (`HostNic.wake_senders`)."""
+        self.waiting_for_room = False
+        self.send_more()
 
     def _send_in_sack_recovery(self) -> None:
         """RFC 6675-style recovery: while cwnd - pipe >= 1 MSS, retransmit the next hole below the
@@ -278,7 +398,10 @@ class TcpSender(PacketSink):
         mss = self.mss_bytes
         cwnd = self.cc.cwnd_bytes
         rack = self.rack
+        nic = self.host_nic
         while cwnd - self._pipe_bytes() >= mss:
+            if nic is not None and not self._host_allows(nic):
+                return
             if rack is not None:  # RACK: what it marked lost, lowest sequence first
                 segment = rack.first_lost()
                 if segment is not None:
@@ -812,12 +935,19 @@ class TcpSender(PacketSink):
             self.eventlist.schedule_timer(self, deadline_ps)
 
     def do_next_event(self) -> None:
-        """A timer wake-up: fire whichever deadline has come (RACK's reordering timer, the tail
-        loss probe, the RTO), then sleep until the earliest one still armed."""
+        """A timer wake-up: fire whichever deadline has come (TCP Small Queues' resume, RACK's
+        reordering timer, the tail loss probe, the RTO), then sleep until the earliest one still armed."""
         now = self.eventlist.now_ps
         if self.timer_event_ps != now:
             return  # an older wake-up superseded by an earlier one
         self.timer_event_ps = _NO_EVENT
+        tsq_wake = self.tsq_wake_ps
+        if tsq_wake:
+            if tsq_wake <= now:
+                self.tsq_wake_ps = 0
+                self.send_more()  # may hold the sender back again, setting a new wake-up
+            else:
+                self._wake_at(tsq_wake)
         rack = self.rack
         if rack is not None:
             if rack.reorder_deadline_ps and rack.reorder_deadline_ps <= now:
@@ -1106,6 +1236,9 @@ class TcpConnection:
         self.sender = TcpSender(eventlist, settings, cc)
         self.receiver = TcpReceiver(eventlist, settings)
         self.sender.data_route = tuple(data_links) + (self.receiver,)
+        first_hop = data_links[0]
+        if isinstance(first_hop, HostNic):
+            self.sender.host_nic = first_hop
         self.receiver.ack_route = tuple(ack_links) + (self.sender,)
 
     def send_message(self, nbytes: int, on_delivered: Callable[[], None]) -> None:
