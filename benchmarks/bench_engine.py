@@ -32,6 +32,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -40,7 +41,7 @@ from engine import run
 from engine.eventlist import EventList
 from engine.kernel import PURE_PYTHON_ENV
 from engine.network import Link
-from engine.transport import TcpConnection, TcpSettings, make_congestion_control
+from engine.transport import DEFAULT_TCP_SETTINGS, TcpConnection, make_congestion_control
 from engine.units import PS_PER_MS, PS_PER_S, gbps_to_bps, us_to_ps
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -56,8 +57,8 @@ def bench_bulk(nbytes: int) -> dict:
     eventlist = EventList()
     forward = Link(eventlist, "a->b", gbps_to_bps(10), us_to_ps(10))
     reverse = Link(eventlist, "b->a", gbps_to_bps(10), us_to_ps(10))
-    settings = TcpSettings(mss_bytes=1448, rcv_wnd_bytes=131072, delayed_ack=True,
-                           delayed_ack_timeout_ps=200 * PS_PER_MS, sack=True)
+    settings = replace(DEFAULT_TCP_SETTINGS, mss_bytes=1448, timestamps=False, rcv_wnd_bytes=131072, delayed_ack=True,
+                       delayed_ack_timeout_ps=200 * PS_PER_MS, sack=True)
     connection = TcpConnection(eventlist, settings, make_congestion_control("newreno", 1448, 10),
                                0, 0, 1, (forward,), (reverse,))
     finished_ps: list[int] = []

@@ -8,9 +8,9 @@ from .backends import MODELS_HOST_STACK
 from .config import SimConfig
 from .eventlist import EventList
 from .network import Link, idle_transit_ps, syn_bytes
-from .topology import BYTES_PER_KB, Topology, build_topology, flow_hash
+from .topology import Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
-from .units import ms_to_ps, s_to_ps, us_to_ps
+from .units import s_to_ps
 
 EVENTS_PER_SLICE = 1 << 16  # about 20 ms of the compiled kernel's work
 SYN_RETRIES = 6  # Linux net.ipv4.tcp_syn_retries (ns-3's ConnCount is 6 too): SYNs after the first
@@ -43,33 +43,6 @@ def syn_retransmits(data_links: tuple[Link, ...], ack_links: tuple[Link, ...], l
     return retransmits
 
 
-def tcp_settings(config: SimConfig) -> TcpSettings:
-    """Translate `tcp.*` (milliseconds, KiB) into the transport's picosecond/byte settings."""
-    tcp = config.tcp
-    return TcpSettings(
-        mss_bytes=config.segment_bytes,  # the payload of a full segment: the MSS less the options
-        init_cwnd_pkts=tcp.init_cwnd_pkts,
-        min_rto_ps=ms_to_ps(tcp.min_rto_ms),
-        max_rto_ps=s_to_ps(tcp.max_rto_s),
-        initial_rto_ps=ms_to_ps(tcp.initial_rto_ms),
-        clock_granularity_ps=us_to_ps(tcp.clock_granularity_us),
-        delayed_ack=tcp.delayed_ack,
-        delayed_ack_timeout_ps=ms_to_ps(tcp.delayed_ack_timeout_ms),
-        linux_delayed_ack=tcp.linux_delayed_ack,
-        sack=tcp.sack,
-        timestamps=tcp.timestamps,
-        keep_sack_after_rto=tcp.sack_after_rto == "keep",
-        rcv_wnd_bytes=None if tcp.rcv_wnd_kb is None else int(tcp.rcv_wnd_kb * BYTES_PER_KB),
-        slow_start_after_idle=tcp.slow_start_after_idle,
-        ecn=tcp.ecn or tcp.cc == "dctcp",
-        dctcp_echo=tcp.cc == "dctcp",
-        rack_tlp=tcp.rack_tlp,
-        pto_slack_ps=ms_to_ps(tcp.pto_slack_ms),
-        prr=tcp.prr,
-        hystart=tcp.hystart,
-    )
-
-
 class Simulation:
     """Holds everything of one run; workloads open connections through it."""
 
@@ -79,7 +52,7 @@ class Simulation:
         # Linux's transmit path at the hosts (`host.*`), on the backends that send packets through it
         host = config.host if config.engine.backend in MODELS_HOST_STACK else None
         self.topology: Topology = build_topology(self.eventlist, config.network, config.seed, host)
-        self.settings = tcp_settings(config)
+        self.settings = TcpSettings.from_config(config)
         self.connections: list[TcpConnection] = []
         self.time_limit_reached = False
 

@@ -27,9 +27,8 @@ from typing import NamedTuple, Sequence
 from .config import HostConfig, NetworkConfig, smallest_fat_tree_k
 from .eventlist import EventList
 from .network import HostNic, Link, PacketSink, RingPort
-from .units import gbps_to_bps, ns_to_ps, us_to_ps
+from .units import BYTES_PER_KB, gbps_to_bps, ns_to_ps, us_to_ps
 
-BYTES_PER_KB = 1024  # configuration sizes in _kb are KiB
 _JITTER_RNG_SALT = 0x7177  # a host interface's jitter draws: a stream apart from its loss draws
 
 

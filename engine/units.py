@@ -11,6 +11,7 @@ PS_PER_MS: Final = 1_000_000_000
 PS_PER_US: Final = 1_000_000
 PS_PER_NS: Final = 1_000
 BITS_PER_BYTE: Final = 8
+BYTES_PER_KB: Final = 1024  # configuration sizes in _kb are KiB
 
 
 def us_to_ps(us: float) -> int:

@@ -3,13 +3,18 @@ with optional droppers and taps that record what passes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from engine.eventlist import EventList
 from engine.network import Link, Packet, PacketSink
-from engine.transport import TcpConnection, TcpSettings, make_congestion_control
+from engine.transport import DEFAULT_TCP_SETTINGS, TcpConnection, make_congestion_control
 from engine.units import PS_PER_S, gbps_to_bps, us_to_ps
+
+
+# The config's defaults, but the hand computations of these tests count RFC 5681's 1,460-byte segments
+# with 40-byte headers: no timestamp option unless a test asks for it.
+HAND_BUILT_SETTINGS = replace(DEFAULT_TCP_SETTINGS, mss_bytes=1460, timestamps=False)
 
 
 class Tap(PacketSink):
@@ -131,16 +136,17 @@ def build_path(
     should_drop: Callable[[int, Packet], bool] | None = None,
     **settings,
 ) -> Path:
-    """Build a `Path`; `settings` go to `TcpSettings` (mss_bytes, delayed_ack, sack, min_rto_ps...)."""
+    """Build a `Path`; `settings` replace those of `HAND_BUILT_SETTINGS` (mss_bytes, delayed_ack, sack,
+    min_rto_ps...)."""
     eventlist = EventList()
     nic_gbps = bottleneck_gbps if nic_gbps is None else nic_gbps
     nic = Link(eventlist, "nic", gbps_to_bps(nic_gbps), us_to_ps(latency_us))
     bottleneck = Link(eventlist, "bottleneck", gbps_to_bps(bottleneck_gbps), 0,
                       buffer_bytes=buffer_bytes, ecn_threshold_bytes=ecn_threshold_bytes)
     reverse = Link(eventlist, "reverse", gbps_to_bps(nic_gbps), us_to_ps(latency_us))
-    tcp = TcpSettings(**settings)
+    tcp = replace(HAND_BUILT_SETTINGS, **settings)
     if cc == "dctcp":
-        tcp = TcpSettings(**{**settings, "ecn": True, "dctcp_echo": True})
+        tcp = replace(tcp, ecn=True, dctcp_echo=True)
     data_tap, ack_tap = Tap(eventlist), Tap(eventlist)
     dropper = PacketDropper(should_drop) if should_drop else None
     data_links = (data_tap, nic) + ((dropper,) if dropper else ()) + (bottleneck,)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
-from scenario import Wire
+from scenario import HAND_BUILT_SETTINGS, Wire
 
 import engine
 from engine.eventlist import EventList
 from engine.network import Packet
-from engine.transport import Dctcp, TcpSender, TcpSettings
+from engine.transport import Dctcp, TcpSender
 from engine.units import PS_PER_S, PS_PER_US
 
 WIRE = 1500
@@ -125,7 +126,7 @@ def _dctcp_sender_after_a_marked_first_ack(mss: int) -> TcpSender:
     """IW 10 segments sent, then ACK 1 with ECE: alpha = 1 (its first window ends with it, F = 1),
     cwnd = ssthresh = 10 (1 - 1/2) = 5 segments, the reduction covering SND.MAX = 10 segments."""
     wire = Wire()
-    sender = TcpSender(EventList(), TcpSettings(mss_bytes=mss, ecn=True, dctcp_echo=True), Dctcp(mss, 10))
+    sender = TcpSender(EventList(), replace(HAND_BUILT_SETTINGS, mss_bytes=mss, ecn=True, dctcp_echo=True), Dctcp(mss, 10))
     sender.data_route = (wire,)
     sender.write(30 * mss)
     assert len(wire.packets) == 10

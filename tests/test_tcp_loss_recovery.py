@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from scenario import Wire, build_path, drop_segment_and_its_first_retransmission
+from dataclasses import replace
+
+from scenario import HAND_BUILT_SETTINGS, Wire, build_path, drop_segment_and_its_first_retransmission
 
 from engine.eventlist import EventList
 from engine.network import Packet
-from engine.transport import TcpSender, TcpSettings, make_congestion_control
+from engine.transport import TcpSender, make_congestion_control
 from engine.units import PS_PER_MS, PS_PER_US
 
 MSS = 1460
@@ -229,7 +231,7 @@ SEG = 1000
 
 def _scripted_sender(sack: bool = True, writes: tuple[int, ...] = (30 * SEG,)) -> tuple[TcpSender, Wire]:
     wire = Wire()
-    sender = TcpSender(EventList(), TcpSettings(mss_bytes=SEG, sack=sack), make_congestion_control("newreno", SEG, 10))
+    sender = TcpSender(EventList(), replace(HAND_BUILT_SETTINGS, mss_bytes=SEG, sack=sack), make_congestion_control("newreno", SEG, 10))
     sender.data_route = (wire,)
     for nbytes in writes:
         sender.write(nbytes)

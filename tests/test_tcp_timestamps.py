@@ -17,6 +17,7 @@ engine's own output:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -24,10 +25,9 @@ import engine
 from engine import ConfigError, load_config
 from engine.eventlist import EventList
 from engine.network import Packet, PacketSink, wire_bytes
-from engine.simulation import tcp_settings
 from engine.transport import TcpReceiver, TcpSettings
 from engine.units import PS_PER_MS, PS_PER_US
-from tests.scenario import build_path
+from tests.scenario import HAND_BUILT_SETTINGS, build_path
 
 MTU = 1500
 SEGMENT_WITH_TIMESTAMPS = 1448  # 1500 - 20 (IPv4) - 20 (TCP) - 12 (timestamp option and 2 NOPs)
@@ -41,7 +41,7 @@ def test_the_option_costs_twelve_bytes_of_payload_per_segment():
     assert config.mss_bytes == MTU - 40  # the MSS a host announces does not change
     assert config.header_bytes == 52
     assert config.segment_bytes == SEGMENT_WITH_TIMESTAMPS
-    assert tcp_settings(config).mss_bytes == SEGMENT_WITH_TIMESTAMPS  # SMSS: what a segment carries
+    assert TcpSettings.from_config(config).mss_bytes == SEGMENT_WITH_TIMESTAMPS  # SMSS: what a segment carries
     explicit = load_config({"tcp": {"timestamps": True, "mss_bytes": 1000}})
     assert explicit.segment_bytes == 1000 - 12
     # on by default, as in Linux (net.ipv4.tcp_timestamps=1) and ns-3 (TcpSocketBase "Timestamp")
@@ -174,7 +174,7 @@ class AckCollector(PacketSink):
 
 
 def _receiver(delayed_ack: bool) -> tuple[TcpReceiver, AckCollector]:
-    receiver = TcpReceiver(EventList(), TcpSettings(timestamps=True, delayed_ack=delayed_ack))
+    receiver = TcpReceiver(EventList(), replace(HAND_BUILT_SETTINGS, timestamps=True, delayed_ack=delayed_ack))
     collector = AckCollector()
     receiver.ack_route = (collector,)
     return receiver, collector

@@ -1,9 +1,9 @@
 """Transport layer: TCP connections and congestion-control strategies."""
 
 from .cc import CongestionControl, Cubic, Dctcp, NewReno, make_congestion_control
-from .tcp import RttEstimator, TcpConnection, TcpReceiver, TcpSender, TcpSettings
+from .tcp import DEFAULT_TCP_SETTINGS, RttEstimator, TcpConnection, TcpReceiver, TcpSender, TcpSettings
 
 __all__ = [
     "CongestionControl", "Cubic", "Dctcp", "NewReno", "make_congestion_control",
-    "RttEstimator", "TcpConnection", "TcpReceiver", "TcpSender", "TcpSettings",
+    "DEFAULT_TCP_SETTINGS", "RttEstimator", "TcpConnection", "TcpReceiver", "TcpSender", "TcpSettings",
 ]

@@ -23,9 +23,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Final
 
+from ..config import SimConfig
 from ..eventlist import EventList
 from ..network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES, HostNic, HostSender, Packet, PacketSink
-from ..units import PS_PER_S
+from ..units import BYTES_PER_KB, PS_PER_S, ms_to_ps, s_to_ps, us_to_ps
 from .cc import UNSET_SSTHRESH, CongestionControl, HyStartPlusPlus
 from .recovery import ProportionalRateReduction, RackState
 
@@ -74,37 +75,70 @@ def tsq_limit_bytes(cwnd_bytes: float, in_flight_bytes: int, ssthresh_bytes: flo
 
 @dataclass(frozen=True, slots=True)
 class TcpSettings:
-    """Per-connection TCP parameters, all times in picoseconds, sizes in bytes. `mss_bytes` is the
-    payload of a full segment (RFC 5681's SMSS): with `timestamps`, 12 bytes below the MSS a host
-    announces, since every segment carries the option."""
+    """Per-connection TCP parameters, all times in picoseconds, sizes in bytes: the `tcp.*` keys of a
+    validated config translated (`from_config`). They have no defaults of their own: the config's
+    dataclasses are the one home of every default, and `DEFAULT_TCP_SETTINGS` is the default config's
+    (`dataclasses.replace` it for a hand-built connection). `mss_bytes` is the payload of a full
+    segment (RFC 5681's SMSS): with `timestamps`, 12 bytes below the MSS a host announces, since every
+    segment carries the option."""
 
-    mss_bytes: int = 1460
-    init_cwnd_pkts: int = 10
-    min_rto_ps: int = 200_000_000_000  # 200 ms (Linux)
-    max_rto_ps: int = 60_000_000_000_000  # 60 s (RFC 6298 allows a cap >= 60 s)
-    initial_rto_ps: int = 1_000_000_000_000  # 1 s before any RTT sample (RFC 6298)
-    clock_granularity_ps: int = 1_000_000  # G of RFC 6298: 1 us timers
-    delayed_ack: bool = False
-    delayed_ack_timeout_ps: int = 40_000_000_000  # 40 ms (Linux TCP_DELACK_MIN)
-    linux_delayed_ack: bool = False  # quick ACKs, sub-MSS segments ACKed at once (TcpReceiver)
-    sack: bool = True
+    mss_bytes: int
+    init_cwnd_pkts: int
+    min_rto_ps: int
+    max_rto_ps: int  # RFC 6298 allows a cap >= 60 s
+    initial_rto_ps: int  # before any RTT sample (RFC 6298: 1 s)
+    clock_granularity_ps: int  # G of RFC 6298
+    delayed_ack: bool
+    delayed_ack_timeout_ps: int
+    linux_delayed_ack: bool  # quick ACKs, sub-MSS segments ACKed at once (TcpReceiver)
+    sack: bool
     # RFC 7323 timestamps: 12 more header bytes per segment and ACK; an RTT sample (RFC 7323 section
     # 4) from every ACK of new data, from the timestamp it echoes, retransmissions included
-    timestamps: bool = False
+    timestamps: bool
     # At an RTO keep the SACK scoreboard and resend only what it does not hold (Linux, ns-3; RFC 6675
     # with erratum 1610), or discard it and resend everything from snd_una (RFC 2018). With RACK-TLP
     # the scoreboard is always kept (RFC 8985).
-    keep_sack_after_rto: bool = True
-    rcv_wnd_bytes: int | None = None
-    slow_start_after_idle: bool = True
-    ecn: bool = False  # ECN-capable transport; DCTCP forces it on
-    dctcp_echo: bool = False  # receiver echoes CE per segment (DCTCP) instead of latching ECE
-    rack_tlp: bool = False  # RFC 8985 loss detection and tail loss probes (needs sack)
+    keep_sack_after_rto: bool
+    rcv_wnd_bytes: int | None
+    slow_start_after_idle: bool
+    ecn: bool  # ECN-capable transport; DCTCP forces it on
+    dctcp_echo: bool  # receiver echoes CE per segment (DCTCP) instead of latching ECE
+    rack_tlp: bool  # RFC 8985 loss detection and tail loss probes (needs sack)
     # Added to the probe timeout 2 SRTT when more than one segment is out: Linux's TCP_TIMEOUT_MIN_US
     # (2 ms; 2 jiffies before October 2023); 0 is RFC 8985's PTO
-    pto_slack_ps: int = 0
-    prr: bool = False  # RFC 6937 proportional rate reduction in SACK recovery
-    hystart: bool = False  # RFC 9406 HyStart++ in the initial slow start
+    pto_slack_ps: int
+    prr: bool  # RFC 6937 proportional rate reduction in SACK recovery
+    hystart: bool  # RFC 9406 HyStart++ in the initial slow start
+
+    @staticmethod
+    def from_config(config: SimConfig) -> TcpSettings:
+        """Translate `tcp.*` (milliseconds, KiB) into the transport's picosecond/byte settings."""
+        tcp = config.tcp
+        return TcpSettings(
+            mss_bytes=config.segment_bytes,  # the payload of a full segment: the MSS less the options
+            init_cwnd_pkts=tcp.init_cwnd_pkts,
+            min_rto_ps=ms_to_ps(tcp.min_rto_ms),
+            max_rto_ps=s_to_ps(tcp.max_rto_s),
+            initial_rto_ps=ms_to_ps(tcp.initial_rto_ms),
+            clock_granularity_ps=us_to_ps(tcp.clock_granularity_us),
+            delayed_ack=tcp.delayed_ack,
+            delayed_ack_timeout_ps=ms_to_ps(tcp.delayed_ack_timeout_ms),
+            linux_delayed_ack=tcp.linux_delayed_ack,
+            sack=tcp.sack,
+            timestamps=tcp.timestamps,
+            keep_sack_after_rto=tcp.sack_after_rto == "keep",
+            rcv_wnd_bytes=None if tcp.rcv_wnd_kb is None else int(tcp.rcv_wnd_kb * BYTES_PER_KB),
+            slow_start_after_idle=tcp.slow_start_after_idle,
+            ecn=tcp.ecn or tcp.cc == "dctcp",
+            dctcp_echo=tcp.cc == "dctcp",
+            rack_tlp=tcp.rack_tlp,
+            pto_slack_ps=ms_to_ps(tcp.pto_slack_ms),
+            prr=tcp.prr,
+            hystart=tcp.hystart,
+        )
+
+
+DEFAULT_TCP_SETTINGS: Final = TcpSettings.from_config(SimConfig())
 
 
 class RttEstimator:
