@@ -4,7 +4,7 @@ host of before (an unbounded NIC queue), on Linux's transmit path (`host.*`: TCP
 case: when each flow ended, the later over the earlier, the largest host NIC queue, retransmissions
 per packet sent, timeouts. docs/hosts.md shows the table.
 
-    python benchmarks/two_senders.py              # 1 GB each (about 10 s a case, compiled)
+    python benchmarks/two_senders.py              # 1 GB each (2-3 s a case, compiled)
     python benchmarks/two_senders.py --bytes 1e8
 """
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import engine
-from engine.config import NetworkConfig, SystemConfig, TcpConfig, WorkloadConfig
+from engine.config import EngineConfig, HostConfig, NetworkConfig, SystemConfig, TcpConfig, WorkloadConfig
 from engine.workload.layers import bundled_workloads, workload_file
 from sweep_support import GROUPS, compose_config, group_options
 
@@ -74,6 +74,17 @@ def test_preset_sets_every_engine_key(group: str, section_class: type) -> None:
 
 def test_system_default_is_the_engine_default() -> None:
     assert compose_config(["system=default"])["system"] == dataclasses.asdict(SystemConfig())
+
+
+def test_the_default_config_spells_the_engines_defaults() -> None:
+    """The config dataclasses are the one home of every default (the engine's TCP settings are built
+    from them, `TcpSettings.from_config`); the root config and the default presets only repeat them,
+    so a run composed by Hydra and one given to `engine.run` without a key mean the same. The switch
+    preset's 16 NPUs is that preset's own choice (the engine's default network is 8 NPUs)."""
+    config = compose_config()
+    for section, section_class in (("tcp", TcpConfig), ("host", HostConfig), ("engine", EngineConfig)):
+        assert config[section] == dataclasses.asdict(section_class()), section
+    assert {**config["network"], "npus": NetworkConfig().npus} == dataclasses.asdict(NetworkConfig())
 
 
 def test_workload_presets_set_the_keys_of_their_type() -> None:
