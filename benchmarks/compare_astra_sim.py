@@ -2,16 +2,21 @@
 
 Every case is an ASTRA-sim 1.0 text workload that both simulators read: a MICRO file of one collective
 (ALLREDUCE, ALLTOALL, ALLGATHER, REDUCESCATTER of 1 to 64 MiB as ASTRA-sim sizes them, on 8 and 16 NPUs,
-one switch or a ring) and the DLRM_HybridParallel workload (16 and 64 NPUs, one switch), plus the three
-cases where netsweep deliberately differs (direct all-to-all, double binary tree, one queue; see
-docs/validation-astra-sim.md). netsweep runs each on its `packet`, `analytical` and `alpha_beta`
+one switch or a ring; and ALLTOALL with ASTRA-sim's ring algorithm, 1 and 4 MiB) and the DLRM_HybridParallel
+workload (16 and 64 NPUs, one switch), plus the cases where netsweep deliberately differs (direct all-to-all,
+double binary tree, one queue, ring all-to-all; see docs/validation-astra-sim.md). netsweep runs each on its `packet`, `analytical` and `alpha_beta`
 backends, and on `alpha_beta` with `system.astra_compat=true` (column `alpha_beta_compat`); ASTRA-sim's binary (`AnalyticalAstra` of branch ASTRA-sim-1.0 of astra-sim/astra-sim, with its
 analytical network backend; not part of netsweep) runs it when its path is given. Writes
 benchmarks/compare_astra_sim.{csv,md} and prints the table.
 
     python benchmarks/compare_astra_sim.py --astra-sim /path/to/AnalyticalAstra
     python benchmarks/compare_astra_sim.py             # netsweep's side only (the ASTRA-sim column empty)
-    python benchmarks/compare_astra_sim.py --quick ... # 1 and 16 MiB only, no 64-NPU DLRM
+    python benchmarks/compare_astra_sim.py --quick ... # 1 and 16 MiB only (ring all-to-all: 1 MiB), no 64-NPU DLRM
+
+It runs on ASTRA-sim's default build (CMake's empty build type: assertions on) as on a Release build: the
+MICRO lines carry the update delay of ASTRA-sim's own examples (inputs/workload/microAllReduce.txt: 5 cycles),
+not 0, which would schedule an event at the current time and trip the assertion of the analytical backend's
+src/event-queue/EventQueue.cc:20.
 
 The mapping (docs/validation-astra-sim.md): ASTRA-sim's `link-bandwidth` is in GiB/s (its main.cc
 multiplies by 2^30 / 10^9 to get bytes per ns), so 100 Gb/s is 12.5e9 / 2^30 = 11.64 GiB/s; its Ring
@@ -43,7 +48,7 @@ LINK_GBPS = 100.0
 LINK_LATENCY_US = 1.0
 ENDPOINT_DELAY_NS = 10.0
 # the table's netsweep columns: (engine.backend, system.astra_compat); `alpha_beta_compat` takes ASTRA-sim 1.0's
-# three choices where netsweep differs on purpose (docs/astra-compat.md), the only backend where all three apply
+# choices where netsweep differs on purpose and, on alpha_beta only, its network's cost (docs/astra-compat.md)
 BACKENDS = {"packet": ("packet", False), "analytical": ("analytical", False), "alpha_beta": ("alpha_beta", False),
             "alpha_beta_compat": ("alpha_beta", True)}
 # ASTRA-sim's comm type -> netsweep's op (the DLRM's column shows its all-reduce algorithm)
@@ -76,15 +81,23 @@ def cases(quick: bool) -> list[dict]:
     # the deliberate difference of the tree: ASTRA-sim 1.0's one unpipelined tree vs NCCL's two
     out += [dict(case="dbt", op="ALLREDUCE", mib=16, npus=16, topology="switch",
                  algorithms={**DEFAULT_ALGORITHMS, "all_reduce": "double_binary_tree"}, splits=1)]
+    # the ring all-to-all: ASTRA-sim 1.0's p(p-1)/2 messages of one block vs netsweep's p-1 steps
+    out += [dict(case="ring_a2a", op="ALLTOALL", mib=mib, npus=npus, topology=topology,
+                 algorithms={**DEFAULT_ALGORITHMS, "all_to_all": "ring"}, splits=1)
+            for topology in ("switch", "ring") for npus in (8, 16) for mib in ((1,) if quick else (1, 4))]
     return out
+
+
+MICRO_UPDATE_DELAY = 5  # cycles after the collective: ASTRA-sim's inputs/workload/microAllReduce.txt's
 
 
 def workload_text(case: dict) -> str | None:
     """The MICRO file of a collective case (the collective in the weight-gradient pass, no compute, as
-    ASTRA-sim's microAllReduce.txt); None for the bundled DLRM."""
+    ASTRA-sim's microAllReduce.txt, and its update delay of 5 cycles: ASTRA-sim adds it to its time, 5 ns
+    here; netsweep reads it and does not simulate it); None for the bundled DLRM."""
     if case["case"] == "dlrm":
         return None
-    return f"MICRO\n1\nc -1 0 NONE 0 0 NONE 0 0 {case['op']} {case['mib'] << 20} 0\n"
+    return f"MICRO\n1\nc -1 0 NONE 0 0 NONE 0 0 {case['op']} {case['mib'] << 20} {MICRO_UPDATE_DELAY}\n"
 
 
 def astra_network(case: dict) -> dict:
@@ -191,7 +204,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--astra-sim", type=Path, default=None,
                         help="path of ASTRA-sim 1.0's AnalyticalAstra binary (omit: netsweep's side only)")
-    parser.add_argument("--quick", action="store_true", help="1 and 16 MiB only, DLRM on 16 NPUs only")
+    parser.add_argument("--quick", action="store_true",
+                        help="1 and 16 MiB only (ring all-to-all: 1 MiB), DLRM on 16 NPUs only")
     parser.add_argument("--backends", default=",".join(BACKENDS),
                         help=f"netsweep's columns, comma-separated, of: {', '.join(BACKENDS)}")
     parser.add_argument("--out", type=Path, default=HERE / "compare_astra_sim", help="prefix of the .csv and .md")

@@ -143,8 +143,8 @@ class SystemConfig:
     hierarchy: str = "baseline"
     endpoint_delay_ns: float = 10.0
     # ASTRA-sim 1.0's choices where netsweep deliberately differs (docs/astra-compat.md): one queue for
-    # all collectives, its single unpipelined tree for double_binary_tree, and on alpha_beta every
-    # message costed alone (not sharing its NPU's link)
+    # all collectives, its single unpipelined tree for double_binary_tree, its ring all-to-all, and on
+    # alpha_beta its network's cost (every message alone, whole and cut-through: no TCP/IP framing)
     astra_compat: bool = False
 
 

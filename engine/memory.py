@@ -28,9 +28,10 @@ BYTES_PER_LINK = 1_024
 LINKS_PER_NPU = 4  # every topology has a few links per host
 
 
-def messages_per_collective(op: str, algorithm: str, npus: int) -> int:
-    """Point-to-point messages one collective of `op` over `npus` NPUs sends with `algorithm`."""
-    steps = symmetric_steps(op, algorithm, npus, 1)
+def messages_per_collective(op: str, algorithm: str, npus: int, astra_compat: bool = False) -> int:
+    """Point-to-point messages one collective of `op` over `npus` NPUs sends with `algorithm` (ASTRA-sim
+    1.0's variant with `astra_compat`: system.astra_compat)."""
+    steps = symmetric_steps(op, algorithm, npus, 1, astra_compat)
     if steps is None:  # double binary tree: every non-root node sends each block up and down, in two trees
         return 2 * 2 * TREE_PIPELINE_BLOCKS * (npus - 1)
     return sum(npus * (npus - 1 if step.pattern == ALL else 1) for step in steps)
@@ -50,7 +51,8 @@ def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
     algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
     if wl.type == "chakra":
         assert wl.path is not None
-        per_iteration = sum(1 if op == SEND else messages_per_collective(op, algorithms[op], group) * system.splits
+        per_iteration = sum(1 if op == SEND
+                            else messages_per_collective(op, algorithms[op], group, system.astra_compat) * system.splits
                             for op, _, group in trace_collectives(read_trace(wl.path, npus, (npus,))))
         return per_iteration * wl.iterations
     spec = workload_spec(SimConfig(network=NetworkConfig(npus=npus), system=system, workload=wl), (npus,))
@@ -58,7 +60,8 @@ def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
     for comm in [spec.input_comm] + [comm for layer in spec.layers for comm in (layer.fwd_comm, layer.ig_comm,
                                                                             layer.wg_comm)]:
         if comm.op is not None:
-            per_iteration += messages_per_collective(comm.op, algorithms[comm.op], npus) * system.splits
+            per_iteration += messages_per_collective(comm.op, algorithms[comm.op], npus,
+                                                     system.astra_compat) * system.splits
     return per_iteration * wl.iterations
 
 

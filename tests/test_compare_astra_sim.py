@@ -31,5 +31,13 @@ def test_a_ring_has_two_links_of_half_the_rate():
 
 
 def test_micro_files_carry_the_size_as_astra_sim_writes_it():
+    # the update delay is 5 cycles, as ASTRA-sim's inputs/workload/microAllReduce.txt: a 0 schedules an
+    # event at the current time, which its analytical backend's EventQueue.cc:20 asserts against
     case = {"case": "micro", "op": "ALLGATHER", "mib": 4}
-    assert compare.workload_text(case) == "MICRO\n1\nc -1 0 NONE 0 0 NONE 0 0 ALLGATHER 4194304 0\n"
+    assert compare.workload_text(case) == "MICRO\n1\nc -1 0 NONE 0 0 NONE 0 0 ALLGATHER 4194304 5\n"
+
+
+def test_ring_all_to_all_cases_use_astra_sims_ring():
+    rows = [case for case in compare.cases(quick=False) if case["case"] == "ring_a2a"]
+    assert len(rows) == 8 and {case["algorithms"]["all_to_all"] for case in rows} == {"ring"}
+    assert "all-to-all-implementation: ring\n" in compare.astra_system(rows[0])

@@ -24,9 +24,15 @@ DLRM_FILE = "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"
     ("all_reduce", "direct", 8, 2 * 8 * 7),  # direct reduce-scatter, then direct all-gather
     ("all_reduce", "halving_doubling", 8, 2 * 3 * 8),  # 2 log2(p) exchanges a rank
     ("all_reduce", "double_binary_tree", 8, 2 * 2 * 8 * 7),  # 2 trees x up and down x 8 blocks x 7 edges
+    ("all_to_all", "ring", 8, 7 * 8),  # p-1 steps, forwarding the blocks still on their way
 ])
 def test_messages_per_collective_by_hand(op: str, algorithm: str, p: int, expected: int) -> None:
     assert messages_per_collective(op, algorithm, p) == expected
+
+
+def test_astra_sims_ring_all_to_all_sends_a_message_per_block() -> None:
+    # system.astra_compat: p(p-1)/2 steps of one block (ASTRA-sim 1.0's Ring.cc), each rank one message a step
+    assert messages_per_collective("all_to_all", "ring", 8, astra_compat=True) == 28 * 8
 
 
 def test_the_study_workload_counts_its_messages() -> None:

@@ -34,8 +34,9 @@ class AlphaBetaBackend(NetworkBackend):
         return process_bytes(config, 0)
 
     def system_layer(self) -> SystemLayer:
-        """The system layer that times each phase in closed form."""
-        self.system = phase_system_layer(self.config, self.sim, None)
+        """The system layer that times each phase in closed form; with system.astra_compat, on ASTRA-sim
+        1.0's analytical network (each message alone, whole, cut-through: docs/astra-compat.md)."""
+        self.system = phase_system_layer(self.config, self.sim, None, astra_network=self.config.system.astra_compat)
         return self.system
 
     def link_rows(self, link_stats: str, end_ps: int) -> list[dict[str, Any]]:

@@ -101,14 +101,17 @@ def message_system_layer(config: SimConfig, sim: Simulation, sender: MessageSend
                        system.hierarchy, ns_to_ps(system.endpoint_delay_ns), system.astra_compat)
 
 
-def phase_system_layer(config: SimConfig, sim: Simulation, phase_timer: PhaseTimer | None) -> AlphaBetaSystemLayer:
-    """The system layer that times each phase itself: in closed form, or when `phase_timer` says."""
+def phase_system_layer(config: SimConfig, sim: Simulation, phase_timer: PhaseTimer | None,
+                       astra_network: bool = False) -> AlphaBetaSystemLayer:
+    """The system layer that times each phase itself: in closed form, or when `phase_timer` says.
+    `astra_network`: cost messages as ASTRA-sim 1.0's analytical network does (alone, whole,
+    cut-through; `engine.system.alpha_beta`), the alpha_beta backend's network under astra_compat."""
     dimensions, flat, algorithms = _dimensions(config, sim)
     system = config.system
     return AlphaBetaSystemLayer(sim.eventlist, sim.topology, config.segment_bytes, dimensions, flat, algorithms,
                                 system.splits, system.scheduling, system.hierarchy,
                                 ns_to_ps(system.endpoint_delay_ns), config.header_bytes, system.astra_compat,
-                                phase_timer)
+                                phase_timer, astra_network)
 
 
 def _dimensions(config: SimConfig, sim: Simulation) -> tuple[list[Dimension], Dimension, dict[str, str]]:

@@ -141,9 +141,15 @@ def _expand(p: int, steps: list[SymmetricStep], node_size: int) -> Program:
     return _link(raw)
 
 
-def symmetric_steps(op: str, algorithm: str, p: int, chunk_bytes: int) -> list[SymmetricStep] | None:
+def symmetric_steps(op: str, algorithm: str, p: int, chunk_bytes: int,
+                    astra_compat: bool = False) -> list[SymmetricStep] | None:
     """The steps of `op` with `algorithm` on p ranks, if every rank performs them alike (ring, direct,
-    halving_doubling); None for double_binary_tree, whose ranks play different roles."""
+    halving_doubling); None for double_binary_tree, whose ranks play different roles.
+    `astra_compat` makes the ring all-to-all ASTRA-sim 1.0's: p(p-1)/2 steps of one block each
+    (astra-sim/system/collective/Ring.cc, `Ring::Ring`: `stream_count = ((nodes_in_ring - 1) *
+    nodes_in_ring) / 2` messages of `msg_size = data_size / nodes_in_ring`, one in flight at a time
+    under the `Normal` injection policy that Sys.cc's `generate_collective_phase` passes), instead of
+    p-1 steps that forward the blocks still on their way."""
     if algorithm not in ALGORITHMS.get(op, ()):
         raise ValueError(f"{op} has no algorithm {algorithm!r}; allowed: {', '.join(ALGORITHMS.get(op, ()))}")
     if p == 1:
@@ -152,6 +158,8 @@ def symmetric_steps(op: str, algorithm: str, p: int, chunk_bytes: int) -> list[S
     if algorithm == "ring":
         if op == "all_reduce":
             return [SymmetricStep(RING, block)] * (2 * (p - 1))
+        if op == "all_to_all" and astra_compat:  # every block, its own message, one after another
+            return [SymmetricStep(RING, block)] * (p * (p - 1) // 2)
         if op == "all_to_all":
             # step s forwards the blocks still on their way: p-1-s of them
             return [SymmetricStep(RING, block * (p - 1 - s)) for s in range(p - 1)]
@@ -264,12 +272,13 @@ def _astra_tree_program(p: int, chunk_bytes: int, root_max: bool) -> Program:
 
 
 def plan(op: str, algorithm: str, p: int, chunk_bytes: int, node_size: int = 1,
-         astra_tree: int | None = None) -> list[Program]:
+         astra_tree: int | None = None, astra_compat: bool = False) -> list[Program]:
     """Programs (run concurrently) that perform collective `op` with `algorithm` on p ranks;
     `node_size` consecutive ranks share a node (it staggers direct sends, see `_direct_order`).
     `astra_tree` (0 = RootMax, 1 = RootMin) makes `double_binary_tree` ASTRA-sim 1.0's: the whole
-    chunk on that one tree, unpipelined; None = NCCL's two pipelined trees."""
-    steps = symmetric_steps(op, algorithm, p, chunk_bytes)
+    chunk on that one tree, unpipelined; None = NCCL's two pipelined trees. `astra_compat` makes the
+    ring all-to-all ASTRA-sim 1.0's (`symmetric_steps`)."""
+    steps = symmetric_steps(op, algorithm, p, chunk_bytes, astra_compat)
     if steps is not None:
         return [_expand(p, steps, node_size if p % node_size == 0 else 1)] if steps else []
     if astra_tree is not None:

@@ -30,11 +30,17 @@ of steps and NPUs, not with the p x (p - 1) messages of a direct all-to-all:
 A phase on several groups lasts as long as its slowest group. Durations are cached per dimension,
 op and chunk size, so a training loop pays for each distinct collective once.
 
-With `astra_compat` (system.astra_compat) every message is costed alone, as ASTRA-sim 1.0's analytical
-network does (its AnalyticalNetwork::sim_send asks the topology for one message's latency and nothing
-else): the messages of one step do not share their NPU's link, so a direct all-to-all lasts one
-message; and the bounds that stand for a link carrying several messages in turn (the ring's busiest
-link, the tree's busiest NPU link) are dropped.
+With `astra_network` (system.astra_compat on this backend) every message is costed as ASTRA-sim 1.0's
+analytical network costs it (astra-network-analytical, src/api/AnalyticalNetwork.cc,
+`AnalyticalNetwork::sim_send`, asks the topology for one message's latency and nothing else;
+src/topology/HierarchicalTopology.cc, `HierarchicalTopology::send`: hops x link latency + payload /
+bandwidth, 2 hops through a switch, the shorter way round a ring): alone, whole and cut-through. The
+messages of one step do not share their NPU's link, so a direct all-to-all lasts one message; a
+message pays the propagation of every link of its route and its payload at the route's bottleneck
+rate, with no TCP/IP header and no store-and-forward; and the bounds that stand for a link carrying
+several messages in turn (the ring's busiest link, the tree's busiest NPU link) are dropped. (ASTRA-sim
+truncates each message's latency to whole ns, and its memory bus adds one endpoint delay a phase:
+under 1 ns a message and 10 ns a phase at the endpoint delay of 10 ns, left out.)
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from ..eventlist import EventList
 from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..units import serialisation_ps
-from .algorithms import RING, XOR, Program, SymmetricStep, symmetric_steps
+from .algorithms import RING, XOR, Program, SymmetricStep
 from .collectives import Dimension, SystemLayer, _Chunk, _Phase
 
 ClassCounts = tuple[tuple[int, int], ...]  # sorted (route class, messages) of one rank's step
@@ -66,11 +72,14 @@ class RouteCosts:
     """
 
     def __init__(self, topology: Topology, mss_bytes: int, header_bytes: int = TCP_IP_HEADER_BYTES,
-                 share_nic: bool = True) -> None:
+                 astra_network: bool = False) -> None:
         self.topology = topology
-        self.share_nic = share_nic  # False: each message alone, as if its NPU sent nothing else (astra_compat)
+        # astra_network: ASTRA-sim 1.0's analytical network (module docstring): each message alone, as
+        # if its NPU sent nothing else, whole (no TCP/IP header) and cut-through (no store-and-forward)
+        self.share_nic = not astra_network
+        self.cut_through = astra_network
         self.mss_bytes = mss_bytes  # payload of a full segment
-        self.header_bytes = header_bytes  # IPv4 + TCP headers and options of each segment
+        self.header_bytes = 0 if astra_network else header_bytes  # IPv4 + TCP headers and options of each segment
         self._host_of_class: dict[int, int] = {}
         for dst in range(topology.npus - 1, 0, -1):  # downwards: the nearest host of each class wins
             self._host_of_class[topology.route_class(0, dst)] = dst
@@ -100,12 +109,17 @@ class RouteCosts:
         return link
 
     def wire_bytes(self, payload_bytes: int) -> int:
-        """Payload plus one header (IPv4 + TCP and its options) per MSS-sized segment."""
+        """Payload plus one header (IPv4 + TCP and its options) per MSS-sized segment (no header with
+        `astra_network`: the payload alone)."""
         return wire_bytes(payload_bytes, self.mss_bytes, self.header_bytes)
 
     def latency_ps(self, route_class: int, size_bytes: int) -> int:
-        """Propagation of every hop + one packet's store-and-forward at each hop after the first."""
-        return unloaded_latency_ps(self.route(route_class), size_bytes, self.mss_bytes, self.header_bytes)
+        """Propagation of every hop + one packet's store-and-forward at each hop after the first (the
+        propagation only with `astra_network`: the message crosses its route cut-through)."""
+        route = self.route(route_class)
+        if self.cut_through:
+            return sum(link.latency_ps for link in route)
+        return unloaded_latency_ps(route, size_bytes, self.mss_bytes, self.header_bytes)
 
     def serialisation_ps(self, route_class: int, size_bytes: int) -> int:
         """A message's wire bytes at the bottleneck rate of its route."""
@@ -143,16 +157,18 @@ class AlphaBetaSystemLayer(SystemLayer):
     """The system layer of the alpha_beta backend: the same collectives, chunks, phases, scheduling
     and hierarchy as `SystemLayer`, but each phase ends after a computed duration (one event) instead
     of sending its messages; or, with a `phase_timer` (the phase backend), when
-    that timer says."""
+    that timer says. `astra_network` costs messages as ASTRA-sim 1.0's analytical network does (module
+    docstring); `astra_compat` takes ASTRA-sim 1.0's system-layer choices (`SystemLayer`)."""
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, dimensions: list[Dimension],
                  flat_dimension: Dimension, algorithms: dict[str, str], splits: int, scheduling: str,
                  hierarchy: str, endpoint_delay_ps: int, header_bytes: int = TCP_IP_HEADER_BYTES,
-                 astra_compat: bool = False, phase_timer: PhaseTimer | None = None) -> None:
+                 astra_compat: bool = False, phase_timer: PhaseTimer | None = None,
+                 astra_network: bool = False) -> None:
         super().__init__(eventlist, None, dimensions, flat_dimension, algorithms, splits, scheduling, hierarchy,
                          endpoint_delay_ps, astra_compat)
         self.topology = topology
-        self.costs = RouteCosts(topology, mss_bytes, header_bytes, share_nic=not astra_compat)
+        self.costs = RouteCosts(topology, mss_bytes, header_bytes, astra_network)
         self._phase_ps: dict[PhaseKey, int] = {}  # duration of each distinct phase
         self._ring_classes: dict[tuple[int, ...], list[int]] = {}  # group -> class of each ring link
         self._peer_counts: dict[tuple[int, ...], set[ClassCounts]] = {}  # group -> its ranks' direct steps
@@ -197,7 +213,7 @@ class AlphaBetaSystemLayer(SystemLayer):
         return end
 
     def host_link_bytes(self) -> dict[Link, int]:
-        """Wire bytes (payload + 40 per MSS segment) on the first and the last link of every message
+        """Wire bytes (`RouteCosts.wire_bytes`) on the first and the last link of every message
         of the phases that ended: the links by which a message leaves its NPU and enters the other,
         which the two NPUs fix whatever equal-cost path it would take (this backend routes no
         message, so the links between switches are unknown to it). Expands every rank's step
@@ -219,7 +235,7 @@ class AlphaBetaSystemLayer(SystemLayer):
 
     def group_ps(self, group: tuple[int, ...], phase: _Phase, dim: Dimension) -> int:
         """Duration of one phase (with the configured algorithm) on one group of NPUs of `dim`."""
-        steps = symmetric_steps(phase.op, self.algorithms[phase.op], len(group), phase.chunk_bytes)
+        steps = self.phase_steps(phase, len(group))
         if steps is None:  # ranks in different roles: evaluate every rank's program
             programs = self.plan_phase(phase, dim)
             bounds = [self.program_ps(group, program) for program in programs]
@@ -234,9 +250,9 @@ class AlphaBetaSystemLayer(SystemLayer):
         """The longer of two bounds. The slowest chain: rank r's step s waits for rank r-1's step
         s-1 message, so a path crosses one ring link per step; its start is the one whose window of
         links is slowest at the steps' mean size (exact when all steps have one size, as all but
-        the ring all-to-all), then it is costed at the steps' own sizes. The busiest link: each
+        netsweep's ring all-to-all), then it is costed at the steps' own sizes. The busiest link: each
         carries one message per step, one after another (one stream per pair of NPUs); with messages
-        alone (`astra_compat`), only the chain."""
+        alone (`astra_network`), only the chain."""
         classes = self._ring_classes.get(group)
         if classes is None:
             p = len(group)

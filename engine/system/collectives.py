@@ -6,11 +6,12 @@ dimension); ready chunks wait in the dimension's queue and are taken in `fifo` o
 so concurrent collectives compete for the network in a defined order, and chunks of one
 collective pipeline across dimensions.
 
-`astra_compat` (system.astra_compat) takes two of ASTRA-sim 1.0's system-layer choices where netsweep
+`astra_compat` (system.astra_compat) takes three of ASTRA-sim 1.0's system-layer choices where netsweep
 deliberately differs: all-to-all over the whole network waits in the first dimension's queue, behind
 the other collectives (ASTRA-sim's Sys.cc takes every phase's queue from the dimension's queues; its
-one-phase `oneDirect` all-to-all takes the first dimension's), not in a queue of its own; and
-`double_binary_tree` is its single unpipelined tree (`plan`'s `astra_tree`).
+one-phase `oneDirect` all-to-all takes the first dimension's), not in a queue of its own;
+`double_binary_tree` is its single unpipelined tree (`plan`'s `astra_tree`); and the ring all-to-all is
+its p(p-1)/2 messages of one block each, one after another (`symmetric_steps`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable, Protocol
 
 from ..eventlist import EventEntry, EventList, EventSource
 from ..units import ps_to_s
-from .algorithms import Program, plan
+from .algorithms import Program, SymmetricStep, plan, symmetric_steps
 
 
 class MessageSender(Protocol):
@@ -203,7 +204,8 @@ class SystemLayer:
     (`flat_dimension`), with a scheduling queue of its own, so it shares the network with the other collectives instead
     of waiting for a dimension they hold (the same on one-dimensional and hierarchical networks);
     with `astra_compat`, as in ASTRA-sim 1.0, it waits in the first dimension's queue, and
-    `double_binary_tree` is ASTRA-sim 1.0's (module docstring). Queues are indexed as dimensions.
+    `double_binary_tree` and the ring all-to-all are ASTRA-sim 1.0's (module docstring). Queues are
+    indexed as dimensions.
     """
 
     def __init__(self, eventlist: EventList, sender: MessageSender | None, dimensions: list[Dimension],
@@ -314,7 +316,13 @@ class SystemLayer:
 
     def plan_phase(self, phase: _Phase, dim: Dimension) -> list[Program]:
         """The step programs of one phase on one group of `dim` (`algorithms.plan`)."""
-        return plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size, phase.astra_tree)
+        return plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size, phase.astra_tree,
+                    self.astra_compat)
+
+    def phase_steps(self, phase: _Phase, group_size: int) -> list[SymmetricStep] | None:
+        """The symmetric steps of one phase on a group of `group_size` NPUs (`algorithms.symmetric_steps`);
+        None where ranks play different roles (double binary tree)."""
+        return symmetric_steps(phase.op, self.algorithms[phase.op], group_size, phase.chunk_bytes, self.astra_compat)
 
     def _enqueue(self, chunk: _Chunk) -> None:
         queue = chunk.phases[chunk.next_phase].queue

@@ -49,7 +49,7 @@ from ..network import TCP_IP_HEADER_BYTES, Link, wire_bytes
 from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topology
 from ..transport.cc import slow_start_dominates
 from ..units import BITS_PER_BYTE, PS_PER_S, serialisation_ps
-from .algorithms import ALL, RING, XOR, Program, SymmetricStep, symmetric_steps
+from .algorithms import ALL, RING, XOR, Program, SymmetricStep
 from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from .collectives import _Chunk, _Phase
 from .maxmin import RATE_TOLERANCE
@@ -541,7 +541,7 @@ class FluidPhases:
         for group in dim.groups:
             if len(group) < 2:
                 continue
-            steps = symmetric_steps(phase.op, layer.algorithms[phase.op], len(group), phase.chunk_bytes)
+            steps = layer.phase_steps(phase, len(group))
             if steps is None:  # ranks in different roles (double binary tree): one stage of every message
                 programs = layer.plan_phase(phase, dim)
                 longest = max(len(rank_steps) for program in programs for rank_steps in program)
@@ -575,7 +575,7 @@ class FluidPhases:
                 stage_steps[index] = max(stage_steps[index], steps_of[index])
         stages = [self._stage(pieces, steps) for pieces, steps in zip(stage_pieces, stage_steps)]
         groups = [group for group in dim.groups if len(group) > 1]
-        exchange = symmetric_steps(phase.op, layer.algorithms[phase.op], len(groups[0]), phase.chunk_bytes)
+        exchange = layer.phase_steps(phase, len(groups[0]))
         if exchange is not None and all(step.pattern == XOR for step in exchange):
             self._stretch_exchanges(layer, phase, groups, exchange, stages)
         self._demands[key] = stages
