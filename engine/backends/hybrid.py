@@ -52,9 +52,6 @@ REDUCED_PATTERNS = (RING, ALL)  # step patterns an episode replays: rings and di
 REDUCED_ALGORITHMS = {"all_reduce": ("ring", "direct"), "all_gather": ("ring", "direct"),
                       "reduce_scatter": ("ring", "direct"), "all_to_all": ("direct", "ring")}
 REDUCED_WORKLOADS = ("dlrm", "astra", "collective")
-# an episode runs the reduced event list in windows of this much simulated time past its next event: at most
-# this far past the last delivery, far below any TCP timer (a stale timer run early would age the connections)
-EPISODE_WINDOW_PS = 1_000_000  # 1 us
 PACKET_COUNTERS = ("retransmits", "timeouts", "drops")  # the packet columns the reduced simulation fills
 
 
@@ -250,7 +247,9 @@ class PacketEpisodes:
             if next_ps > self.limit_ps:
                 self.timed_out = True
             else:
-                eventlist.run(min(self.limit_ps, next_ps + EPISODE_WINDOW_PS))
+                # one instant at a time, so that the episode stops at its last delivery, not after: the
+                # next one may start then (back-to-back collectives), as in the full run
+                eventlist.run(next_ps)
         self.simulated += 1
         self.wall_s += time.perf_counter() - wall_start
         if self.timed_out:
