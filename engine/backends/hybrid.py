@@ -4,8 +4,9 @@ reduced network for the phases that risk loss (issue 28; docs/hybrid-backend.md)
 Every phase is timed as `phase` times it (`FluidPhases`). When a stage starts and the phases in their
 fluid part overflow a switch port's buffer with their opening windows (phase's incast rule,
 `_opens_incast`), those phases run as one *episode* on a persistent packet simulation of a reduced
-network (`PacketEpisodes`), and each phase's fixed tail grows by what the packet run took beyond
-the fluid prediction, max(0, T_packet - T_fluid); an episode that drops nothing changes nothing.
+network (`PacketEpisodes`), and each phase then ends no earlier than its packet replay did: it lasts
+max(T_fluid, T_packet) = T_fluid + max(0, T_packet - T_fluid) from its start (T_fluid as the phase
+lives it, whatever phases start or end meanwhile); an episode that drops nothing changes nothing.
 
 The reduced network (`Reduction`):
 - `leaf_spine`: the mirrored leaf pair. Two leaves (the pair whose uplinks the first risky stage loads
@@ -27,12 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from math import ceil
 from typing import Any, Callable
 
 import numpy as np
 
 from ..config import SimConfig, _require
+from ..eventlist import EventList
 from ..network import Link
 from ..simulation import Simulation
 from ..system.algorithms import ALL, RING, Program
@@ -109,11 +110,11 @@ class Reduction:
 
 class _PhaseReplay:
     """One phase of an episode replayed on the reduced network: the step programs of its simulated
-    ranks from `first_step` on, as `SystemLayer`'s `_ProgramRun` runs them (a rank issues its step's
+    ranks, as `SystemLayer`'s `_ProgramRun` runs them (a rank issues its step's
     messages `delay_ps` after entering it, and enters the next once they are out and the messages its
     step consumes are in). `finished_ps` is when its last rank finished (-1 until then)."""
 
-    def __init__(self, episodes: PacketEpisodes, program: Program, first_step: int, flow_ids: dict[tuple[int, int], int],
+    def __init__(self, episodes: PacketEpisodes, program: Program, flow_ids: dict[tuple[int, int], int],
                  delay_ps: int, on_finished: Callable[[], None]) -> None:
         self.episodes = episodes
         self.program = program
@@ -122,14 +123,16 @@ class _PhaseReplay:
         self.on_finished = on_finished
         ranks = episodes.reduction.ranks
         self.ranks = ranks
-        self.position = [first_step] * len(ranks)
+        self.position = [0] * len(ranks)
         self.issued = [False] * len(ranks)
         self.received = [[0] * len(program[rank]) for rank in ranks]
         self.ranks_left = len(ranks)
+        self.started_ps = -1
         self.finished_ps = -1
 
     def start(self) -> None:
         """Every simulated rank enters its first step now."""
+        self.started_ps = self.episodes.sim.eventlist.now_ps
         for index in range(len(self.ranks)):
             self._enter(index)
 
@@ -191,11 +194,11 @@ class _Receipt:
 
 @dataclasses.dataclass
 class EpisodePhase:
-    """A phase as an episode replays it: its ranks' step program, the step they start from and the
-    flow id of every pair of NPUs its simulated ranks send to (the full run's connection ids)."""
+    """A phase as an episode replays it: its ranks' step program, when it started in the full run
+    and the flow id of every pair of NPUs its simulated ranks send to (the full run's connection ids)."""
 
     program: Program
-    first_step: int
+    start_ps: int
     flow_ids: dict[tuple[int, int], int]
 
 
@@ -225,21 +228,22 @@ class PacketEpisodes:
             self._connections[key] = connection
         return connection
 
-    def run(self, phases: list[EpisodePhase], start_ps: int) -> tuple[list[int], int]:
-        """Replay `phases` together from `start_ps` (the full run's clock; later if the reduced network
-        is still busy with the previous episode) until all have finished. Returns the time each took
-        (-1 for all if the episode passed `engine.max_sim_time_s`) and the packets dropped."""
+    def run(self, phases: list[EpisodePhase]) -> tuple[list[tuple[int, int]], int]:
+        """Replay `phases` together, each from its start in the full run (or, if the reduced network was
+        still busy with the previous episode then, as soon as it is free), until all have finished.
+        Returns when each started and finished on the reduced clock (-1 for finishing if the episode
+        passed `engine.max_sim_time_s`) and the packets dropped."""
         wall_start = time.perf_counter()
         eventlist = self.sim.eventlist
-        start_ps = max(start_ps, eventlist.now_ps)
+        start_ps = max(eventlist.now_ps, min(phase.start_ps for phase in phases))
         eventlist.run(start_ps)  # what was left of the previous episode (its timers) up to now
         eventlist.now_ps = start_ps  # the reduced network was idle in between: its clock jumps
         drops_before = self.drops()
-        replays = [_PhaseReplay(self, phase.program, phase.first_step, phase.flow_ids, self.delay_ps, self._finished)
+        replays = [_PhaseReplay(self, phase.program, phase.flow_ids, self.delay_ps, self._finished)
                    for phase in phases]
         self._running = len(replays)
-        for replay in replays:
-            replay.start()
+        for phase, replay in zip(phases, replays):
+            eventlist.call_at(max(start_ps, phase.start_ps), replay.start)
         while self._running and not self.timed_out:
             if not eventlist.pending():
                 raise RuntimeError("the reduced packet simulation ran empty before its episode's phases finished")
@@ -252,9 +256,7 @@ class PacketEpisodes:
                 eventlist.run(next_ps)
         self.simulated += 1
         self.wall_s += time.perf_counter() - wall_start
-        if self.timed_out:
-            return [-1] * len(replays), self.drops() - drops_before
-        return [replay.finished_ps - start_ps for replay in replays], self.drops() - drops_before
+        return [(replay.started_ps, replay.finished_ps) for replay in replays], self.drops() - drops_before
 
     def _finished(self) -> None:
         self._running -= 1
@@ -281,18 +283,36 @@ def reduced_config(config: SimConfig) -> SimConfig:
     return dataclasses.replace(config, network=dataclasses.replace(net, npus=2 * net.hosts_per_leaf))
 
 
+class _EndNotBefore:
+    """Ends a phase when its fluid time is over (`FluidPhases.wake` calls it then), but not before
+    `end_ps`: the time its packet replay took from its start."""
+
+    __slots__ = ("eventlist", "end", "end_ps")
+
+    def __init__(self, eventlist: EventList, end: Callable[[], None], end_ps: int) -> None:
+        self.eventlist = eventlist
+        self.end = end
+        self.end_ps = end_ps
+
+    def __call__(self) -> None:
+        if self.eventlist.now_ps < self.end_ps:
+            self.eventlist.call_at(self.end_ps, self.end)
+        else:
+            self.end()
+
+
 class HybridPhases(FluidPhases):
     """`FluidPhases` whose risky stages are also replayed at packet level (module docstring): each
-    phase in an episode gets max(0, T_packet - T_fluid) more in its fixed tail when the episode drops
-    packets."""
+    phase in an episode ends no earlier than its packet replay when the episode drops packets."""
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(sim.eventlist, sim.topology, config.segment_bytes, config.header_bytes, config.seed,
                          config.tcp.init_cwnd_pkts, None)
         self.config = config
         self.episodes: PacketEpisodes | None = None  # made at the first episode (its leaf pair then chosen)
-        self._plans: dict[_Fluid, tuple[AlphaBetaSystemLayer, _Phase]] = {}
-        self._starting: tuple[AlphaBetaSystemLayer, _Phase] | None = None
+        # the phases in their fluid part not replayed yet: their layer, phase and start
+        self._plans: dict[_Fluid, tuple[AlphaBetaSystemLayer, _Phase, int]] = {}
+        self._starting: tuple[AlphaBetaSystemLayer, _Phase, int] | None = None
         self._risky = False  # a stage has started that overflows a port: an episode after the sharing
         index = {id(link): position for position, link in enumerate(sim.topology.links)}
         topology = sim.topology
@@ -303,7 +323,7 @@ class HybridPhases(FluidPhases):
     def start(self, layer: AlphaBetaSystemLayer, chunk: _Chunk, queue: int, phase: _Phase, key: PhaseKey,
               duration_ps: int) -> None:
         """As `FluidPhases.start`, keeping the phase's plan for an episode."""
-        self._starting = (layer, phase)
+        self._starting = (layer, phase, self.eventlist.now_ps)
         super().start(layer, chunk, queue, phase, key, duration_ps)
         self._starting = None
 
@@ -326,8 +346,8 @@ class HybridPhases(FluidPhases):
         self._plans = {fluid: plan for fluid, plan in self._plans.items() if fluid in self._fluid}
 
     def _episode(self, now: int) -> None:
-        """Replay at packet level the phases in their fluid part not replayed yet, from the steps they
-        have left, and lengthen the tails of those the packet run makes slower."""
+        """Replay at packet level the phases in their fluid part not replayed yet, each whole from its
+        start, and make each end no earlier than its replay did (when the episode dropped packets)."""
         if self.episodes is None:
             self.episodes = PacketEpisodes(self.config, self._reduction())
         if self.episodes.timed_out:
@@ -336,40 +356,38 @@ class HybridPhases(FluidPhases):
         phases = [self._episode_phase(fluid) for fluid in fluids]
         for fluid in fluids:
             del self._plans[fluid]  # replayed once
-        took_ps, dropped = self.episodes.run(phases, now)
+        spans, dropped = self.episodes.run(phases)
         if self.episodes.timed_out:
             for fluid in fluids:  # it ends past the limit, where the full run stops too
-                fluid.tail_ps = max(fluid.tail_ps, self.episodes.limit_ps + 1 - now)
+                fluid.end = _EndNotBefore(self.eventlist, fluid.end, self.episodes.limit_ps + 1)
             return
         if not dropped:
             return  # lossless: phase's figure, exactly
-        for fluid, packet_ps in zip(fluids, took_ps):
-            fluid_ps = (round(fluid.left / fluid.progress_per_ps) if fluid.progress_per_ps > 0 else 0) + fluid.tail_ps
-            fluid.tail_ps += max(0, packet_ps - fluid_ps)
+        for fluid, phase, (started_ps, finished_ps) in zip(fluids, phases, spans):
+            # it lasts max(T_fluid, T_packet) from its start: its fluid time, plus what the packet run took
+            # beyond it (the fluid time as the phase lives it, whatever phases start or end meanwhile)
+            fluid.end = _EndNotBefore(self.eventlist, fluid.end, phase.start_ps + finished_ps - started_ps)
 
     def _episode_phase(self, fluid: _Fluid) -> EpisodePhase:
-        """A phase's remaining steps as an episode replays them: its program (one, as rings and direct
-        steps have), from the first of the steps its fluid part has left (the fraction left of the
-        stage, rounded up to whole steps), and its pairs' flow ids."""
-        layer, phase = self._plans[fluid]
+        """A phase as an episode replays it: its program (one, as rings and direct steps have), its
+        start and its pairs' flow ids."""
+        layer, phase, start_ps = self._plans[fluid]
         dim = layer.dimensions[phase.dimension]
         steps = layer.phase_steps(phase, len(dim.groups[0]))
         assert steps is not None and all(step.pattern in REDUCED_PATTERNS for step in steps), \
             "check_config refuses what the reduction does not replay"
         (program,) = layer.plan_phase(phase, dim)
-        count = len(program[0])
-        first_step = count - min(count, max(1, ceil(fluid.left * count - 1e-9)))
         reduction = self.episodes.reduction if self.episodes is not None else None
         assert reduction is not None
         senders, peers = [], []
         for rank in reduction.ranks:
-            for step in program[rank][first_step:]:
+            for step in program[rank]:
                 for send in step.sends:
                     senders.append(rank)
                     peers.append((rank + send.peer_offset) % reduction.npus)
         src, dst = np.array(senders, dtype=np.int64), np.array(peers, dtype=np.int64)
         ids = self.flow_ids.ids(src, dst, distinct=False)  # numbered already, when phase routed the phase
-        return EpisodePhase(program, first_step, dict(zip(zip(senders, peers), ids.tolist())))
+        return EpisodePhase(program, start_ps, dict(zip(zip(senders, peers), ids.tolist())))
 
     def _reduction(self) -> Reduction:
         """The reduced network: on leaf_spine the two leaves whose uplinks the phases in their fluid part
