@@ -7,7 +7,7 @@ from random import Random
 from .backends import MODELS_HOST_STACK
 from .config import SimConfig
 from .eventlist import EventList
-from .network import Link, idle_transit_ps, syn_bytes
+from .network import Link, PacketSink, idle_transit_ps, syn_bytes
 from .topology import Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
 from .units import s_to_ps
@@ -80,8 +80,8 @@ class Simulation:
         self.connections.append(connection)
         return connection
 
-    def _connection(self, src: int, dst: int, flow_id: int, data_links: tuple[Link, ...],
-                    ack_links: tuple[Link, ...]) -> TcpConnection:
+    def _connection(self, src: int, dst: int, flow_id: int, data_links: tuple[PacketSink, ...],
+                    ack_links: tuple[PacketSink, ...]) -> TcpConnection:
         """A connection with a fresh congestion state, not yet opened."""
         tcp = self.config.tcp
         cc = make_congestion_control(tcp.cc, self.settings.mss_bytes, tcp.init_cwnd_pkts,

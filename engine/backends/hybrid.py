@@ -93,9 +93,8 @@ class Reduction:
         on the spine the full run's ECMP hash picks for the pair's flow id."""
         src, dst = self.host(sender, sender), self.host(sender, npu)
         topology = self.topology
-        if topology is None:
-            data_links, ack_links = reduced.topology.routes(src, dst, flow_id)
-            return (src, dst), data_links, ack_links
+        if topology is None:  # one switch: the network itself, on its own links (`Topology.routes`)
+            return (src, dst), reduced.topology.path(src, dst, flow_id), reduced.topology.path(dst, src, flow_id)
         assert isinstance(reduced.topology, LeafSpineTopology)
         net = reduced.topology
         src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
@@ -395,9 +394,9 @@ class HybridPhases(FluidPhases):
         topology = self.topology
         if not isinstance(topology, LeafSpineTopology) or self._leaf_uplinks is None:
             return Reduction(self.config, None, None)
-        active = [fluid.stages[fluid.stage] for fluid in self._fluid]
-        peak = sum(stage.peak_messages for stage in active)[self._leaf_uplinks].max(axis=1)
-        load = sum(stage.link_bytes for stage in active)[self._leaf_uplinks].sum(axis=1)
+        active = [fluid.stages[fluid.stage] for fluid in self._fluid]  # a stage has just started: not empty
+        peak = np.sum([stage.peak_messages for stage in active], axis=0)[self._leaf_uplinks].max(axis=1)
+        load = np.sum([stage.link_bytes for stage in active], axis=0)[self._leaf_uplinks].sum(axis=1)
         order = sorted(range(len(peak)), key=lambda leaf: (-int(peak[leaf]), -float(load[leaf]), leaf))
         first, second = sorted(order[:2])
         return Reduction(self.config, topology, (first, second))
