@@ -7,7 +7,7 @@ from random import Random
 from .backends import MODELS_HOST_STACK
 from .config import SimConfig
 from .eventlist import EventList
-from .network import Link, idle_transit_ps, syn_bytes
+from .network import Link, PacketSink, idle_transit_ps, syn_bytes
 from .topology import Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
 from .units import s_to_ps
@@ -58,27 +58,48 @@ class Simulation:
 
     def open_connection(self, src: int, dst: int) -> TcpConnection:
         """A new TCP connection from host `src` to host `dst`, with a fresh congestion state."""
-        tcp = self.config.tcp
         flow_id = len(self.connections)
-        cc = make_congestion_control(tcp.cc, self.settings.mss_bytes, tcp.init_cwnd_pkts,
-                                     dctcp_g=tcp.dctcp_g, cubic_c=tcp.cubic_c, cubic_beta=tcp.cubic_beta)
         data_links, ack_links = self.topology.routes(src, dst, flow_id)
-        connection = TcpConnection(self.eventlist, self.settings, cc, flow_id, src, dst, data_links, ack_links)
-        if tcp.handshake:
+        connection = self._connection(src, dst, flow_id, data_links, ack_links)
+        if self.config.tcp.handshake:
             # opened lazily, but as a training job opens its connections: at start-up, on the idle
             # network, long before the first message (outside the workload's timing)
             # (the links themselves: a ring's routes go through ports that stand for them)
-            syn_links = self.topology.path(src, dst, flow_id)
-            syn_ack_links = self.topology.path(dst, src, flow_id)
-            loss_rate = self.config.network.loss_rate
-            retransmits = 0
-            if loss_rate > 0:
-                rng = Random(flow_hash(self.config.seed, flow_id, _HANDSHAKE_RNG_SALT))
-                retransmits = syn_retransmits(syn_links, syn_ack_links, loss_rate, rng)
-            rtt_ps = handshake_rtt_ps(syn_links, syn_ack_links, syn_bytes(tcp.timestamps, tcp.sack))
-            connection.sender.open_after_handshake(rtt_ps, retransmits)
+            self._handshake(connection, self.topology.path(src, dst, flow_id), self.topology.path(dst, src, flow_id))
         self.connections.append(connection)
         return connection
+
+    def open_routed_connection(self, src: int, dst: int, flow_id: int, data_links: tuple[Link, ...],
+                               ack_links: tuple[Link, ...]) -> TcpConnection:
+        """A new TCP connection from host `src` to host `dst` on routes the caller chose, under the
+        flow id it gives (a reduced network standing for a larger one: the hybrid backend); its
+        handshake, if any, goes along the same links."""
+        connection = self._connection(src, dst, flow_id, data_links, ack_links)
+        if self.config.tcp.handshake:
+            self._handshake(connection, data_links, ack_links)
+        self.connections.append(connection)
+        return connection
+
+    def _connection(self, src: int, dst: int, flow_id: int, data_links: tuple[PacketSink, ...],
+                    ack_links: tuple[PacketSink, ...]) -> TcpConnection:
+        """A connection with a fresh congestion state, not yet opened."""
+        tcp = self.config.tcp
+        cc = make_congestion_control(tcp.cc, self.settings.mss_bytes, tcp.init_cwnd_pkts,
+                                     dctcp_g=tcp.dctcp_g, cubic_c=tcp.cubic_c, cubic_beta=tcp.cubic_beta)
+        return TcpConnection(self.eventlist, self.settings, cc, flow_id, src, dst, data_links, ack_links)
+
+    def _handshake(self, connection: TcpConnection, syn_links: tuple[Link, ...],
+                   syn_ack_links: tuple[Link, ...]) -> None:
+        """Open `connection` after a handshake on the idle network along `syn_links` and back along
+        `syn_ack_links` (its SYN RTT seeds the RTT estimate; SYNs lost at `network.loss_rate` are sent again)."""
+        tcp = self.config.tcp
+        loss_rate = self.config.network.loss_rate
+        retransmits = 0
+        if loss_rate > 0:
+            rng = Random(flow_hash(self.config.seed, connection.flow_id, _HANDSHAKE_RNG_SALT))
+            retransmits = syn_retransmits(syn_links, syn_ack_links, loss_rate, rng)
+        rtt_ps = handshake_rtt_ps(syn_links, syn_ack_links, syn_bytes(tcp.timestamps, tcp.sack))
+        connection.sender.open_after_handshake(rtt_ps, retransmits)
 
     def run(self) -> None:
         """Run until no event is left or `engine.max_sim_time_s` (then `time_limit_reached`)."""

@@ -56,7 +56,8 @@ def _count(value: Any) -> str:
 
 def _network_lines(run: Mapping[str, Any]) -> list[str]:
     """Packet counters and engine speed; a backend that counts no packets (analytical, alpha_beta, phase)
-    says what it models instead, and a backend that reports TCP risk signals (phase) shows them."""
+    says what it models instead, a backend that reports TCP risk signals (phase) shows them, and one that
+    simulates episodes at packet level on a reduced network (hybrid) their count and scaled counters."""
     lines = []
     if run.get("packets_sent") is None:
         backend = str(run.get("engine.backend"))
@@ -67,6 +68,10 @@ def _network_lines(run: Mapping[str, Any]) -> list[str]:
             f"  drops            {_count(run.get('drops'))}   ecn_marks {_count(run.get('ecn_marks'))}",
             f"  max_queue_kb     {_number(run.get('max_queue_kb'), 4)}",
         ]
+    if run.get("hybrid_packet_sims") is not None:  # hybrid: its reduced packet simulation's, scaled to the run
+        lines.append(f"  packet episodes  {_count(run.get('hybrid_packet_sims'))} (wall "
+                     f"{_number(run.get('hybrid_packet_wall_s'))} s)   scaled: timeouts {_count(run.get('timeouts'))}   "
+                     f"retransmits {_count(run.get('retransmits'))}   drops {_count(run.get('drops'))}")
     if run.get("incast_phases") is not None:
         lines.append(f"  TCP risk         busiest link {_number(run.get('max_link_utilisation'), 4)}   "
                      f"max_port_flows {_count(run.get('max_port_flows'))}   "

@@ -40,6 +40,8 @@ _RUN_METRICS = {
     "max_link_utilisation": _FLOAT, "max_port_flows": _INT, "slow_start_share": _FLOAT,
     # the phase backend's: phases whose messages' opening windows overflow a switch port's buffer
     "incast_phases": _INT,
+    # the hybrid backend's: episodes simulated at packet level on its reduced network, and their wall time
+    "hybrid_packet_sims": _INT, "hybrid_packet_wall_s": _FLOAT,
 }
 # A two-fidelity sweep (`sweep.fidelity`): the grid point a run belongs to (its config but
 # `engine.backend`: shared by the screening and the refined run) and why a point was refined.

@@ -1,7 +1,7 @@
 """The network backends and their registry: the one list of `engine.backend` values.
 
 Each backend lives in one module of this package (`packet`, `analytical`, `alpha_beta`, `phase`,
-`ns3`) that defines `BACKEND`, a subclass of `base.NetworkBackend`: what it models, how it is built
+`hybrid`, `ns3`) that defines `BACKEND`, a subclass of `base.NetworkBackend`: what it models, how it is built
 from a config, how it simulates, the `runs` columns it fills, its `links` rows, its memory estimate
 and what it must release at the end. Everything else (config validation, `engine.run`, the memory
 estimate, the command line's summary) asks the registry, never a backend's name. Adding a backend:
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .base import NetworkBackend
 
-BACKEND_NAMES = ("packet", "analytical", "alpha_beta", "phase", "ns3")  # engine.backend; the first is the default
+BACKEND_NAMES = ("packet", "analytical", "alpha_beta", "phase", "hybrid", "ns3")  # engine.backend; the first is the default
 
 # Backends on which `network.ecn_threshold_kb` shapes the queue even without ECN-capable traffic:
 # ns-3's helper installs the port's queue disc (in place of the device's 100-packet queue) when a
@@ -27,8 +27,8 @@ BACKEND_NAMES = ("packet", "analytical", "alpha_beta", "phase", "ns3")  # engine
 # the backends' modules and so cannot ask their classes.
 ECN_THRESHOLD_SETS_QUEUE = frozenset({"ns3"})
 # Backends that model a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc), the
-# packet engine's hosts; read by the config's key applicability, as above.
-MODELS_HOST_STACK = frozenset({"packet"})
+# packet engine's hosts (hybrid's reduced packet simulation too); read by the config's key applicability, as above.
+MODELS_HOST_STACK = frozenset({"packet", "hybrid"})
 
 
 def backend_class(name: str) -> type[NetworkBackend]:

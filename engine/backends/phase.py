@@ -38,10 +38,15 @@ class PhaseBackend(NetworkBackend):
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(config, sim)
-        self.fluid = FluidPhases(sim.eventlist, sim.topology, config.segment_bytes, config.header_bytes, config.seed,
-                                 config.tcp.init_cwnd_pkts,
-                                 (opening_rto_ps(config), ms_to_ps(config.tcp.min_rto_ms))
-                                 if config.engine.incast_rto else None)
+        self.fluid = self.fluid_phases()
+
+    def fluid_phases(self) -> FluidPhases:
+        """The phase timer: `FluidPhases` on the run's topology (a subclass's own, in `hybrid`)."""
+        config, sim = self.config, self.sim
+        return FluidPhases(sim.eventlist, sim.topology, config.segment_bytes, config.header_bytes, config.seed,
+                           config.tcp.init_cwnd_pkts,
+                           (opening_rto_ps(config), ms_to_ps(config.tcp.min_rto_ms))
+                           if config.engine.incast_rto else None)
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:

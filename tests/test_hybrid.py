@@ -1,0 +1,172 @@
+"""The hybrid backend (engine/backends/hybrid.py, docs/hybrid-backend.md): phase's fluid model, and
+packet-level TCP on a reduced network (the mirrored leaf pair) for the phases that risk loss.
+
+Expected values come from exact identities (at two leaves the pair is the whole network; a lossless
+episode leaves phase's figure), from RFC 6298's backoff arithmetic (a phase whose unluckiest
+connection waits K timeouts lasts min_rto (2^K - 1) more), and from the packet engine's own runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import engine
+from engine.config import ConfigError
+from sweep.runner import measure, stored_rows
+from sweep.schema import DECLARED_COLUMNS
+from sweep_support import compose_config
+
+ASTRA_DLRM = {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 2}
+MIN_RTO_MS = 200  # tcp.min_rto_ms's default: the first timeout of a connection with an RTT sample
+PACKET_64_ITERATION_MS = 2_800  # packet engine, 64 NPUs, 16 a leaf, 2 spines, 128 KiB (DESIGN.md's table)
+PACKET_64_TIMEOUTS = 13_126  # the same run's timeouts (DESIGN.md's table)
+TRANSFER_MS = 1.0  # an all-to-all's time besides its RTO waits (98,304 bytes an NPU at 100 Gb/s: microseconds)
+
+
+def leaf_spine(backend: str, npus: int, workload: dict[str, Any], spines: int = 2, buffer_kb: float = 128,
+               **engine_keys: Any) -> dict[str, Any]:
+    """16 hosts a leaf at 100 Gb/s, 1 us links: the leaf-spine of DESIGN.md's collapse table."""
+    return {"engine": {"backend": backend, **engine_keys},
+            "network": {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 16, "spines": spines,
+                        "uplink_gbps": 100, "buffer_kb": buffer_kb},
+            "workload": workload}
+
+
+def rto_chain_ms(waves: int) -> float:
+    """How long a phase waits for `waves` timeouts in a row (RFC 6298: the RTO doubles at each)."""
+    return MIN_RTO_MS * (2**waves - 1)
+
+
+def waves_of(duration_ms: float) -> int:
+    """The number of RTO waves of an all-to-all that lasted `duration_ms`: it is a whole chain of them
+    plus less than `TRANSFER_MS` of transfer (asserted)."""
+    waves = min(range(12), key=lambda k: abs(duration_ms - rto_chain_ms(k)))
+    assert 0 <= duration_ms - rto_chain_ms(waves) < TRANSFER_MS, duration_ms
+    return waves
+
+
+def all_to_all_ms(rows: dict[str, Any]) -> list[float]:
+    return [row["duration_s"] * 1e3 for row in rows["collectives"] if row["op"] == "all_to_all"]
+
+
+# -- (a) at two leaves the mirrored pair is the whole network -------------------------------------
+
+def test_at_two_leaves_hybrid_all_to_alls_are_the_packet_runs_to_the_picosecond() -> None:
+    # 32 NPUs = 2 x 16 a leaf: the reduced network is the network itself, every rank is simulated
+    # and no peer is folded. Nothing else runs, so each all-to-all's episode is exactly the full
+    # run's, and connection state carries from one to the next in both (three in a row)
+    workload = {"type": "collective", "op": "all_to_all", "bytes": 98_304, "iterations": 3}
+    hybrid = engine.run(leaf_spine("hybrid", 32, workload))
+    packet = engine.run(leaf_spine("packet", 32, workload))
+    h, p = hybrid["runs"][0], packet["runs"][0]
+    assert h["timeouts"] > 0 and h["hybrid_packet_sims"] == 3
+    assert h["iteration_time_s"] == p["iteration_time_s"]
+    assert [(c["start_s"], c["end_s"]) for c in hybrid["collectives"]] == \
+        [(c["start_s"], c["end_s"]) for c in packet["collectives"]]
+    for column in ("timeouts", "retransmits", "drops"):  # one leaf pair: scaled by L / 2 = 1
+        assert h[column] == p[column], column
+    assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [1, 1, 1]
+
+
+def test_at_two_leaves_a_dlrm_iteration_is_the_packet_runs_but_for_its_fluid_all_reduces() -> None:
+    # astra_dlrm on 32 NPUs: the first all-to-all starts alone on fresh connections, so it is the full
+    # run's exactly. The all-reduces are not flagged (they do not overflow a port) and stay fluid:
+    # their times part from the packet engine's by microseconds, and the ring messages of those that
+    # start during the backward all-to-all's RTO waits do not cross the reduced network, as they do
+    # the full one; so the iteration agrees to a few microseconds, not to the picosecond
+    hybrid = engine.run(leaf_spine("hybrid", 32, ASTRA_DLRM))
+    packet = engine.run(leaf_spine("packet", 32, ASTRA_DLRM))
+    h, p = hybrid["runs"][0], packet["runs"][0]
+    first = [c for c in hybrid["collectives"] if c["op"] == "all_to_all"][0]
+    first_packet = [c for c in packet["collectives"] if c["op"] == "all_to_all"][0]
+    assert (first["start_s"], first["end_s"]) == (first_packet["start_s"], first_packet["end_s"])
+    assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [waves_of(ms) for ms in all_to_all_ms(packet)]
+    assert abs(h["iteration_time_s"] - p["iteration_time_s"]) < 10e-6
+
+
+# -- (b) lossless: phase's figure, exactly ---------------------------------------------------------
+
+@pytest.mark.parametrize(("spines", "buffer_kb", "episodes"), [
+    (16, 128, False),  # 1:1: no port overflows, no episode
+    (2, 1024, False),  # 1 MiB buffers hold every opening window
+    (4, 256, True),  # the incast rule fires, and the reduced run drops nothing
+])
+def test_a_lossless_configuration_keeps_phases_iteration_time_exactly(spines: int, buffer_kb: float,
+                                                                       episodes: bool) -> None:
+    hybrid = engine.run(leaf_spine("hybrid", 64, ASTRA_DLRM, spines, buffer_kb))["runs"][0]
+    phase = engine.run(leaf_spine("phase", 64, ASTRA_DLRM, spines, buffer_kb))["runs"][0]
+    assert hybrid["drops"] == hybrid["timeouts"] == hybrid["retransmits"] == 0
+    assert (hybrid["hybrid_packet_sims"] > 0) == episodes
+    assert hybrid["incast_phases"] == phase["incast_phases"]
+    for column in ("iteration_time_s", "all_to_all_s", "all_reduce_s", "max_link_utilisation", "max_port_flows"):
+        assert hybrid[column] == phase[column], column
+
+
+# -- (c) lossy, beyond two leaves: within one RTO wave of the packet engine ------------------------
+
+def test_a_lossy_64_npu_iteration_lands_within_one_rto_wave_of_the_packet_run() -> None:
+    # the packet engine: 2,800 ms an iteration = two all-to-alls of 1,400 ms = 200 (2^3 - 1): K = 3
+    packet_waves = 3
+    assert 2 * rto_chain_ms(packet_waves) == PACKET_64_ITERATION_MS
+    rows = engine.run(leaf_spine("hybrid", 64, ASTRA_DLRM))
+    run = rows["runs"][0]
+    assert run["status"] == "ok" and run["hybrid_packet_sims"] > 0
+    for ms in all_to_all_ms(rows):  # each all-to-all a whole RTO chain, one wave from the packet run's at most
+        assert abs(waves_of(ms) - packet_waves) <= 1
+    iteration_ms = run["iteration_time_s"] * 1e3
+    assert 2 * rto_chain_ms(packet_waves - 1) < iteration_ms < 2 * rto_chain_ms(packet_waves + 1) + 2 * TRANSFER_MS
+    # the pair's timeouts scaled by the two leaf pairs it stands for, against the full run's count
+    assert 0.75 < run["timeouts"] / PACKET_64_TIMEOUTS < 1.25
+
+
+def test_a_reduced_run_past_the_time_limit_ends_the_run_as_a_timeout() -> None:
+    # one spine: the first all-to-all's RTO chain runs to 12.6 s, past a limit of 1 s
+    run = engine.run(leaf_spine("hybrid", 64, ASTRA_DLRM, spines=1, max_sim_time_s=1.0))["runs"][0]
+    assert run["status"] == "timeout" and run["timeouts"] > 0
+
+
+def test_same_config_and_seed_same_result() -> None:
+    workload = {"type": "collective", "op": "all_to_all", "bytes": 98_304, "iterations": 2}
+    first, second = (engine.run(leaf_spine("hybrid", 64, workload))["runs"][0] for _ in range(2))
+    measured = {"wall_s", "events_per_s", "hybrid_packet_wall_s"}
+    assert {k: v for k, v in first.items() if k not in measured} == \
+        {k: v for k, v in second.items() if k not in measured}
+
+
+# -- (d) what it does not reduce yet is refused ----------------------------------------------------
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    ({"network": {"topology": "fat_tree", "npus": 16}}, "network.topology"),
+    ({"network": {"topology": "ring", "npus": 8}}, "network.topology"),
+    ({"network": {"topology": "hierarchical", "npus": 8, "npus_per_node": 4, "scaleup_gbps": 400,
+                  "scaleup_latency_us": 0.5}}, "network.topology"),
+    ({"network": {"topology": "dumbbell", "npus": 8, "bottleneck_gbps": 100, "bottleneck_latency_us": 1}},
+     "network.topology"),
+    ({"network": {"topology": "leaf_spine", "npus": 16, "hosts_per_leaf": 16, "spines": 2, "uplink_gbps": 100}},
+     "network.npus"),
+    ({"network": {"topology": "switch", "npus": 1_025}}, "network.npus"),
+    ({"system": {"all_reduce": "double_binary_tree"}}, "system.all_reduce"),
+    ({"system": {"all_reduce": "halving_doubling"}}, "system.all_reduce"),
+    ({"engine": {"backend": "hybrid", "incast_rto": True}}, "engine.incast_rto"),  # its RTOs are simulated
+])
+def test_what_it_cannot_reduce_is_refused_naming_the_key(overrides: dict[str, Any], key: str) -> None:
+    config = {"engine": {"backend": "hybrid"}, "network": {"topology": "switch", "npus": 8},
+              "workload": {"type": "collective", "op": "all_reduce", "bytes": 1_048_576}}
+    config.update(overrides)
+    with pytest.raises(ConfigError) as refused:
+        engine.run(config)
+    assert refused.value.key == key
+    # one line naming the key, the value and what is allowed (on hybrid, or which backend allows it)
+    assert "\n" not in str(refused.value) and str(refused.value.value) in str(refused.value)
+    assert "hybrid" in refused.value.allowed or key == "engine.incast_rto"
+
+
+def test_every_column_it_writes_is_declared(tmp_path) -> None:
+    config = compose_config([f"results_dir={tmp_path}", "name=h", "network=leaf_spine", "network.npus=8",
+                             "workload=collective", "engine.backend=hybrid"])
+    rows = stored_rows(config, measure(config), presets={"network": "leaf_spine"})
+    assert rows["runs"][0]["status"] == "ok"
+    for table, table_rows in rows.items():
+        produced = {key for row in table_rows for key in row}
+        assert produced <= DECLARED_COLUMNS[table].keys(), (table, produced - DECLARED_COLUMNS[table].keys())
