@@ -316,7 +316,7 @@ class HostNic(Link):
     sender on this host applies to its own bytes below TCP (`TcpSender`).
     """
 
-    __slots__ = ("qdisc_bytes", "tsq_bytes", "_limit_ps", "_waiting", "_woken", "_wakeup", "_wakeup_pending",
+    __slots__ = ("tsq_bytes", "_limit_ps", "_waiting", "_woken", "_wakeup", "_wakeup_pending",
                  "sender_stops")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
@@ -324,7 +324,6 @@ class HostNic(Link):
                  rng: Random | None = None, jitter_ps: int = 0, jitter_rng: Random | None = None) -> None:
         super().__init__(eventlist, name, rate_bps, latency_ps, loss_rate=loss_rate, rng=rng, jitter_ps=jitter_ps,
                          jitter_rng=jitter_rng)
-        self.qdisc_bytes = qdisc_bytes
         self.tsq_bytes = tsq_bytes
         # the limit as a backlog (exact for a FIFO, as the switch ports' buffers); 0: no limit
         self._limit_ps = 0 if qdisc_bytes is None else serialisation_ps(qdisc_bytes, rate_bps)
