@@ -283,6 +283,14 @@ class LeafSpineTopology(Topology):
             return (self.up[src], self.down[dst])
         return self._via_spine(src, dst, self._spine(src, dst, flow_id))
 
+    def path_for_hash(self, src: int, dst: int, ecmp_hash: int) -> tuple[Link, ...]:
+        """The path `path` gives a connection whose ECMP hash (`flow_hash` of the seed, its unordered
+        pair and its flow id) is `ecmp_hash`: a reduced network routes a pair of the full run as the
+        full run's hash routes it (engine/backends/hybrid.py)."""
+        if src // self.hosts_per_leaf == dst // self.hosts_per_leaf:
+            return (self.up[src], self.down[dst])
+        return self._via_spine(src, dst, ecmp_hash % len(self.spine_down))
+
     def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[Link, ...], tuple[Link, ...]]:
         """As `path` both ways, hashing once: both directions cross the same spine (`path` hashes the
         unordered pair), and the 64-bit hash is most of what setting up a connection costs."""
@@ -347,19 +355,26 @@ class FatTreeTopology(Topology):
         return (host // (self.half * self.half), host // self.half)
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        if src // self.half == dst // self.half:
+            return (self.host_up[src], self.host_down[dst])
+        # ECMP: both directions of a connection hash the same (unordered) pair, as on leaf_spine
+        return self.path_for_hash(src, dst, flow_hash(self._seed, min(src, dst), max(src, dst), flow_id))
+
+    def path_for_hash(self, src: int, dst: int, ecmp_hash: int) -> tuple[Link, ...]:
+        """The path `path` gives a connection whose ECMP hash is `ecmp_hash` (as
+        `LeafSpineTopology.path_for_hash`): it picks the aggregation switch going up and, across pods,
+        the core."""
         half = self.half
         src_edge, dst_edge = src // half, dst // half
         if src_edge == dst_edge:
             return (self.host_up[src], self.host_down[dst])
-        # ECMP: both directions of a connection hash the same (unordered) pair, as on leaf_spine
-        choice = flow_hash(self._seed, min(src, dst), max(src, dst), flow_id)
-        j = choice % half
+        j = ecmp_hash % half
         src_agg, dst_agg = src_edge - src_edge % half + j, dst_edge - dst_edge % half + j
         up = (self.host_up[src], self.edge_up[src_edge * half + j])
         down = (self.agg_down[dst_agg * half + dst_edge % half], self.host_down[dst])
         if src_agg == dst_agg:  # one pod
             return up + down
-        m = choice // half % half
+        m = ecmp_hash // half % half
         core = j * half + m
         return up + (self.agg_up[src_agg * half + m], self.core_down[core * self.k + dst_edge // half]) + down
 

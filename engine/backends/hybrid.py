@@ -32,22 +32,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import SimConfig, _require
-from ..eventlist import EventList
+from ..config import SimConfig, _require, smallest_fat_tree_k
 from ..network import Link
 from ..simulation import Simulation
 from ..system.algorithms import ALL, RING, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from ..system.collectives import _Chunk, _Phase
 from ..system.phase import FluidPhases, _Fluid
-from ..topology import LeafSpineTopology, flow_hash
+from ..topology import FatTreeTopology, LeafSpineTopology, Topology, flow_hash
 from ..transport import TcpConnection
 from ..units import ns_to_ps, s_to_ps
 from .base import SCREEN_RISK_COLUMNS
 from .packet import BYTES_PER_CONNECTION
 from .phase import PhaseBackend
 
-REDUCED_TOPOLOGIES = ("leaf_spine", "switch")
+REDUCED_TOPOLOGIES = ("leaf_spine", "fat_tree", "switch")
+PAIRS = 2  # group pairs simulated at most: with the groups most loaded on an uplink, every leaf of 4 (64 NPUs)
 SWITCH_NPUS = 1_024  # on one switch the reduction is the whole network: p (p - 1) connections at most
 REDUCED_PATTERNS = (RING, ALL)  # step patterns an episode replays: rings and direct (all-to-all) steps
 REDUCED_ALGORITHMS = {"all_reduce": ("ring", "direct"), "all_gather": ("ring", "direct"),
@@ -56,62 +56,76 @@ REDUCED_WORKLOADS = ("dlrm", "astra", "collective")
 PACKET_COUNTERS = ("retransmits", "timeouts", "drops")  # the packet columns the reduced simulation fills
 
 
-class Reduction:
-    """Which NPUs of the full run the reduced network simulates, where each NPU of the full run
-    lands in it, and the routes of a full-run pair of NPUs there."""
+def group_hosts(topology: Topology) -> int | None:
+    """The hosts of one group of the reduction (a leaf of a leaf-spine, a pod of a fat tree), or None
+    where the reduced network is the whole network (a switch)."""
+    if isinstance(topology, LeafSpineTopology):
+        return topology.hosts_per_leaf
+    if isinstance(topology, FatTreeTopology):
+        return topology.half * topology.half
+    return None
 
-    def __init__(self, config: SimConfig, topology: LeafSpineTopology | None, leaves: tuple[int, int] | None) -> None:
+
+def group_uplinks(topology: Topology, groups: int) -> list[list[Link]]:
+    """Each group's links towards the rest of the fabric, whose overflow the reduction must keep: a
+    leaf's uplinks; a pod's edge uplinks and its aggregation switches' core uplinks."""
+    if isinstance(topology, LeafSpineTopology):
+        return [list(row) for row in topology.leaf_up[:groups]]
+    assert isinstance(topology, FatTreeTopology)
+    half = topology.half
+    return [[links[switch * half + port] for links in (topology.edge_up, topology.agg_up)
+             for switch in range(pod * half, pod * half + half) for port in range(half)] for pod in range(groups)]
+
+
+class Reduction:
+    """Which NPUs of the full run one reduced network simulates, where each NPU of the full run lands
+    in it, and the routes of a full-run pair of NPUs there: a mirrored pair of groups (leaves of a
+    leaf-spine, pods of a fat tree), or the whole network on a switch (`groups` None)."""
+
+    def __init__(self, config: SimConfig, group_size: int | None, groups: tuple[int, int] | None,
+                 scale: float = 1.0) -> None:
         self.npus = config.network.npus
         self.seed = config.seed
-        self.topology = topology
-        self.leaves = leaves
-        if topology is None or leaves is None:  # the whole network
+        self.groups = groups
+        self.scale = scale  # how many of the full run's group pairs this one stands for
+        if group_size is None or groups is None:  # the whole network
             self.ranks = list(range(self.npus))
-            self.scale = 1.0
-            self.hosts_per_leaf = self.npus
+            self.group_size = self.npus
         else:
-            per_leaf = self.hosts_per_leaf = topology.hosts_per_leaf
-            self.ranks = [leaf * per_leaf + i for leaf in leaves for i in range(per_leaf)]
-            self.scale = self.npus / per_leaf / 2  # leaf pairs of the full run: L / 2
+            self.group_size = group_size
+            self.ranks = [group * group_size + i for group in groups for i in range(group_size)]
 
     def host(self, sender: int, npu: int) -> int:
         """The reduced host standing for the full run's `npu`, as a peer of `sender` (a simulated NPU):
-        itself on the pair's leaves, else the NPU at its position on the leaf of the pair that is not
+        itself in the pair's groups, else the NPU at its position in the group of the pair that is not
         the sender's."""
-        if self.leaves is None:
+        if self.groups is None:
             return npu
-        per_leaf = self.hosts_per_leaf
-        first, second = self.leaves
-        leaf = npu // per_leaf
-        if leaf not in self.leaves:
-            leaf = second if sender // per_leaf == first else first
-        return (0 if leaf == first else per_leaf) + npu % per_leaf
+        size = self.group_size
+        first, second = self.groups
+        group = npu // size
+        if group not in self.groups:
+            group = second if sender // size == first else first
+        return (0 if group == first else size) + npu % size
 
     def routes(self, reduced: Simulation, sender: int, npu: int,
                flow_id: int) -> tuple[tuple[int, int], tuple[Link, ...], tuple[Link, ...]]:
         """The reduced hosts of the full-run pair (`sender`, `npu`) and its data and ACK routes there:
-        on the spine the full run's ECMP hash picks for the pair's flow id."""
+        the paths the full run's ECMP hash (its unordered pair of NPUs and flow id) picks."""
         src, dst = self.host(sender, sender), self.host(sender, npu)
-        topology = self.topology
-        if topology is None:  # one switch: the network itself, on its own links (`Topology.routes`)
-            return (src, dst), reduced.topology.path(src, dst, flow_id), reduced.topology.path(dst, src, flow_id)
-        assert isinstance(reduced.topology, LeafSpineTopology)
-        net = reduced.topology
-        src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
-        if src_leaf == dst_leaf:
-            return (src, dst), (net.up[src], net.down[dst]), (net.up[dst], net.down[src])
-        # the full run's ECMP: the unordered pair of NPUs and the connection's flow id (`LeafSpineTopology._spine`)
-        spine = flow_hash(self.seed, min(sender, npu), max(sender, npu), flow_id) % len(net.spine_down)
-        data_links = (net.up[src], net.leaf_up[src_leaf][spine], net.spine_down[spine][dst_leaf], net.down[dst])
-        ack_links = (net.up[dst], net.leaf_up[dst_leaf][spine], net.spine_down[spine][src_leaf], net.down[src])
-        return (src, dst), data_links, ack_links
+        topology = reduced.topology
+        if self.groups is None:  # one switch: the network itself, on its own links (`Topology.routes`)
+            return (src, dst), topology.path(src, dst, flow_id), topology.path(dst, src, flow_id)
+        assert isinstance(topology, (LeafSpineTopology, FatTreeTopology))
+        ecmp_hash = flow_hash(self.seed, min(sender, npu), max(sender, npu), flow_id)
+        return (src, dst), topology.path_for_hash(src, dst, ecmp_hash), topology.path_for_hash(dst, src, ecmp_hash)
 
 
 class _PhaseReplay:
     """One phase of an episode replayed on the reduced network: the step programs of its simulated
     ranks, as `SystemLayer`'s `_ProgramRun` runs them (a rank issues its step's
     messages `delay_ps` after entering it, and enters the next once they are out and the messages its
-    step consumes are in). `finished_ps` is when its last rank finished (-1 until then)."""
+    step consumes are in); `on_finished` is called when its last rank has finished."""
 
     def __init__(self, episodes: PacketEpisodes, program: Program, flow_ids: dict[tuple[int, int], int],
                  delay_ps: int, on_finished: Callable[[], None]) -> None:
@@ -126,12 +140,9 @@ class _PhaseReplay:
         self.issued = [False] * len(ranks)
         self.received = [[0] * len(program[rank]) for rank in ranks]
         self.ranks_left = len(ranks)
-        self.started_ps = -1
-        self.finished_ps = -1
 
     def start(self) -> None:
         """Every simulated rank enters its first step now."""
-        self.started_ps = self.episodes.sim.eventlist.now_ps
         for index in range(len(self.ranks)):
             self._enter(index)
 
@@ -140,7 +151,6 @@ class _PhaseReplay:
         if self.position[index] == len(steps):
             self.ranks_left -= 1
             if self.ranks_left == 0:
-                self.finished_ps = self.episodes.sim.eventlist.now_ps
                 self.on_finished()
             return
         self.issued[index] = False
@@ -191,31 +201,14 @@ class _Receipt:
         self.replay.receive(self.index, self.step_index)
 
 
-@dataclasses.dataclass
-class EpisodePhase:
-    """A phase as an episode replays it: its ranks' step program, when it started in the full run
-    and the flow id of every pair of NPUs its simulated ranks send to (the full run's connection ids)."""
-
-    program: Program
-    start_ps: int
-    flow_ids: dict[tuple[int, int], int]
-
-
 class PacketEpisodes:
-    """The persistent packet simulation of the reduced network (its own event list, topology and
-    connections: one per full-run pair of NPUs that a simulated rank sends to, opened on first use),
-    and what its episodes counted."""
+    """The persistent packet simulation of one reduced network (its own event list, topology and
+    connections: one per full-run pair of NPUs that a simulated rank sends to, opened on first use)."""
 
     def __init__(self, config: SimConfig, reduction: Reduction) -> None:
         self.reduction = reduction
         self.sim = Simulation(reduced_config(config))
-        self.delay_ps = ns_to_ps(config.system.endpoint_delay_ns)
-        self.limit_ps = s_to_ps(config.engine.max_sim_time_s)
         self._connections: dict[tuple[int, int], TcpConnection] = {}
-        self.simulated = 0  # episodes simulated
-        self.wall_s = 0.0  # their wall time
-        self.timed_out = False  # an episode passed `engine.max_sim_time_s`: the run is ending as a timeout
-        self._running = 0
 
     def connection(self, sender: int, npu: int, flow_id: int) -> TcpConnection:
         """The persistent connection of the full-run pair (`sender`, `npu`) on the reduced network."""
@@ -226,39 +219,6 @@ class PacketEpisodes:
             connection = self.sim.open_routed_connection(src, dst, flow_id, data_links, ack_links)
             self._connections[key] = connection
         return connection
-
-    def run(self, phases: list[EpisodePhase]) -> tuple[list[tuple[int, int]], int]:
-        """Replay `phases` together, each from its start in the full run (or, if the reduced network was
-        still busy with the previous episode then, as soon as it is free), until all have finished.
-        Returns when each started and finished on the reduced clock (-1 for finishing if the episode
-        passed `engine.max_sim_time_s`) and the packets dropped."""
-        wall_start = time.perf_counter()
-        eventlist = self.sim.eventlist
-        start_ps = max(eventlist.now_ps, min(phase.start_ps for phase in phases))
-        eventlist.run(start_ps)  # what was left of the previous episode (its timers) up to now
-        eventlist.now_ps = start_ps  # the reduced network was idle in between: its clock jumps
-        drops_before = self.drops()
-        replays = [_PhaseReplay(self, phase.program, phase.flow_ids, self.delay_ps, self._finished)
-                   for phase in phases]
-        self._running = len(replays)
-        for phase, replay in zip(phases, replays):
-            eventlist.call_at(max(start_ps, phase.start_ps), replay.start)
-        while self._running and not self.timed_out:
-            if not eventlist.pending():
-                raise RuntimeError("the reduced packet simulation ran empty before its episode's phases finished")
-            next_ps = eventlist.next_time_ps()
-            if next_ps > self.limit_ps:
-                self.timed_out = True
-            else:
-                # one instant at a time, so that the episode stops at its last delivery, not after: the
-                # next one may start then (back-to-back collectives), as in the full run
-                eventlist.run(next_ps)
-        self.simulated += 1
-        self.wall_s += time.perf_counter() - wall_start
-        return [(replay.started_ps, replay.finished_ps) for replay in replays], self.drops() - drops_before
-
-    def _finished(self) -> None:
-        self._running -= 1
 
     def drops(self) -> int:
         """Packets dropped on the reduced network's links so far."""
@@ -274,50 +234,78 @@ class PacketEpisodes:
 
 
 def reduced_config(config: SimConfig) -> SimConfig:
-    """The config of the reduced network: on leaf_spine two leaves, the rest as the run's."""
+    """The config of a reduced network: two groups (leaves, pods), the rest as the run's."""
     net = config.network
-    if net.topology != "leaf_spine":
-        return config
-    assert net.hosts_per_leaf is not None
-    return dataclasses.replace(config, network=dataclasses.replace(net, npus=2 * net.hosts_per_leaf))
+    if net.topology == "leaf_spine":
+        assert net.hosts_per_leaf is not None
+        return dataclasses.replace(config, network=dataclasses.replace(net, npus=2 * net.hosts_per_leaf))
+    if net.topology == "fat_tree":
+        k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
+        return dataclasses.replace(config, network=dataclasses.replace(net, npus=2 * (k // 2) ** 2, fat_tree_k=k))
+    return config
 
 
-class _EndNotBefore:
-    """Ends a phase when its fluid time is over (`FluidPhases.wake` calls it then), but not before
-    `end_ps`: the time its packet replay took from its start."""
+class _ReplayedPhase:
+    """A phase of the full run being replayed on the reduced networks: ends it (as `FluidPhases`
+    calls `end` when its fluid time and fixed part are over) no earlier than its replays finish if
+    packets were dropped meanwhile (`HybridPhases.phase_due`)."""
 
-    __slots__ = ("eventlist", "end", "end_ps")
+    __slots__ = ("phases", "end", "replays_left", "finished_ps", "drops_at_start", "due")
 
-    def __init__(self, eventlist: EventList, end: Callable[[], None], end_ps: int) -> None:
-        self.eventlist = eventlist
-        self.end = end
-        self.end_ps = end_ps
+    def __init__(self, phases: HybridPhases, end: Callable[[], None], replays: int, drops_at_start: int) -> None:
+        self.phases = phases
+        self.end = end  # the phase's own end (the system layer's)
+        self.replays_left = replays  # one a simulated group pair
+        self.finished_ps = -1  # when its last replay finished (the reduced clocks are the full run's)
+        self.drops_at_start = drops_at_start  # the reduced networks' drops when its replays started
+        self.due = False  # its fluid time and fixed part are over: it ends when its replays finish
 
     def __call__(self) -> None:
-        if self.eventlist.now_ps < self.end_ps:
-            self.eventlist.call_at(self.end_ps, self.end)
-        else:
-            self.end()
+        self.phases.phase_due(self)
+
+    def replay_finished(self) -> None:
+        """One of its replays finished, at the reduced clocks' now."""
+        self.replays_left -= 1
+        if self.replays_left == 0:
+            self.phases.replay_finished(self)
 
 
 class HybridPhases(FluidPhases):
-    """`FluidPhases` whose risky stages are also replayed at packet level (module docstring): each
-    phase in an episode ends no earlier than its packet replay when the episode drops packets."""
+    """`FluidPhases` whose phases are also replayed at packet level while a risky stage's episode lasts
+    (module docstring): each ends no earlier than its replays when packets were dropped meanwhile.
+
+    The reduced networks' clocks follow the full run's (`_catch_up`): they are never ahead of it, so
+    that a phase that starts while an episode lasts (a collective that follows at once, an all-reduce
+    during an all-to-all's timeouts) joins the replay at its own start."""
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(sim.eventlist, sim.topology, config.segment_bytes, config.header_bytes, config.seed,
                          config.tcp.init_cwnd_pkts, None)
         self.config = config
-        self.episodes: PacketEpisodes | None = None  # made at the first episode (its leaf pair then chosen)
+        self.delay_ps = ns_to_ps(config.system.endpoint_delay_ns)
+        self.limit_ps = s_to_ps(config.engine.max_sim_time_s)
+        # one persistent packet simulation per simulated group pair, made at the first episode (the
+        # pairs then chosen)
+        self.episodes: list[PacketEpisodes] = []
+        self.packet_sims = 0  # episodes opened, times the pairs each ran on
+        self.packet_wall_s = 0.0  # the reduced simulations' wall time
+        self.timed_out = False  # a reduced simulation passed `engine.max_sim_time_s`: the run ends there
         # the phases in their fluid part not replayed yet: their layer, phase and start
         self._plans: dict[_Fluid, tuple[AlphaBetaSystemLayer, _Phase, int]] = {}
         self._starting: tuple[AlphaBetaSystemLayer, _Phase, int] | None = None
         self._risky = False  # a stage has started that overflows a port: an episode after the sharing
-        index = {id(link): position for position, link in enumerate(sim.topology.links)}
+        self._replaying = 0  # phases whose replays have not all finished: while > 0 an episode lasts
+        self._due: list[_ReplayedPhase] = []  # phases past their fluid end waiting for their replays
+        self._rechecks: set[int] = set()  # when `_recheck` is scheduled
+        self._due_ended = False  # a due phase ended during the current `_catch_up`
         topology = sim.topology
-        # each leaf's uplinks, as indices into the links (leaf_spine)
-        self._leaf_uplinks = (np.array([[index[id(link)] for link in row] for row in topology.leaf_up], dtype=np.int64)
-                              if isinstance(topology, LeafSpineTopology) else None)
+        self._group_size = group_hosts(topology)
+        self._group_uplinks: np.ndarray | None = None  # [group, link]: indices into the links
+        if self._group_size is not None:
+            index = {id(link): position for position, link in enumerate(topology.links)}
+            groups = config.network.npus // self._group_size
+            self._group_uplinks = np.array([[index[id(link)] for link in row]
+                                            for row in group_uplinks(topology, groups)], dtype=np.int64)
 
     def start(self, layer: AlphaBetaSystemLayer, chunk: _Chunk, queue: int, phase: _Phase, key: PhaseKey,
               duration_ps: int) -> None:
@@ -337,47 +325,125 @@ class HybridPhases(FluidPhases):
                 self.incast_phases += 1
 
     def _share(self, now: int) -> None:
-        """Share the links as phase does; then, if a stage that started risks loss, run its episode."""
+        """Share the links as phase does; then replay the phases not replayed yet if a stage that started
+        risks loss (an episode opens) or an episode lasts (they join it)."""
         super()._share(now)
-        if self._risky:
-            self._risky = False
-            self._episode(now)
+        if (self._risky or self._replaying) and not self.timed_out:
+            opens = not self._replaying
+            self._replay(now)
+            self.packet_sims += len(self.episodes) if opens else 0
+        self._risky = False
         self._plans = {fluid: plan for fluid, plan in self._plans.items() if fluid in self._fluid}
 
-    def _episode(self, now: int) -> None:
-        """Replay at packet level the phases in their fluid part not replayed yet, each whole from its
-        start, and make each end no earlier than its replay did (when the episode dropped packets)."""
-        if self.episodes is None:
-            self.episodes = PacketEpisodes(self.config, self._reduction())
-        if self.episodes.timed_out:
-            return  # a phase already ends past the time limit: the run ends there
+    def _replay(self, now: int) -> None:
+        """Start the replays of the phases in their fluid part not replayed yet, on every simulated group
+        pair, each from its own start (an episode that opens replays the phases that began before it too),
+        and bring the reduced networks up to `now`."""
+        if not self.episodes:
+            self.episodes = [PacketEpisodes(self.config, reduction) for reduction in self._reductions()]
         fluids = [fluid for fluid in self._fluid if fluid in self._plans]
-        phases = [self._episode_phase(fluid) for fluid in fluids]
-        for fluid in fluids:
-            del self._plans[fluid]  # replayed once
-        spans, dropped = self.episodes.run(phases)
-        if self.episodes.timed_out:
-            for fluid in fluids:  # it ends past the limit, where the full run stops too
-                fluid.end = _EndNotBefore(self.eventlist, fluid.end, self.episodes.limit_ps + 1)
+        if not fluids:
             return
-        if not dropped:
-            return  # lossless: phase's figure, exactly
-        for fluid, phase, (started_ps, finished_ps) in zip(fluids, phases, spans):
-            # it lasts max(T_fluid, T_packet) from its start: its fluid time, plus what the packet run took
-            # beyond it (the fluid time as the phase lives it, whatever phases start or end meanwhile)
-            fluid.end = _EndNotBefore(self.eventlist, fluid.end, phase.start_ps + finished_ps - started_ps)
+        first_ps = min(self._plans[fluid][2] for fluid in fluids)
+        self._catch_up(first_ps)
+        drops = self._drops()
+        for fluid in fluids:
+            layer, phase, start_ps = self._plans.pop(fluid)
+            program = self._program(layer, phase)
+            replayed = _ReplayedPhase(self, fluid.end, len(self.episodes), drops)
+            fluid.end = replayed
+            self._replaying += 1
+            for episodes in self.episodes:
+                replay = _PhaseReplay(episodes, program, self._flow_ids(program, episodes.reduction), self.delay_ps,
+                                      replayed.replay_finished)
+                episodes.sim.eventlist.call_at(start_ps, replay.start)
+        self._catch_up(now)
 
-    def _episode_phase(self, fluid: _Fluid) -> EpisodePhase:
-        """A phase as an episode replays it: its program (one, as rings and direct steps have), its
-        start and its pairs' flow ids."""
-        layer, phase, start_ps = self._plans[fluid]
+    def _catch_up(self, target_ps: int, stop_at_due: bool = False) -> None:
+        """Run the reduced networks together, one instant at a time, up to `target_ps` (their clocks then
+        at it); with `stop_at_due`, stop early at an instant where the replays of a due phase finish
+        (`replay_finished` has ended it then). Stop where the next event would pass
+        `engine.max_sim_time_s`."""
+        wall_start = time.perf_counter()
+        eventlists = [episodes.sim.eventlist for episodes in self.episodes]
+        self._due_ended = False
+        while not self.timed_out and not (stop_at_due and self._due_ended):
+            next_ps = min((eventlist.next_time_ps() for eventlist in eventlists if eventlist.pending()),
+                          default=target_ps + 1)
+            if next_ps > target_ps:
+                for eventlist in eventlists:  # idle up to the target: the clocks move on
+                    eventlist.now_ps = max(eventlist.now_ps, target_ps)
+                break
+            if next_ps > self.limit_ps:
+                self._time_out()
+                break
+            for eventlist in eventlists:
+                eventlist.run(next_ps)
+                eventlist.now_ps = next_ps
+        self.packet_wall_s += time.perf_counter() - wall_start
+
+    def replay_finished(self, replayed: _ReplayedPhase) -> None:
+        """Every replay of `replayed` has finished, now: if the phase is due, it ends now."""
+        self._replaying -= 1
+        replayed.finished_ps = self.episodes[0].sim.eventlist.now_ps
+        if replayed.due:
+            self._due.remove(replayed)
+            self.eventlist.call_at(max(replayed.finished_ps, self.eventlist.now_ps), replayed.end)
+            self._due_ended = True  # the full run moves on from there (a collective may follow at once)
+
+    def phase_due(self, replayed: _ReplayedPhase) -> None:
+        """A replayed phase's fluid time and fixed part are over: it ends now if its replays finished or
+        no packet was dropped since they started (phase's figure, exactly), else when they finish (past
+        the time limit if the reduced run passes it)."""
+        self._catch_up(self.eventlist.now_ps)
+        if replayed.finished_ps >= 0 or self._drops() == replayed.drops_at_start:
+            replayed.end()
+        elif self.timed_out:
+            self.eventlist.call_at(self.limit_ps + 1, replayed.end)
+        else:
+            replayed.due = True
+            self._due.append(replayed)
+            self._recheck()
+
+    def _recheck(self) -> None:
+        """While phases are due, bring the reduced networks up to just before the full run's next event
+        (a phase may start then and join them), stopping where a due phase's replays finish (it ends
+        there), and come back then."""
+        now = self.eventlist.now_ps
+        self._rechecks.discard(now)
+        if not self._due or self.timed_out:
+            return
+        target_ps = max(now, self.eventlist.next_time_ps() - 1 if self.eventlist.pending() else self.limit_ps)
+        self._catch_up(target_ps, stop_at_due=True)
+        if self._due and not self.timed_out:
+            # the instant reached (a due phase ended there), or just before the next event; at least 1 ps on
+            again_ps = max(now + 1, self.episodes[0].sim.eventlist.now_ps)
+            if again_ps not in self._rechecks:  # one chain of rechecks, whoever started it
+                self._rechecks.add(again_ps)
+                self.eventlist.call_at(again_ps, self._recheck)
+
+    def _time_out(self) -> None:
+        """A reduced run passes `engine.max_sim_time_s`: every due phase ends past it, where the full
+        run stops too."""
+        self.timed_out = True
+        for replayed in self._due:
+            self.eventlist.call_at(self.limit_ps + 1, replayed.end)
+        self._due.clear()
+
+    def _drops(self) -> int:
+        return sum(episodes.drops() for episodes in self.episodes)
+
+    def _program(self, layer: AlphaBetaSystemLayer, phase: _Phase) -> Program:
+        """A phase's step program (one, as rings and direct steps have)."""
         dim = layer.dimensions[phase.dimension]
         steps = layer.phase_steps(phase, len(dim.groups[0]))
         assert steps is not None and all(step.pattern in REDUCED_PATTERNS for step in steps), \
             "check_config refuses what the reduction does not replay"
         (program,) = layer.plan_phase(phase, dim)
-        reduction = self.episodes.reduction if self.episodes is not None else None
-        assert reduction is not None
+        return program
+
+    def _flow_ids(self, program: Program, reduction: Reduction) -> dict[tuple[int, int], int]:
+        """The full run's flow id of every pair of NPUs that `reduction`'s ranks send to in `program`."""
         senders, peers = [], []
         for rank in reduction.ranks:
             for step in program[rank]:
@@ -386,27 +452,32 @@ class HybridPhases(FluidPhases):
                     peers.append((rank + send.peer_offset) % reduction.npus)
         src, dst = np.array(senders, dtype=np.int64), np.array(peers, dtype=np.int64)
         ids = self.flow_ids.ids(src, dst, distinct=False)  # numbered already, when phase routed the phase
-        return EpisodePhase(program, start_ps, dict(zip(zip(senders, peers), ids.tolist())))
+        return dict(zip(zip(senders, peers), ids.tolist()))
 
-    def _reduction(self) -> Reduction:
-        """The reduced network: on leaf_spine the two leaves whose uplinks the phases in their fluid part
-        load most (most messages on one uplink, then most bytes; the lower leaf first on ties)."""
-        topology = self.topology
-        if not isinstance(topology, LeafSpineTopology) or self._leaf_uplinks is None:
-            return Reduction(self.config, None, None)
+    def _reductions(self) -> list[Reduction]:
+        """The reduced networks: on a switch the network itself; on leaf_spine and fat_tree up to
+        `PAIRS` pairs of groups (leaves, pods), the groups whose uplinks the phases in their fluid part
+        load most (most messages on one uplink, then most bytes; the lower group first on ties), paired
+        in that order."""
+        if self._group_size is None or self._group_uplinks is None:
+            return [Reduction(self.config, None, None)]
         active = [fluid.stages[fluid.stage] for fluid in self._fluid]  # a stage has just started: not empty
-        peak = np.sum([stage.peak_messages for stage in active], axis=0)[self._leaf_uplinks].max(axis=1)
-        load = np.sum([stage.link_bytes for stage in active], axis=0)[self._leaf_uplinks].sum(axis=1)
-        order = sorted(range(len(peak)), key=lambda leaf: (-int(peak[leaf]), -float(load[leaf]), leaf))
-        first, second = sorted(order[:2])
-        return Reduction(self.config, topology, (first, second))
+        peak = np.sum([stage.peak_messages for stage in active], axis=0)[self._group_uplinks].max(axis=1)
+        load = np.sum([stage.link_bytes for stage in active], axis=0)[self._group_uplinks].sum(axis=1)
+        order = sorted(range(len(peak)), key=lambda group: (-int(peak[group]), -float(load[group]), group))
+        pairs = min(PAIRS, len(order) // 2)
+        scale = len(order) / 2 / pairs  # the full run's group pairs each simulated pair stands for
+        return [Reduction(self.config, self._group_size, (min(order[2 * i], order[2 * i + 1]),
+                                                          max(order[2 * i], order[2 * i + 1])), scale)
+                for i in range(pairs)]
 
     def counters(self) -> dict[str, Any]:
-        """The reduced simulation's packet counters, scaled (zero if no episode ran), and its cost."""
-        if self.episodes is None:
-            return {**dict.fromkeys(PACKET_COUNTERS, 0), "hybrid_packet_sims": 0, "hybrid_packet_wall_s": 0.0}
-        return {**self.episodes.counters(), "hybrid_packet_sims": self.episodes.simulated,
-                "hybrid_packet_wall_s": self.episodes.wall_s}
+        """The reduced simulations' packet counters, scaled (zero if no episode ran), and their cost."""
+        totals = dict.fromkeys(PACKET_COUNTERS, 0)
+        for episodes in self.episodes:
+            for key, value in episodes.counters().items():
+                totals[key] += value
+        return {**totals, "hybrid_packet_sims": self.packet_sims, "hybrid_packet_wall_s": self.packet_wall_s}
 
 
 class HybridBackend(PhaseBackend):
@@ -434,6 +505,12 @@ class HybridBackend(PhaseBackend):
             _require(net.npus >= 2 * net.hosts_per_leaf, "network.npus", net.npus,
                      f"at least 2 leaves (2 x network.hosts_per_leaf = {2 * net.hosts_per_leaf}) on "
                      "engine.backend=hybrid (its reduced network is a leaf pair)")
+        elif net.topology == "fat_tree":
+            k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
+            pod = (k // 2) ** 2
+            _require(net.npus % pod == 0 and net.npus >= 2 * pod, "network.npus", net.npus,
+                     f"whole pods, at least 2 (a multiple of (k/2)^2 = {pod} for k = {k}) on engine.backend=hybrid "
+                     "(its reduced network is a pod pair)")
         else:
             _require(net.npus <= SWITCH_NPUS, "network.npus", net.npus,
                      f"at most {SWITCH_NPUS} on engine.backend=hybrid with network.topology=switch "
@@ -447,11 +524,12 @@ class HybridBackend(PhaseBackend):
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:
-        """Phase's estimate, and the reduced network's connections: every simulated rank to every other
+        """Phase's estimate, and the reduced networks' connections: every simulated rank to every other
         NPU at most."""
-        net = config.network
-        ranks = 2 * net.hosts_per_leaf if net.topology == "leaf_spine" and net.hosts_per_leaf else net.npus
-        return super().estimate_bytes(config) + ranks * (net.npus - 1) * BYTES_PER_CONNECTION
+        ranks = reduced_config(config).network.npus
+        if ranks < config.network.npus:  # group pairs
+            ranks *= min(PAIRS, config.network.npus // (ranks // 2) // 2)
+        return super().estimate_bytes(config) + ranks * (config.network.npus - 1) * BYTES_PER_CONNECTION
 
     def counters(self) -> dict[str, Any]:
         """Phase's TCP-risk signals and the reduced packet simulation's counters (`HybridPhases.counters`)."""
