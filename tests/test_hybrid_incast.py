@@ -4,7 +4,8 @@ through the switch's egress port to host 0, as a gather `Program` replayed by `P
 whole switch (`Reduction(config, None, None)`).
 
 Expected values come from the port's drop-tail rule as `engine.network.Link` implements it and from
-RFC 6298's arithmetic (THEORY.md), never from the simulator's output:
+RFC 6298's arithmetic (docs/theory.md#retransmission-timeout-rfc-6298; the collapse it explains:
+docs/theory.md#incast), never from the simulator's output:
 
 - Every link runs at 100 Gb/s, 80 ps a byte: a full packet (1,460 bytes of payload and 40 of IPv4 + TCP
   headers, without the timestamp option) is the 1,500-byte MTU and takes S = 120,000 ps on any link, a
