@@ -147,9 +147,9 @@ def test_senders_that_lose_their_tail_recover_one_rto_after_their_last_ack(min_r
         last_delivery_ps.append(timeout_ps + LONE_SEGMENT_RTT_PS + 2 * (PACKET_PS + LATENCY_PS))
         # backed off at the timeout (5.5); both resent segments' ACKs give no sample (Karn's rule)
         assert sender.rtt.rto_ps == 2 * rto_ps
-    # The last delivery is rank N's (R_r and its RTO grow with r): one RTO after its first ACK, R_N
-    # after the burst, plus two lone round trips of transfer; sender 1's last segment was delivered
-    # microseconds after the start, at a_0 + (N + 2) S + L
+    # The last delivery is rank N's (R_r and its RTO grow with r): R_N after the start its first ACK,
+    # one RTO later its timeout, then a lone segment's round trip and the last segment's way to host 0
+    # (microseconds); sender 1's last segment was delivered at a_0 + (N + 2) S + L
     assert finished_ps == last_delivery_ps[-1] == max(last_delivery_ps)
 
 
@@ -177,7 +177,8 @@ def test_retransmissions_that_collide_again_wait_twice_the_rto(min_rto_ms: float
     assert [sender.retransmits for sender in tcp] == expected_timeouts  # one segment per timeout
     assert episodes.counters() == {"retransmits": dropped, "timeouts": dropped, "drops": dropped}
 
-    # the senders that lost their segment have only the handshake's sample
+    # the senders that lost their segment have only the handshake's sample: RTO_0 = R + 4 R / 2 = 3 R =
+    # 12,049,920 ps under the 1 us floor, the floor's 200 ms under Linux's
     rto_ps = rfc6298_rto_ps(min_rto_ms, [HANDSHAKE_RTT_PS])
     first_wave_ps = START_PS + rto_ps
     second_wave_ps = first_wave_ps + 2 * rto_ps  # the timer re-armed with the doubled RTO
