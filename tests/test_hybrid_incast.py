@@ -1,6 +1,6 @@
 """The hybrid backend's packet episodes against hand arithmetic on one switch port (issue 28, "What it
 must show"): N synchronised senders each send one message of exactly one initial window to rank 0,
-through the switch's egress port to host 0, as a gather `Program` replayed by `PacketEpisodes` on the
+through the switch's egress port to host 0, as a gather `Program` replayed by `PhaseReplay` on the
 whole switch (`Reduction(config, None, None)`).
 
 Expected values come from the port's drop-tail rule as `engine.network.Link` implements it and from
@@ -31,7 +31,7 @@ from fractions import Fraction
 
 import pytest
 
-from engine.backends.hybrid import EpisodePhase, PacketEpisodes, Reduction
+from engine.backends.hybrid import PacketEpisodes, PhaseReplay, Reduction
 from engine.config import SimConfig, load_config
 from engine.system.algorithms import Program, Send, Step
 from engine.transport.tcp import TcpSender
@@ -70,7 +70,7 @@ def switch_incast(senders: int, buffer_packets: int, window_segments: int, min_r
 
 def run_gather(config: SimConfig, message_bytes: int) -> tuple[PacketEpisodes, int, int]:
     """Replay a gather (ranks 1..p-1 each send `message_bytes` to rank 0 in one step; rank 0's one
-    step waits for all) as one episode from `START_PS`; returns the episodes, the instant of the last
+    step waits for all) on the whole switch from `START_PS`; returns the episodes, the instant of the last
     delivery and the packets dropped."""
     npus = config.network.npus
     # rank r's peer is rank 0: (r + npus - r) mod npus, consumed by rank 0's step 0
@@ -78,11 +78,15 @@ def run_gather(config: SimConfig, message_bytes: int) -> tuple[PacketEpisodes, i
                                                  for rank in range(1, npus)]
     episodes = PacketEpisodes(config, Reduction(config, None, None))
     flow_ids = {(rank, 0): rank for rank in range(1, npus)}
-    ((started_ps, finished_ps),), dropped = episodes.run([EpisodePhase(program, START_PS, flow_ids)])
-    assert started_ps == START_PS
+    eventlist = episodes.sim.eventlist
+    finished_ps: list[int] = []
+    replay = PhaseReplay(episodes, program, flow_ids, 0, lambda: finished_ps.append(eventlist.now_ps))
+    eventlist.call_at(START_PS, replay.start)
+    assert eventlist.run(START_PS + 10 * 10**12)  # every timer done well within 10 s
+    (finished,) = finished_ps
     for connection in episodes.sim.connections:
         assert connection.receiver.rcv_nxt == message_bytes  # every message delivered whole
-    return episodes, finished_ps, dropped
+    return episodes, finished, episodes.drops()
 
 
 def senders_by_rank(episodes: PacketEpisodes) -> list[TcpSender]:

@@ -121,7 +121,7 @@ class Reduction:
         return (src, dst), topology.path_for_hash(src, dst, ecmp_hash), topology.path_for_hash(dst, src, ecmp_hash)
 
 
-class _PhaseReplay:
+class PhaseReplay:
     """One phase of an episode replayed on the reduced network: the step programs of its simulated
     ranks, as `SystemLayer`'s `_ProgramRun` runs them (a rank issues its step's
     messages `delay_ps` after entering it, and enters the next once they are out and the messages its
@@ -192,7 +192,7 @@ class _Receipt:
 
     __slots__ = ("replay", "index", "step_index")
 
-    def __init__(self, replay: _PhaseReplay, index: int, step_index: int) -> None:
+    def __init__(self, replay: PhaseReplay, index: int, step_index: int) -> None:
         self.replay = replay
         self.index = index
         self.step_index = step_index
@@ -354,7 +354,7 @@ class HybridPhases(FluidPhases):
             fluid.end = replayed
             self._replaying += 1
             for episodes in self.episodes:
-                replay = _PhaseReplay(episodes, program, self._flow_ids(program, episodes.reduction), self.delay_ps,
+                replay = PhaseReplay(episodes, program, self._flow_ids(program, episodes.reduction), self.delay_ps,
                                       replayed.replay_finished)
                 episodes.sim.eventlist.call_at(start_ps, replay.start)
         self._catch_up(now)
