@@ -3,25 +3,28 @@ reduced network for the phases that risk loss (issue 28; docs/hybrid-backend.md)
 
 Every phase is timed as `phase` times it (`FluidPhases`). When a stage starts and the phases in their
 fluid part overflow a switch port's buffer with their opening windows (phase's incast rule,
-`_opens_incast`), those phases run as one *episode* on a persistent packet simulation of a reduced
-network (`PacketEpisodes`), and each phase then ends no earlier than its packet replay did: it lasts
-max(T_fluid, T_packet) = T_fluid + max(0, T_packet - T_fluid) from its start (T_fluid as the phase
-lives it, whatever phases start or end meanwhile); an episode that drops nothing changes nothing.
+`_opens_incast`), an *episode* opens: those phases are replayed, each from its own start, on persistent
+packet simulations of reduced networks (`PacketEpisodes`), and every phase that starts while a replay
+is unfinished joins the episode at its start (the reduced clocks follow the full run's, `_catch_up`).
+A replayed phase ends no earlier than its slowest replay if packets were dropped meanwhile: it lasts
+max(T_fluid, T_packet) from its start (T_fluid as the phase lives it, whatever phases start or end
+meanwhile); a phase during which nothing was dropped keeps phase's figure exactly.
 
-The reduced network (`Reduction`):
-- `leaf_spine`: the mirrored leaf pair. Two leaves (the pair whose uplinks the first risky stage loads
-  most), with their real hosts, every spine, and the run's link rates, latencies, buffers, TCP and host
-  stack. Each rank of the two leaves runs its step program as in the full run, every message of it on
-  a persistent connection of its own pair of NPUs under the full run's flow id, routed on the spine
-  the full run's ECMP hash picks. A peer on another leaf is folded onto the other leaf of the pair (at
-  the same position): each leaf's uplinks then carry its own data and the ACKs of the data coming in,
-  as in the full run, and every rank receives what its program waits for.
+The reduced networks (`Reduction`), at most `PAIRS` of them:
+- `leaf_spine` and `fat_tree`: a mirrored pair of groups (leaves; pods), the groups whose uplinks the
+  opening stage loads most, with their real hosts and every switch above them, and the run's link
+  rates, latencies, buffers, TCP and host stack. Each rank of the pair runs its step program as in the
+  full run, every message of it on a persistent connection of its own pair of NPUs under the full
+  run's flow id, routed where the full run's ECMP hash routes it (`path_for_hash`). A peer in another
+  group is folded onto the other group of the pair (at the same position): each group's uplinks then
+  carry its own data and the ACKs of the data coming in, as in the full run, and every rank receives
+  what its program waits for.
 - `switch`: the whole network (no reduction), up to `SWITCH_NPUS` NPUs.
 Connections persist from episode to episode (cwnd, ssthresh, RTT estimate, RTO backoff, idle restart).
 
-Counters: `timeouts`, `retransmits` and `drops` are the reduced simulation's, scaled by the leaf
-pairs it stands for (L / 2); `hybrid_packet_sims` and `hybrid_packet_wall_s` count the episodes
-simulated and their wall time.
+Counters: `timeouts`, `retransmits` and `drops` are the reduced simulations', scaled by the group
+pairs each stands for (groups / 2 / pairs simulated); `hybrid_packet_sims` counts the episodes times
+the pairs simulated, `hybrid_packet_wall_s` their wall time.
 """
 
 from __future__ import annotations
@@ -325,13 +328,17 @@ class HybridPhases(FluidPhases):
                 self.incast_phases += 1
 
     def _share(self, now: int) -> None:
-        """Share the links as phase does; then replay the phases not replayed yet if a stage that started
-        risks loss (an episode opens) or an episode lasts (they join it)."""
+        """Share the links as phase does; then, if a stage that started risks loss, replay the phases in
+        their fluid part not replayed yet: an episode opens, or, while one lasts, they join it. A phase
+        that starts during an episode without such a stage stays fluid (its ring steps at 9,216 NPUs
+        would cost more packet events than the episode, for nothing measured)."""
         super()._share(now)
-        if (self._risky or self._replaying) and not self.timed_out:
+        if self._risky and not self.timed_out:
             opens = not self._replaying
             self._replay(now)
             self.packet_sims += len(self.episodes) if opens else 0
+        elif self._replaying:
+            self._plans.clear()  # phases that started now, during the episode: fluid
         self._risky = False
         self._plans = {fluid: plan for fluid, plan in self._plans.items() if fluid in self._fluid}
 
