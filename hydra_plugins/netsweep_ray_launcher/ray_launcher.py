@@ -46,7 +46,7 @@ class RayNetsweepLauncherConf:
     report: bool = False  # at the end, build each dataset's report and print its summary
     # Two-fidelity sweeps (sweep/fidelity.py): every point on screen_backend first, then at most
     # refine_budget of them at the grid's backend: a calibration sample, the top points, the at-risk ones.
-    screen_backend: Optional[str] = None  # analytical, alpha_beta or phase; null = phase from 256 NPUs, else analytical
+    screen_backend: Optional[str] = None  # analytical, alpha_beta, phase or hybrid; null = hybrid from 256 NPUs, else analytical
     refine_budget: Optional[int] = None  # refined runs at most; null (and no screen_backend) = one fidelity
     refine_top: int = 10  # the fastest points by screened iteration time ...
     refine_top_per: List[str] = field(default_factory=list)  # ... per value of each of these axes
@@ -137,12 +137,13 @@ class RayNetsweepLauncher(Launcher):
         from sweep.plan import GridComposer, GridError, plan
         from sweep.progress import format_summary
 
-        from sweep.fidelity import (RefinePolicy, default_screen_backend, format_selection, plan_screens,
-                                    run_two_fidelity)
+        from sweep.fidelity import (RefinePolicy, default_screen_backend, format_refusals, format_selection,
+                                    plan_screens, run_two_fidelity, screen_refusals)
 
         start = time.perf_counter()
         composer = GridComposer(self.hydra_context.config_loader, self.config)
         policy = None
+        refusals = ""
         try:
             self._check()
             runs = plan(job_overrides, composer.compose)
@@ -153,6 +154,7 @@ class RayNetsweepLauncher(Launcher):
                 policy.check()
                 policy.check_grid(runs)
                 screens = plan_screens(runs, policy.screen_backend)
+                refusals = format_refusals(screen_refusals(runs, screens, policy.screen_backend), policy.screen_backend)
         except (GridError, engine.ConfigError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
@@ -163,6 +165,8 @@ class RayNetsweepLauncher(Launcher):
               + (f"; {distinct} distinct simulations" if distinct < len(runs) else "")
               + (f"; two fidelities: every point on {policy.screen_backend}, then at most "
                  f"{policy.budget_runs} at the grid's backend" if policy is not None else ""))
+        if refusals:
+            print(refusals)
 
         if not runs:
             return []
