@@ -68,7 +68,7 @@ RISKS = {  # at-risk reason -> what it means (the report's legend)
     "link_load": f"a link loaded to {UTILISATION_AT_RISK:.0%} of its capacity or more over the run",
     "port_fan_in": "more messages at once into a switch port than its buffer holds initial windows of",
     "incast": "a collective phase whose opening windows, less what a switch port drains meanwhile, overflow "
-              "its buffer (the phase backend's incast_phases)",
+              "its buffer (incast_phases; on a hybrid screen, only where its packet-level replay dropped nothing)",
     "slow_start": f"{SLOW_START_AT_RISK:.0%} or more of the messages shorter than TCP's slow start to them",
     "screen_failed": "the screening run did not finish (error or timeout)",
 }
@@ -178,8 +178,9 @@ def format_refusals(refusals: Mapping[str, int], backend: str) -> str:
     """The launcher's lines on the points a `backend` screen runs on the backend it extends, or ''."""
     if not refusals:
         return ""
-    head = (f"screen: {sum(refusals.values())} points on {extended_backend(backend)} (the backend {backend} "
-            f"extends), as {backend} refuses them:")
+    points = sum(refusals.values())
+    head = (f"screen: {points} point{'s' if points > 1 else ''} on {extended_backend(backend)} (the backend "
+            f"{backend} extends), as {backend} refuses {'them' if points > 1 else 'it'}:")
     return "\n".join([head] + [f"  {count} x {reason}" for reason, count in refusals.items()])
 
 

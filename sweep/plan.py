@@ -243,8 +243,8 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
     `GridError` for the first point that cannot run, and `engine.ConfigError` for a key set where
     it applies at no point (`check_overrides_apply`). With a `refused` list (the launcher's
     `skip_refused`), a point whose backend refuses it (`BackendRefusal`: a grid crossing
-    `engine.backend=phase,hybrid` with `network=leaf_spine,fat_tree`) is left out of the plan and
-    appended there, (its overrides, the refusal), instead."""
+    `engine.backend=phase,hybrid` with `network=leaf_spine,fat_tree`) is not refused: it is left out
+    of the plan and appended to `refused` as (its overrides, the refusal)."""
     runs = []
     checked: set[tuple[str, str]] = set()  # datasets already found writable
     validated: list[tuple[Sequence[str], engine.SimConfig]] = []

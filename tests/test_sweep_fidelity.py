@@ -267,7 +267,7 @@ def test_a_hybrid_screen_runs_the_points_hybrid_refuses_on_phase(tmp_path: Path)
     assert [screen.config["engine"]["backend"] for screen in screens] == ["hybrid", "phase"]
     refusals = screen_refusals(runs, screens, "hybrid")
     assert list(refusals.values()) == [1] and "network.topology='fat_tree'" in next(iter(refusals))
-    assert "1 points on phase" in format_refusals(refusals, "hybrid")
+    assert format_refusals(refusals, "hybrid").startswith("screen: 1 point on phase (the backend hybrid extends)")
     result = run_two_fidelity(runs, screens, policy, _Executor(), show_progress=False)
     stored = sweep.load_runs(tmp_path / "mixed").set_index("engine.backend")
     assert stored.loc["hybrid", "iteration_time_s"] >= 0.2 and stored.loc["hybrid", "drops"] > 0  # >= one RTO
