@@ -2,10 +2,13 @@
 grid's own backend (packet level).
 
 `hydra.launcher.refine_budget=N` turns a sweep into two phases, screening on
-`hydra.launcher.screen_backend` (`analytical`, `alpha_beta` or `phase`; by default `phase` for a grid
-with runs of 256 NPUs or more, `analytical` below: `default_screen_backend`):
+`hydra.launcher.screen_backend` (`analytical`, `alpha_beta`, `phase` or `hybrid`; by default `hybrid`
+for a grid with runs of 256 NPUs or more, `analytical` below: `default_screen_backend`):
 
-1. **Screen.** Every grid point runs with `engine.backend` set to the screening backend.
+1. **Screen.** Every grid point runs with `engine.backend` set to the screening backend; a point the
+   screening backend refuses runs on the registered backend it extends, if any (`screen_run`: `hybrid`
+   refuses fat trees, halving-doubling, ...; those points screen on `phase`, its model without the
+   packet-level episodes), and the launcher says which points and why (`screen_refusals`).
 2. **Refine.** At most `refine_budget` points run again as planned (the grid's backend), chosen
    from the screen's results by `select_refinements`, in this order of priority:
    - a calibration sample: `refine_sample` points drawn uniformly (seeded by `refine_seed`) from
@@ -31,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 import engine
+from engine.backends import extended_backend
 
 from .driver import Executor, run_sweep
 from .plan import GridError, PlannedRun, planned_run
@@ -39,11 +43,16 @@ from .runner import flatten
 from .schema import PRESET_COLUMNS
 from .store import load_runs
 
-SCREEN_BACKENDS = ("analytical", "alpha_beta", "phase")
-# From this many NPUs the default screen is `phase`: `analytical` handles every message (4-11 s a
-# 256-NPU DLRM iteration, 186-1,114 s at 1,024) where `phase` solves each collective phase at once
-# (0.02 s and 0.1-0.2 s; docs/performance.md), with the same contention within 0.01 % on that workload.
-PHASE_SCREEN_MIN_NPUS = 256
+SCREEN_BACKENDS = ("analytical", "alpha_beta", "phase", "hybrid")
+# From this many NPUs the default screen is `hybrid` (LARGE_SCREEN_BACKEND), below it `analytical`
+# (SMALL_SCREEN_BACKEND): `analytical` handles every message (4-11 s a 256-NPU DLRM iteration, 186-1,114 s
+# at 1,024) where `phase` solves each collective phase at once (0.02 s and 0.1-0.2 s; docs/performance.md),
+# with the same contention within 0.01 % on that workload. `hybrid` is `phase` exactly where its incast
+# rule does not fire or its packet episodes drop nothing, and the packet engine's time (RTO chains) where
+# they drop packets: the screen ranks lossy points where they belong (docs/two-fidelity.md). Points hybrid
+# refuses screen on `phase`, the backend it extends (`screen_run`).
+LARGE_SCREEN_MIN_NPUS = 256
+LARGE_SCREEN_BACKEND, SMALL_SCREEN_BACKEND = "hybrid", "analytical"
 # At-risk thresholds. A link whose mean load over the run is this close to its capacity queues at
 # packet level (an M/M/1 queue holds rho / (1 - rho) packets: 9 at 0.9), where the fluid model
 # has no queue at all.
@@ -59,7 +68,7 @@ RISKS = {  # at-risk reason -> what it means (the report's legend)
     "link_load": f"a link loaded to {UTILISATION_AT_RISK:.0%} of its capacity or more over the run",
     "port_fan_in": "more messages at once into a switch port than its buffer holds initial windows of",
     "incast": "a collective phase whose opening windows, less what a switch port drains meanwhile, overflow "
-              "its buffer (the phase backend's incast_phases)",
+              "its buffer (incast_phases; on a hybrid screen, only where its packet-level replay dropped nothing)",
     "slow_start": f"{SLOW_START_AT_RISK:.0%} or more of the messages shorter than TCP's slow start to them",
     "screen_failed": "the screening run did not finish (error or timeout)",
 }
@@ -80,8 +89,8 @@ class RefinePolicy:
         """Raise `engine.ConfigError` naming the `hydra.launcher` key that is out of range."""
         for key, value, valid, allowed in (
             ("screen_backend", self.screen_backend, self.screen_backend in SCREEN_BACKENDS,
-             f"one of {', '.join(SCREEN_BACKENDS)}, or null for the default (phase from {PHASE_SCREEN_MIN_NPUS} "
-             f"NPUs, else analytical)"),
+             f"one of {', '.join(SCREEN_BACKENDS)}, or null for the default ({LARGE_SCREEN_BACKEND} from "
+             f"{LARGE_SCREEN_MIN_NPUS} NPUs, else {SMALL_SCREEN_BACKEND})"),
             ("refine_budget", self.budget_runs, isinstance(self.budget_runs, int) and self.budget_runs >= 1,
              "a number of refined runs >= 1 (required with screen_backend)"),
             ("refine_top", self.top, self.top >= 0, "an integer >= 0"),
@@ -92,13 +101,16 @@ class RefinePolicy:
 
     def check_grid(self, runs: Sequence[PlannedRun]) -> None:
         """Raise `engine.ConfigError` if this policy cannot refine the grid `runs`: a grid that
-        sweeps or already uses the screening backend, an axis of `top_per` that is no column, or a
-        budget smaller than the sample and the top points it must hold."""
+        sweeps or already uses the screening backend (or the backend it extends, where it screens
+        the points it refuses), an axis of `top_per` that is no column, or a budget smaller than the
+        sample and the top points it must hold."""
         backends = sorted({run.config["engine"]["backend"] for run in runs})
-        if len(backends) > 1 or self.screen_backend in backends:
+        fallback = extended_backend(self.screen_backend)
+        if len(backends) > 1 or self.screen_backend in backends or fallback in backends:
+            screens = self.screen_backend + (f" (and {fallback}, where it refuses a point)" if fallback else "")
             raise engine.ConfigError("hydra.launcher.screen_backend", self.screen_backend,
                                      f"a backend other than the grid's, and a grid that does not sweep "
-                                     f"engine.backend (it has {', '.join(backends)})")
+                                     f"engine.backend (it has {', '.join(backends)}; the screen runs on {screens})")
         values: dict[str, set[str]] = {axis: set() for axis in self.top_per}
         for run in runs:
             columns = {**flatten(run.config), **{group: run.presets.get(group) for group in PRESET_COLUMNS}}
@@ -116,18 +128,60 @@ class RefinePolicy:
 
 
 def default_screen_backend(runs: Sequence[PlannedRun]) -> str:
-    """The screening backend of a two-fidelity sweep of `runs` that names none: `phase` if any run has
-    `PHASE_SCREEN_MIN_NPUS` NPUs or more, else `analytical`. One backend for the whole grid, so that
-    one calibration sample measures one screen's error."""
+    """The screening backend of a two-fidelity sweep of `runs` that names none: `LARGE_SCREEN_BACKEND`
+    (`hybrid`) if any run has `LARGE_SCREEN_MIN_NPUS` NPUs or more, else `SMALL_SCREEN_BACKEND`
+    (`analytical`). One screen for the whole grid, so that one calibration sample measures one
+    screen's error: a hybrid screen's points that hybrid refuses run on `phase`, the model hybrid
+    keeps wherever its packet episodes drop nothing (`screen_run`)."""
     largest_npus = max(run.config["network"]["npus"] for run in runs)
-    return "phase" if largest_npus >= PHASE_SCREEN_MIN_NPUS else "analytical"
+    return LARGE_SCREEN_BACKEND if largest_npus >= LARGE_SCREEN_MIN_NPUS else SMALL_SCREEN_BACKEND
+
+
+def _on_backend(run: PlannedRun, backend: str) -> PlannedRun:
+    """`run` with `engine.backend` replaced (validated, with its own run_id and memory estimate), its
+    overrides, force flag and presets kept."""
+    config = {**run.config, "engine": {**run.config["engine"], "backend": backend}}
+    return planned_run(config, run.overrides, run.force, run.presets)
 
 
 def screen_run(run: PlannedRun, backend: str) -> PlannedRun:
-    """`run` on the screening `backend`: its config with `engine.backend` replaced (validated, with
-    its own run_id and memory estimate), its overrides, force flag and presets kept."""
-    config = {**run.config, "engine": {**run.config["engine"], "backend": backend}}
-    return planned_run(config, run.overrides, run.force, run.presets)
+    """`run` on the screening `backend`; where `backend` refuses it and extends another registered
+    backend (`engine.backends.extended_backend`: hybrid extends phase), on that one, the same model
+    without what it adds. Raise `engine.ConfigError` (the screening backend's) if neither runs it."""
+    try:
+        return _on_backend(run, backend)
+    except engine.ConfigError as refusal:
+        fallback = extended_backend(backend)
+        if fallback is None:
+            raise
+        try:
+            return _on_backend(run, fallback)
+        except engine.ConfigError:
+            raise refusal from None
+
+
+def screen_refusals(runs: Sequence[PlannedRun], screens: Sequence[PlannedRun], backend: str) -> dict[str, int]:
+    """Why the screens (`plan_screens(runs, backend)`) of some points are not on `backend`: {its
+    refusal (the `engine.ConfigError` message, naming the key): points}; empty when every point
+    screens on `backend`."""
+    refusals: dict[str, int] = {}
+    for run, screen in zip(runs, screens):
+        if screen.config["engine"]["backend"] != backend:
+            try:
+                _on_backend(run, backend)
+            except engine.ConfigError as exc:
+                refusals[str(exc)] = refusals.get(str(exc), 0) + 1
+    return refusals
+
+
+def format_refusals(refusals: Mapping[str, int], backend: str) -> str:
+    """The launcher's lines on the points a `backend` screen runs on the backend it extends, or ''."""
+    if not refusals:
+        return ""
+    points = sum(refusals.values())
+    head = (f"screen: {points} point{'s' if points > 1 else ''} on {extended_backend(backend)} (the backend "
+            f"{backend} extends), as {backend} refuses {'them' if points > 1 else 'it'}:")
+    return "\n".join([head] + [f"  {count} x {reason}" for reason, count in refusals.items()])
 
 
 def plan_screens(runs: Sequence[PlannedRun], backend: str) -> list[PlannedRun]:
@@ -150,13 +204,17 @@ def _mss_bytes(screen: pd.DataFrame) -> pd.Series:
 def at_risk(screen: pd.DataFrame) -> pd.Series:
     """Per screening run (a `runs` frame), its at-risk reasons (keys of `RISKS`, comma-separated;
     '' for none), from the signals the fluid backends report (`max_link_utilisation`,
-    `max_port_flows`, `slow_start_share`, and on `phase` `incast_phases`; null on `alpha_beta`, which
-    then marks nothing but failures). Port fan-in: the most messages that crossed one switch port at
-    once, each opening with `tcp.init_cwnd_pkts` full segments, bring more bytes than
-    `network.buffer_kb` holds (the incast condition; a null buffer is unlimited). Where the screen
-    counted `incast_phases` (phase), that count replaces it: the same condition per phase, less what
-    the port drains while the windows arrive (without the drain, every large collective would be
-    flagged)."""
+    `max_port_flows`, `slow_start_share`, and on `phase` and `hybrid` `incast_phases`; null on
+    `alpha_beta`, which then marks nothing but failures). Port fan-in: the most messages that crossed
+    one switch port at once, each opening with `tcp.init_cwnd_pkts` full segments, bring more bytes
+    than `network.buffer_kb` holds (the incast condition; a null buffer is unlimited). Where the screen
+    counted `incast_phases` (phase, hybrid), that count replaces it: the same condition per phase, less
+    what the port drains while the windows arrive (without the drain, every large collective would be
+    flagged). A flagged point whose screen replayed those phases at packet level and lost packets
+    (`drops` > 0: hybrid's episodes, whose time it then carries) is not at risk of `incast`: its time
+    already has TCP's loss in it; one whose episodes dropped nothing (hybrid then gives phase's figure:
+    the near-threshold miss of docs/hybrid-backend.md) or that no packet level saw (phase: `drops`
+    null) is."""
     def column(name: str) -> pd.Series:
         values = screen[name] if name in screen else pd.Series(np.nan, index=screen.index)
         return values.astype("Float64")
@@ -166,7 +224,7 @@ def at_risk(screen: pd.DataFrame) -> pd.Series:
     flags = {
         "link_load": column("max_link_utilisation") >= UTILISATION_AT_RISK,
         "port_fan_in": (initial_burst_bytes > column("network.buffer_kb") * 1024) & column("incast_phases").isna(),
-        "incast": column("incast_phases") > 0,
+        "incast": (column("incast_phases") > 0) & ~(column("drops") > 0).fillna(False),
         "slow_start": column("slow_start_share") >= SLOW_START_AT_RISK,
         "screen_failed": pd.Series(screen["status"] != "ok", index=screen.index),
     }

@@ -48,9 +48,17 @@ def validate(config: Mapping[str, Any]) -> engine.SimConfig:
     if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
         raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
     checked = engine.load_config(config)
-    engine.check_backend(checked)
+    try:
+        engine.check_backend(checked)
+    except engine.ConfigError as exc:
+        raise BackendRefusal(exc.key, exc.value, exc.allowed) from exc
     engine.check_workload_files(checked)
     return checked
+
+
+class BackendRefusal(engine.ConfigError):
+    """A config that is valid but that the backend it names cannot run (`engine.check_backend`:
+    `engine.backend=hybrid network=fat_tree`); a grid may skip such points (`plan`'s `refused`)."""
 
 
 def check_dataset(config: Mapping[str, Any]) -> None:
@@ -229,10 +237,14 @@ def check_overrides_apply(points: Sequence[tuple[Sequence[str], engine.SimConfig
             raise unused_key_error(key, value, "in every point of this grid" if len(points) > 1 else "here")
 
 
-def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dict[str, Any]]) -> list[PlannedRun]:
+def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dict[str, Any]],
+         refused: list[tuple[Sequence[str], BackendRefusal]] | None = None) -> list[PlannedRun]:
     """Resolve and validate every grid point with `compose` (overrides -> plain config); raise
     `GridError` for the first point that cannot run, and `engine.ConfigError` for a key set where
-    it applies at no point (`check_overrides_apply`)."""
+    it applies at no point (`check_overrides_apply`). With a `refused` list (the launcher's
+    `skip_refused`), a point whose backend refuses it (`BackendRefusal`: a grid crossing
+    `engine.backend=phase,hybrid` with `network=leaf_spine,fat_tree`) is not refused: it is left out
+    of the plan and appended to `refused` as (its overrides, the refusal)."""
     runs = []
     checked: set[tuple[str, str]] = set()  # datasets already found writable
     validated: list[tuple[Sequence[str], engine.SimConfig]] = []
@@ -245,7 +257,13 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
             force = pop_force(config)
             presets = pop_presets(config)
             _validate_ray(config)
-            run = planned_run(config, overrides, force, presets)
+            try:
+                run = planned_run(config, overrides, force, presets)
+            except BackendRefusal as exc:
+                if refused is None:
+                    raise
+                refused.append((overrides, exc))
+                continue
             if (config["results_dir"], config["name"]) not in checked:
                 check_dataset(config)
                 checked.add((config["results_dir"], config["name"]))
@@ -255,6 +273,18 @@ def plan(points: Sequence[Sequence[str]], compose: Callable[[Sequence[str]], dic
         validated.append((overrides, run.sim_config))
     check_overrides_apply(validated)
     return runs
+
+
+def format_refused(refused: Sequence[tuple[Sequence[str], BackendRefusal]], points: int) -> str:
+    """The launcher's lines on the grid points `plan` left out because their backend refuses them:
+    how many of `points`, each refusal once with its count and the first such point's overrides."""
+    reasons: dict[str, list[Sequence[str]]] = {}
+    for overrides, exc in refused:
+        reasons.setdefault(str(exc), []).append(overrides)
+    return "\n".join([f"skipped {len(refused)} of {points} grid points: their engine.backend refuses them "
+                       "(hydra.launcher.skip_refused)"]
+                      + [f"  {len(found)} x {reason} (e.g. {' '.join(found[0]) or '(no overrides)'})"
+                         for reason, found in reasons.items()])
 
 
 def planned_run(config: dict[str, Any], overrides: Sequence[str] = (), force: bool = False,

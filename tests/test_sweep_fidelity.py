@@ -15,8 +15,8 @@ import pytest
 
 import engine
 import sweep
-from sweep.fidelity import (RefinePolicy, at_risk, default_screen_backend, plan_screens, run_two_fidelity,
-                            select_refinements)
+from sweep.fidelity import (RefinePolicy, at_risk, default_screen_backend, format_refusals, plan_screens,
+                            run_two_fidelity, screen_refusals, select_refinements)
 from sweep.plan import PlannedRun, plan
 from sweep.report import POINTS_FILE, SUMMARY_FILE, build_report
 from sweep.runner import measure, point_id, run_id
@@ -68,6 +68,17 @@ def test_a_phase_screen_flags_incast_by_its_count_not_by_port_fan_in() -> None:
                       {"point_id": "analytical 8:1", "iteration_time_s": 8.6703e-3, "max_port_flows": 1990,
                        "incast_phases": None}]).assign(**{"network.buffer_kb": 512.0})
     assert list(at_risk(screen)) == ["", "incast", "port_fan_in"]
+
+
+def test_a_hybrid_screen_flags_incast_only_where_its_packet_episodes_lost_nothing() -> None:
+    """On a hybrid screen the flagged phases were replayed at packet level: where that dropped packets
+    the point's time is the packet engine's (RTO chains), not at risk of `incast`; where it dropped
+    nothing (hybrid then gives phase's figure: the near-threshold miss) it is, as on phase (drops null)."""
+    screen = _screen([{"point_id": "lossy", "iteration_time_s": 1.4, "incast_phases": 1, "drops": 5262},
+                      {"point_id": "miss", "iteration_time_s": 2.57e-3, "incast_phases": 3, "drops": 0},
+                      {"point_id": "phase", "iteration_time_s": 5.9e-5, "incast_phases": 1, "drops": None},
+                      {"point_id": "calm", "iteration_time_s": 2.5e-3, "incast_phases": 0, "drops": 0}])
+    assert list(at_risk(screen)) == ["", "incast", "incast", ""]
 
 
 def test_top_points_then_at_risk_fastest_first_within_the_budget() -> None:
@@ -217,25 +228,55 @@ def _npus_grid(tmp_path: Path, npus: Sequence[int], backend: str = "packet") -> 
                   f"results_dir={tmp_path}", "name=sizes"] for count in npus], compose_config)
 
 
-def test_the_default_screen_is_phase_from_256_npus(tmp_path: Path) -> None:
-    """No `screen_backend`: a grid with a run of 256 NPUs or more screens on `phase`, the whole grid
+def test_the_default_screen_is_hybrid_from_256_npus(tmp_path: Path) -> None:
+    """No `screen_backend`: a grid with a run of 256 NPUs or more screens on `hybrid`, the whole grid
     (one screen, one calibration band); below, on `analytical`."""
     assert default_screen_backend(_npus_grid(tmp_path, [16, 128])) == "analytical"
-    assert default_screen_backend(_npus_grid(tmp_path, [256])) == "phase"
-    assert default_screen_backend(_npus_grid(tmp_path, [16, 1024])) == "phase"
+    assert default_screen_backend(_npus_grid(tmp_path, [256])) == "hybrid"
+    assert default_screen_backend(_npus_grid(tmp_path, [16, 1024])) == "hybrid"
 
 
-def test_a_sweep_of_256_npus_screens_every_point_on_phase(tmp_path: Path) -> None:
-    """The default screen in a real two-fidelity sweep: every screening row is a `phase` run, the
+def test_a_sweep_of_256_npus_screens_every_point_on_hybrid(tmp_path: Path) -> None:
+    """The default screen in a real two-fidelity sweep: every screening row is a `hybrid` run, the
     refined one runs at the grid's backend (`alpha_beta` here only to keep the refinement cheap)."""
     runs = _npus_grid(tmp_path, [256, 512], backend="alpha_beta")
     policy = RefinePolicy(default_screen_backend(runs), budget_runs=1, top=1)
-    result = run_two_fidelity(runs, plan_screens(runs, policy.screen_backend), policy, _Executor(),
-                              show_progress=False)
+    screens = plan_screens(runs, policy.screen_backend)
+    assert screen_refusals(runs, screens, policy.screen_backend) == {}
+    result = run_two_fidelity(runs, screens, policy, _Executor(), show_progress=False)
     stored = sweep.load_runs(tmp_path / "sizes")
-    assert sorted(stored["engine.backend"]) == ["alpha_beta", "phase", "phase"]
-    assert (stored["status"] == "ok").all() and stored.loc[stored["engine.backend"] == "phase", "incast_phases"].notna().all()
+    assert sorted(stored["engine.backend"]) == ["alpha_beta", "hybrid", "hybrid"]
+    assert (stored["status"] == "ok").all() and stored.loc[stored["engine.backend"] == "hybrid", "incast_phases"].notna().all()
     assert result.selection == {point_id(runs[0].config): "top"}  # 256 NPUs: the faster iteration
+
+
+def test_a_hybrid_screen_runs_the_points_hybrid_refuses_on_phase(tmp_path: Path) -> None:
+    """`screen_backend=hybrid` on a grid of a lossy 64-NPU leaf-spine all-to-all (16 a leaf, 2 spines,
+    64 KiB) and a fat tree, which hybrid refuses: the leaf-spine point screens on hybrid (its
+    all-to-all a chain of RTOs, its packets dropped: not at risk), the fat tree on phase, with the
+    refusal said; the phase point's incast flag (drops null) makes it the one at-risk refinement,
+    though phase screens it faster. The report counts both as the screen."""
+    common = ["workload=collective", "workload.op=all_to_all", "workload.bytes=98304", "network.npus=64",
+              "network.buffer_kb=64", "engine.backend=alpha_beta", f"results_dir={tmp_path}", "name=mixed"]
+    runs = plan([[*common, "network=leaf_spine", "network.hosts_per_leaf=16", "network.spines=2"],
+                 [*common, "network=fat_tree", "network.uplink_gbps=12.5"]], compose_config)
+    policy = RefinePolicy("hybrid", budget_runs=1, top=0)
+    policy.check()
+    policy.check_grid(runs)
+    screens = plan_screens(runs, policy.screen_backend)
+    assert [screen.config["engine"]["backend"] for screen in screens] == ["hybrid", "phase"]
+    refusals = screen_refusals(runs, screens, "hybrid")
+    assert list(refusals.values()) == [1] and "network.topology='fat_tree'" in next(iter(refusals))
+    assert format_refusals(refusals, "hybrid").startswith("screen: 1 point on phase (the backend hybrid extends)")
+    result = run_two_fidelity(runs, screens, policy, _Executor(), show_progress=False)
+    stored = sweep.load_runs(tmp_path / "mixed").set_index("engine.backend")
+    assert stored.loc["hybrid", "iteration_time_s"] >= 0.2 and stored.loc["hybrid", "drops"] > 0  # >= one RTO
+    assert stored.loc["phase", "iteration_time_s"] < 1e-3 and stored.loc["phase", "incast_phases"] > 0
+    assert result.selection == {point_id(runs[1].config): "incast"}
+    summary = (build_report(tmp_path / "mixed") / SUMMARY_FILE).read_text()
+    assert "**2 points** screened on `hybrid` (1 of them on `phase`" in summary
+    with pytest.raises(engine.ConfigError, match="hydra.launcher.screen_backend='hybrid'.*phase"):
+        RefinePolicy("hybrid", 1).check_grid(_npus_grid(tmp_path, [16], backend="phase"))
 
 
 def test_the_report_of_a_two_fidelity_dataset(reference: tuple[Path, Any]) -> None:

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 import engine
 from sweep.cli import CONF_DIR
-from sweep.plan import GridComposer, GridError, plan, pop_force, validate
+from sweep.plan import BackendRefusal, GridComposer, GridError, format_refused, plan, pop_force, validate
 from sweep.runner import run_id
 from sweep_support import compose_config
 
@@ -120,6 +120,27 @@ def test_plan_validates_every_point_and_names_the_bad_one(tmp_path: Path) -> Non
     assert [run.force for run in runs] == [True, False]
     assert "force" not in runs[0].config and runs[0].run_id == run_id(runs[0].config)
     assert runs[1].dataset == Path("results") / "default"
+
+
+def test_a_grid_may_skip_the_points_their_backend_refuses(tmp_path: Path) -> None:
+    """`engine.backend=phase,hybrid` x `network=leaf_spine,fat_tree`: hybrid refuses the fat tree. The
+    grid is refused (naming the point) unless a `refused` list is given (`hydra.launcher.skip_refused`,
+    which scaling_oversubscription sets): then the point is left out and listed with its refusal; an
+    invalid config is refused either way."""
+    points = [[f"engine.backend={backend}", f"network={topology}", "network.npus=32", "workload=collective",
+               f"results_dir={tmp_path}"] for backend in ("phase", "hybrid") for topology in ("leaf_spine", "fat_tree")]
+    with pytest.raises(GridError, match=r"network.topology='fat_tree' .*\(grid point 4 of 4: engine.backend=hybrid"):
+        plan(points, compose_config)
+    refused: list[Any] = []
+    runs = plan(points, compose_config, refused)
+    assert [(r.config["engine"]["backend"], r.config["network"]["topology"]) for r in runs] == [
+        ("phase", "leaf_spine"), ("phase", "fat_tree"), ("hybrid", "leaf_spine")]
+    assert [overrides for overrides, _ in refused] == [points[3]] and isinstance(refused[0][1], BackendRefusal)
+    assert format_refused(refused, 4).splitlines()[0].startswith("skipped 1 of 4 grid points")
+    with pytest.raises(GridError, match="network.link_gbps"):
+        plan([[*points[0], "network.link_gbps=-5"]], compose_config, [])
+    experiment = OmegaConf.load(Path(CONF_DIR) / "experiment" / "scaling_oversubscription.yaml")
+    assert experiment.hydra.launcher.skip_refused is True
 
 
 def test_pop_force_and_ray_keys_are_checked() -> None:

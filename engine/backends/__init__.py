@@ -37,3 +37,15 @@ def backend_class(name: str) -> type[NetworkBackend]:
         raise KeyError(f"no backend {name!r}: one of {', '.join(BACKEND_NAMES)}")
     backend: type[NetworkBackend] = importlib.import_module(f"{__name__}.{name}").BACKEND
     return backend
+
+
+def extended_backend(name: str) -> str | None:
+    """The registered backend that backend `name` extends (its nearest base class registered here:
+    `hybrid` extends `phase`, whose model it keeps and adds packet-level TCP to), or None. Where `name`
+    refuses a config for what it adds, the backend it extends is the same model without it: the
+    two-fidelity launcher screens such points there (sweep/fidelity.py)."""
+    for base in backend_class(name).__mro__[1:]:
+        module, _, registered = base.__module__.rpartition(".")
+        if module == __name__ and registered in BACKEND_NAMES and backend_class(registered) is base:
+            return registered
+    return None

@@ -44,9 +44,10 @@ class RayNetsweepLauncherConf:
     flush_rows: int = 10_000  # write Parquet parts once this many rows are buffered ...
     flush_interval_s: float = 10.0  # ... or this many seconds after the last write
     report: bool = False  # at the end, build each dataset's report and print its summary
+    skip_refused: bool = False  # leave out (and list) grid points their engine.backend refuses, instead of refusing the grid
     # Two-fidelity sweeps (sweep/fidelity.py): every point on screen_backend first, then at most
     # refine_budget of them at the grid's backend: a calibration sample, the top points, the at-risk ones.
-    screen_backend: Optional[str] = None  # analytical, alpha_beta or phase; null = phase from 256 NPUs, else analytical
+    screen_backend: Optional[str] = None  # analytical, alpha_beta, phase or hybrid; null = hybrid from 256 NPUs, else analytical
     refine_budget: Optional[int] = None  # refined runs at most; null (and no screen_backend) = one fidelity
     refine_top: int = 10  # the fastest points by screened iteration time ...
     refine_top_per: List[str] = field(default_factory=list)  # ... per value of each of these axes
@@ -85,7 +86,7 @@ class RayNetsweepLauncher(Launcher):
 
     def __init__(self, max_in_flight: Optional[int] = None, max_retries: int = 2,
                  max_wall_time_s: Optional[float] = None, run_memory_mb: Optional[float] = None,
-                 flush_rows: int = 10_000, flush_interval_s: float = 10.0, report: bool = False,
+                 flush_rows: int = 10_000, flush_interval_s: float = 10.0, report: bool = False, skip_refused: bool = False,
                  screen_backend: Optional[str] = None, refine_budget: Optional[int] = None, refine_top: int = 10,
                  refine_top_per: Sequence[str] = (), refine_sample: int = 0, refine_seed: int = 0) -> None:
         self.max_in_flight = max_in_flight
@@ -93,6 +94,7 @@ class RayNetsweepLauncher(Launcher):
         self.max_wall_time_s = max_wall_time_s
         self.run_memory_mb = run_memory_mb
         self.report = report
+        self.skip_refused = skip_refused
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self.screen_backend = screen_backend
@@ -134,18 +136,20 @@ class RayNetsweepLauncher(Launcher):
         from sweep.cluster import RAY_LOG, RayExecutor
         from sweep.driver import run_sweep
         from sweep.interrupts import EXIT_INTERRUPTED
-        from sweep.plan import GridComposer, GridError, plan
+        from sweep.plan import GridComposer, GridError, format_refused, plan
         from sweep.progress import format_summary
 
-        from sweep.fidelity import (RefinePolicy, default_screen_backend, format_selection, plan_screens,
-                                    run_two_fidelity)
+        from sweep.fidelity import (RefinePolicy, default_screen_backend, format_refusals, format_selection,
+                                    plan_screens, run_two_fidelity, screen_refusals)
 
         start = time.perf_counter()
         composer = GridComposer(self.hydra_context.config_loader, self.config)
         policy = None
+        refusals = ""
         try:
             self._check()
-            runs = plan(job_overrides, composer.compose)
+            refused: list[Any] | None = [] if self.skip_refused else None
+            runs = plan(job_overrides, composer.compose, refused)
             screens = []
             if (self.screen_backend is not None or self.refine_budget is not None) and runs:
                 policy = RefinePolicy(self.screen_backend or default_screen_backend(runs), self.refine_budget,  # type: ignore[arg-type]
@@ -153,6 +157,7 @@ class RayNetsweepLauncher(Launcher):
                 policy.check()
                 policy.check_grid(runs)
                 screens = plan_screens(runs, policy.screen_backend)
+                refusals = format_refusals(screen_refusals(runs, screens, policy.screen_backend), policy.screen_backend)
         except (GridError, engine.ConfigError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
@@ -163,6 +168,10 @@ class RayNetsweepLauncher(Launcher):
               + (f"; {distinct} distinct simulations" if distinct < len(runs) else "")
               + (f"; two fidelities: every point on {policy.screen_backend}, then at most "
                  f"{policy.budget_runs} at the grid's backend" if policy is not None else ""))
+        if refused:
+            print(format_refused(refused, len(job_overrides)))
+        if refusals:
+            print(refusals)
 
         if not runs:
             return []

@@ -101,7 +101,7 @@ def build_report(path: str | os.PathLike[str]) -> Path:
 
         two = two_fidelity.two_fidelity(runs)
     if two is not None:
-        general = runs[runs["engine.backend"] == two.screen_backend]
+        general = runs[runs["engine.backend"].isin(two.screen_backends)]
         lines += [*two_fidelity.section(two, swept_axes(general), out / POINTS_FILE), "",
                   f"The sections below describe the screening runs (`{two.screen_backend}`), which cover every "
                   "point; the refined ones are above."]

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from engine.backends import backend_class
+from engine.backends import backend_class, extended_backend
 
 from ..fidelity import RISKS, SAMPLE, TOP, at_risk
 from .axes import Axis, describe
@@ -24,11 +24,18 @@ class TwoFidelity:
     """A two-fidelity dataset point by point: `points` holds one row per point_id, the screening
     run's columns plus `screen_s` and `fine_s` (iteration times on the screening and the refining
     backend; `fine_s` null for a point not refined), `refined`, `reasons` (why it was refined),
-    `at_risk` (the screen's at-risk reasons) and `error` (fine / screen - 1)."""
+    `at_risk` (the screen's at-risk reasons) and `error` (fine / screen - 1). `screen_backends`: the
+    screen's backend, then the one it extends where the points it refused ran (hybrid, phase)."""
 
     screen_backend: str
     fine_backend: str
     points: pd.DataFrame
+    screen_backends: tuple[str, ...] = ()
+
+    @property
+    def fallback_points(self) -> int:
+        """Points screened on the backend the screen's extends (the screen's refusals)."""
+        return int((self.points["engine.backend"] != self.screen_backend).sum())
 
     def chosen_for(self, reason: str) -> pd.Series:
         """Per point, whether it was refined for `reason` (`sweep.fidelity.SAMPLE`, `TOP`, a risk)."""
@@ -67,7 +74,11 @@ def two_fidelity(runs: pd.DataFrame) -> TwoFidelity | None:
     if paired.empty:
         return None
     screen_backend = paired["engine.backend"].mode().iloc[0]
-    screen = runs[runs["engine.backend"] == screen_backend].drop_duplicates("point_id", keep="last")
+    # a hybrid screen runs the points hybrid refuses on phase: the screen is the backend that extends another
+    others = set(runs.loc[runs["engine.backend"] != fine_backend, "engine.backend"])
+    screen_backend = next((b for b in sorted(others) if extended_backend(b) in others), screen_backend)
+    backends = tuple(b for b in (screen_backend, extended_backend(screen_backend)) if b in others)
+    screen = runs[runs["engine.backend"].isin(backends)].drop_duplicates("point_id", keep="last")
     fine = runs[(runs["engine.backend"] == fine_backend) & runs["status"].eq("ok")].drop_duplicates(
         "point_id", keep="last").set_index("point_id")
     points = screen.set_index("point_id", drop=False).copy()
@@ -77,7 +88,7 @@ def two_fidelity(runs: pd.DataFrame) -> TwoFidelity | None:
     points["reasons"] = fine["refine_reason"].reindex(points.index)
     points["at_risk"] = at_risk(points.reset_index(drop=True)).to_numpy()
     points["error"] = points["fine_s"] / points["screen_s"] - 1
-    return TwoFidelity(screen_backend, fine_backend, points.reset_index(drop=True))
+    return TwoFidelity(screen_backend, fine_backend, points.reset_index(drop=True), backends)
 
 
 def _estimate(points: pd.DataFrame, band: tuple[float, float] | None, fine_backend: str) -> pd.DataFrame:
@@ -103,7 +114,10 @@ def section(two: TwoFidelity, axes: Sequence[Axis], points_csv: Path) -> list[st
     reasons = [reason for text in refined["reasons"].dropna() for reason in text.split(",")]
     risk_counts = pd.Series([r for text in points["at_risk"] for r in text.split(",") if r]).value_counts()
     lines = ["", f"## Two fidelities: `{screen}` screen, `{fine}` refinement", "",
-             f"**{len(points)} points** screened on `{screen}`; **{len(refined)} refined** on `{fine}` "
+             f"**{len(points)} points** screened on `{screen}`"
+             + (f" ({two.fallback_points} of them on `{two.screen_backends[1]}`, the backend `{screen}` extends, "
+                f"as `{screen}` refuses them)" if two.fallback_points else "")
+             + f"; **{len(refined)} refined** on `{fine}` "
              f"({len(refined) / len(points):.1%} of the points): calibration sample {reasons.count(SAMPLE)}, "
              f"top {reasons.count(TOP)}, at risk {sum(1 for text in refined['reasons'].dropna() if set(text.split(',')) & set(RISKS))}"
              " (a point can be chosen for several reasons). Both runs of a point share its `point_id`.",
