@@ -142,6 +142,17 @@ class PhaseReplay:
         self.position = [0] * len(ranks)
         self.issued = [False] * len(ranks)
         self.received = [[0] * len(program[rank]) for rank in ranks]
+        # what each step of each rank waits for: the messages the simulated ranks send it. That is the
+        # program's count where the pair mirrors the full run (whole groups), and where a peer group is
+        # partial (a fat tree's last pod) it is what arrives, so that no rank waits for a message
+        # nobody sends
+        self.expected = [[0] * len(program[rank]) for rank in ranks]
+        reduction = episodes.reduction
+        for rank in ranks:
+            for step in program[rank]:
+                for send in step.sends:
+                    receiver = reduction.host(rank, (rank + send.peer_offset) % reduction.npus)
+                    self.expected[receiver][send.peer_step] += 1
         self.ranks_left = len(ranks)
 
     def start(self) -> None:
@@ -179,7 +190,7 @@ class PhaseReplay:
     def _try_advance(self, index: int) -> None:
         steps = self.program[self.ranks[index]]
         position = self.position[index]
-        if self.issued[index] and position < len(steps) and self.received[index][position] >= steps[position].receives:
+        if self.issued[index] and position < len(steps) and self.received[index][position] >= self.expected[index][position]:
             self.position[index] = position + 1
             self._enter(index)
 
@@ -471,9 +482,11 @@ class HybridPhases(FluidPhases):
         active = [fluid.stages[fluid.stage] for fluid in self._fluid]  # a stage has just started: not empty
         peak = np.sum([stage.peak_messages for stage in active], axis=0)[self._group_uplinks].max(axis=1)
         load = np.sum([stage.link_bytes for stage in active], axis=0)[self._group_uplinks].sum(axis=1)
+        # whole groups only (a fat tree's last pod may be partial: its NPUs are folded, never simulated)
         order = sorted(range(len(peak)), key=lambda group: (-int(peak[group]), -float(load[group]), group))
         pairs = min(PAIRS, len(order) // 2)
-        scale = len(order) / 2 / pairs  # the full run's group pairs each simulated pair stands for
+        # the full run's group pairs each simulated pair stands for
+        scale = self.config.network.npus / self._group_size / 2 / pairs
         return [Reduction(self.config, self._group_size, (min(order[2 * i], order[2 * i + 1]),
                                                           max(order[2 * i], order[2 * i + 1])), scale)
                 for i in range(pairs)]
@@ -515,8 +528,8 @@ class HybridBackend(PhaseBackend):
         elif net.topology == "fat_tree":
             k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
             pod = (k // 2) ** 2
-            _require(net.npus % pod == 0 and net.npus >= 2 * pod, "network.npus", net.npus,
-                     f"whole pods, at least 2 (a multiple of (k/2)^2 = {pod} for k = {k}) on engine.backend=hybrid "
+            _require(net.npus >= 2 * pod, "network.npus", net.npus,
+                     f"at least 2 whole pods (2 x (k/2)^2 = {2 * pod} for k = {k}) on engine.backend=hybrid "
                      "(its reduced network is a pod pair)")
         else:
             _require(net.npus <= SWITCH_NPUS, "network.npus", net.npus,
