@@ -6,6 +6,7 @@ run in a fresh process (its own peak RSS).
     python benchmarks/phase_oversubscription.py --npus 1024     # one size
     python benchmarks/phase_oversubscription.py --issue-table   # issue 22's table: 256 NPUs, 8 and 2 spines
     python benchmarks/phase_oversubscription.py --issue-table --npus 1024 9216 --backends alpha_beta phase
+    python benchmarks/phase_oversubscription.py --backends hybrid --buffer-kb 128 1024 --csv benchmarks/hybrid_scale.csv
 
 leaf_spine: 16 hosts a leaf, 16/8/4/2/1 spines (1:1 to 16:1); fat_tree: uplinks at 100, 50, 25 and
 12.5 Gb/s (1:1 to 8:1 at the edge). `--issue-table`: leaf_spine with 8 and 2 spines only, on every
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--issue-table", action="store_true", help="leaf_spine 8 and 2 spines on several backends")
     parser.add_argument("--backends", nargs="*", default=None,
                         help="default phase (issue table: alpha_beta analytical packet phase phase+rto)")
+    parser.add_argument("--buffer-kb", type=float, nargs="*", default=[None],
+                        help="switch buffers to run each network with, KiB (default: network.buffer_kb's default)")
     parser.add_argument("--csv", type=Path, default=None,
                         help="CSV to write (default benchmarks/phase_oversubscription.csv; issue table: "
                              "benchmarks/phase_oversubscription_issue_table_<sizes>.csv)")
@@ -65,9 +69,11 @@ def main(argv: list[str] | None = None) -> None:
                                  else ["phase"])
     rows = []
     for npus in sizes:
-        for topology, ratio, network in networks(npus):
+        for (topology, ratio, network), buffer_kb in itertools.product(networks(npus), args.buffer_kb):
             if args.issue_table and not (topology == "leaf_spine" and network["spines"] in (8, 2)):
                 continue
+            if buffer_kb is not None:
+                network = {**network, "buffer_kb": buffer_kb}
             for backend in backends:
                 config = {"engine": {"backend": backend.removesuffix("+rto"), "incast_rto": backend.endswith("+rto"),
                                      "max_sim_time_s": 60.0},
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
                                       text=True, check=True)
                 result = json.loads(done.stdout.strip().splitlines()[-1])
                 rows.append({"backend": backend, "topology": topology, "npus": npus, "oversubscription": ratio,
-                             "load_1min": load, **result})
+                             "buffer_kb": network.get("buffer_kb"), "load_1min": load, **result})
                 print(rows[-1], file=sys.stderr)
     out = args.csv or HERE / (f"phase_oversubscription_issue_table_{'_'.join(map(str, sizes))}.csv" if args.issue_table
                   else "phase_oversubscription.csv")
@@ -87,14 +93,15 @@ def main(argv: list[str] | None = None) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print("| backend | topology | NPUs | oversubscription | iteration ms | wall s | CPU s | peak RSS MiB | max_port_flows | "
-          "incast_phases | timeouts | load (1 min) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| backend | topology | NPUs | oversubscription | buffer KiB | iteration ms | wall s | CPU s | peak RSS MiB | "
+          "max_port_flows | incast_phases | timeouts | load (1 min) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         def count(key: str) -> str:
             return "" if row[key] is None else f"{row[key]:,}"
         iteration_ms = "n/a" if row["iteration_time_s"] is None else f"{1e3 * row['iteration_time_s']:.4f}"
-        print(f"| {row['backend']} | {row['topology']} | {row['npus']:,} | {row['oversubscription']}:1 | "
+        buffer = "default" if row["buffer_kb"] is None else f"{row['buffer_kb']:g}"
+        print(f"| {row['backend']} | {row['topology']} | {row['npus']:,} | {row['oversubscription']}:1 | {buffer} | "
               f"{iteration_ms} | {row['wall_s']:.2f} | {row['cpu_s']:.2f} | {row['rss_mib']:.0f} | "
               f"{count('max_port_flows')} | {count('incast_phases')} | {count('timeouts')} | {row['load_1min']:.1f} |")
 

@@ -85,6 +85,26 @@ def test_at_two_leaves_a_dlrm_iteration_is_the_packet_runs_but_for_its_fluid_all
     assert abs(h["iteration_time_s"] - p["iteration_time_s"]) < 10e-6
 
 
+@pytest.mark.parametrize(("npus", "bytes_per_npu"), [(16, 98_304), (16, 262_144), (32, 98_304)])
+def test_on_one_spine_the_mirrored_pairs_are_the_full_runs_leaves_to_the_picosecond(npus: int,
+                                                                                   bytes_per_npu: int) -> None:
+    # 4 hosts a leaf, one spine: every leaf is alike (no ECMP choice, the same fan-in on every uplink),
+    # so a mirrored pair lives what each pair of leaves of the full run lives: its folded peers' data
+    # and ACKs cross its uplink at the instants the other leaves' would. At 16 NPUs the two simulated
+    # pairs are all 4 leaves; at 32 they are 4 of 8 (each stands for 2 pairs: counters scaled by 2).
+    # The reduction is then exact: every collective's end and the scaled counters equal the full run's
+    workload = {"type": "collective", "op": "all_to_all", "bytes": bytes_per_npu, "iterations": 2}
+    network = {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 4, "spines": 1, "uplink_gbps": 100,
+               "buffer_kb": 32}
+    hybrid = engine.run({"engine": {"backend": "hybrid"}, "network": network, "workload": workload})
+    packet = engine.run({"engine": {"backend": "packet"}, "network": network, "workload": workload})
+    h, p = hybrid["runs"][0], packet["runs"][0]
+    assert h["drops"] > 0 and h["hybrid_packet_sims"] == 4  # two episodes on two pairs
+    assert [c["end_s"] for c in hybrid["collectives"]] == [c["end_s"] for c in packet["collectives"]]
+    for column in ("iteration_time_s", "timeouts", "retransmits", "drops"):
+        assert h[column] == p[column], column
+
+
 def test_at_two_pods_hybrid_on_a_fat_tree_is_the_packet_run_to_the_picosecond() -> None:
     # k = 4, 8 NPUs: two pods of (k/2)^2 = 4 hosts, the pod pair is the whole fat tree, routed on the
     # full run's ECMP hash (`path_for_hash`); 25 Gb/s switch links (4:1) and 32 KiB buffers lose packets
