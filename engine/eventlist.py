@@ -255,3 +255,31 @@ class _Callback(EventSource):
 
     def do_next_event(self) -> None:
         self.callback()
+
+
+class StopFlag:
+    """Raised by a callback to end `run_together` after the instant it was raised in."""
+
+    __slots__ = ("raised",)
+
+    def __init__(self) -> None:
+        self.raised = False
+
+
+def run_together(eventlists: list[EventList], until_ps: int, stop: StopFlag) -> None:
+    """Run independent event lists as one clock: instant by instant, every list's events at an instant
+    before any list's next one, up to `until_ps` or to the end of an instant at which a callback
+    raised `stop` (hybrid's reduced networks, engine/backends/hybrid.py: the full run may act at that
+    instant on all of them). Each list's `now_ps` is then the last instant run."""
+    while not stop.raised:
+        next_ps = until_ps + 1
+        for eventlist in eventlists:
+            if eventlist.pending():
+                time_ps = eventlist.next_time_ps()
+                if time_ps < next_ps:
+                    next_ps = time_ps
+        if next_ps > until_ps:
+            return
+        for eventlist in eventlists:
+            eventlist.run(next_ps)
+            eventlist.now_ps = next_ps

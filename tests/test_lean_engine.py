@@ -16,7 +16,7 @@ import pytest
 from scenario import build_path
 
 from engine import load_config, run
-from engine.eventlist import EventList, EventSource
+from engine.eventlist import EventList, EventSource, StopFlag, run_together
 from engine.simulation import Simulation
 from engine.system.messages import MessageLog, flow_rows
 from engine.transport import TcpReceiver, TcpSender
@@ -89,6 +89,23 @@ def test_run_stops_at_the_time_limit_and_resumes_in_order():
         if eventlist.next_time_ps() > until_ps:
             until_ps += 3
     assert log == _one_heap_order(3, 40)
+
+
+def test_run_together_runs_lists_as_one_clock_and_stops_after_the_instant_raised():
+    """`run_together`: two lists' events at interleaved instants run in time order across the lists,
+    all of an instant in both before any later one; a callback raising the flag at 30 ps ends the run
+    after the 30 ps events of both lists, with both clocks at 30 ps; run again, it goes to `until_ps`."""
+    first, second, log, stop = EventList(), EventList(), [], StopFlag()
+    for eventlist, name, times in ((first, "a", (10, 30, 50)), (second, "b", (20, 30, 40, 60))):
+        for time_ps in times:
+            eventlist.call_at(time_ps, lambda name=name, time_ps=time_ps: log.append((time_ps, name)))
+    first.call_at(30, lambda: setattr(stop, "raised", True))
+    run_together([first, second], 55, stop)
+    assert log == [(10, "a"), (20, "b"), (30, "a"), (30, "b")]
+    assert first.now_ps == second.now_ps == 30
+    stop.raised = False
+    run_together([first, second], 55, stop)
+    assert log[4:] == [(40, "b"), (50, "a")] and second.next_time_ps() == 60  # past 55: left pending
 
 
 @pytest.mark.parametrize("enabled_before", [True, False])

@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config import SimConfig, _require, smallest_fat_tree_k
+from ..eventlist import StopFlag, run_together
 from ..network import Link
 from ..simulation import Simulation
 from ..system.algorithms import ALL, RING, Program
@@ -311,7 +312,7 @@ class HybridPhases(FluidPhases):
         self._replaying = 0  # phases whose replays have not all finished: while > 0 an episode lasts
         self._due: list[_ReplayedPhase] = []  # phases past their fluid end waiting for their replays
         self._rechecks: set[int] = set()  # when `_recheck` is scheduled
-        self._due_ended = False  # a due phase ended during the current `_catch_up`
+        self._due_ended = StopFlag()  # raised when a due phase ends during the current `_catch_up`
         topology = sim.topology
         self._group_size = group_hosts(topology)
         self._group_uplinks: np.ndarray | None = None  # [group, link]: indices into the links
@@ -378,26 +379,25 @@ class HybridPhases(FluidPhases):
         self._catch_up(now)
 
     def _catch_up(self, target_ps: int, stop_at_due: bool = False) -> None:
-        """Run the reduced networks together, one instant at a time, up to `target_ps` (their clocks then
-        at it); with `stop_at_due`, stop early at an instant where the replays of a due phase finish
-        (`replay_finished` has ended it then). Stop where the next event would pass
-        `engine.max_sim_time_s`."""
+        """Run the reduced networks up to `target_ps` (their clocks then at it); with `stop_at_due`,
+        together, one instant at a time, stopping early at an instant where the replays of a due phase
+        finish (`replay_finished` has ended it then: the full run may start a phase there, which joins
+        them). Stop where the next event would pass `engine.max_sim_time_s`."""
         wall_start = time.perf_counter()
         eventlists = [episodes.sim.eventlist for episodes in self.episodes]
-        self._due_ended = False
-        while not self.timed_out and not (stop_at_due and self._due_ended):
-            next_ps = min((eventlist.next_time_ps() for eventlist in eventlists if eventlist.pending()),
-                          default=target_ps + 1)
-            if next_ps > target_ps:
+        until_ps = min(target_ps, self.limit_ps)
+        self._due_ended.raised = False
+        if stop_at_due:
+            run_together(eventlists, until_ps, self._due_ended)
+        else:  # the reduced networks do not meet: each runs on its own
+            for eventlist in eventlists:
+                eventlist.run(until_ps)
+        if not self._due_ended.raised:
+            if any(eventlist.pending() and eventlist.next_time_ps() <= target_ps for eventlist in eventlists):
+                self._time_out()  # the next event is past the limit, before the target
+            else:
                 for eventlist in eventlists:  # idle up to the target: the clocks move on
                     eventlist.now_ps = max(eventlist.now_ps, target_ps)
-                break
-            if next_ps > self.limit_ps:
-                self._time_out()
-                break
-            for eventlist in eventlists:
-                eventlist.run(next_ps)
-                eventlist.now_ps = next_ps
         self.packet_wall_s += time.perf_counter() - wall_start
 
     def replay_finished(self, replayed: _ReplayedPhase) -> None:
@@ -407,7 +407,7 @@ class HybridPhases(FluidPhases):
         if replayed.due:
             self._due.remove(replayed)
             self.eventlist.call_at(max(replayed.finished_ps, self.eventlist.now_ps), replayed.end)
-            self._due_ended = True  # the full run moves on from there (a collective may follow at once)
+            self._due_ended.raised = True  # the full run moves on from there (a collective may follow at once)
 
     def phase_due(self, replayed: _ReplayedPhase) -> None:
         """A replayed phase's fluid time and fixed part are over: it ends now if its replays finished or
