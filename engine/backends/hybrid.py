@@ -19,7 +19,7 @@ The reduced networks (`Reduction`), at most `PAIRS` of them:
   group is folded onto the other group of the pair (at the same position): each group's uplinks then
   carry its own data and the ACKs of the data coming in, as in the full run, and every rank receives
   what its program waits for.
-- `switch`: the whole network (no reduction), up to `SWITCH_NPUS` NPUs.
+- `switch`: the whole network (no reduction), up to 1,024 NPUs (`REDUCED_CONNECTIONS_MAX`).
 Connections persist from episode to episode (cwnd, ssthresh, RTT estimate, RTO backoff, idle restart).
 
 Counters: `timeouts`, `retransmits` and `drops` are the reduced simulations', scaled by the group
@@ -52,7 +52,10 @@ from .phase import PhaseBackend
 
 REDUCED_TOPOLOGIES = ("leaf_spine", "fat_tree", "switch")
 PAIRS = 2  # group pairs simulated at most: with the groups most loaded on an uplink, every leaf of 4 (64 NPUs)
-SWITCH_NPUS = 1_024  # on one switch the reduction is the whole network: p (p - 1) connections at most
+# connections the reduced networks may hold at most (each rank of the simulated pairs to every other NPU):
+# 589,760 at 9,216 NPUs, 16 a leaf (1.9 GiB peak); a switch is simulated whole up to 1,024 NPUs; a fat
+# tree's pods grow as k^2 / 4, so its pod pairs pass it from 4,096 NPUs (k = 26: 2 pairs x 338 x 4,095)
+REDUCED_CONNECTIONS_MAX = 1_048_576  # on one switch the reduction is the whole network: p (p - 1) connections at most
 REDUCED_PATTERNS = (RING, ALL)  # step patterns an episode replays: rings and direct (all-to-all) steps
 REDUCED_ALGORITHMS = {"all_reduce": ("ring", "direct"), "all_gather": ("ring", "direct"),
                       "reduce_scatter": ("ring", "direct"), "all_to_all": ("direct", "ring")}
@@ -258,6 +261,16 @@ def reduced_config(config: SimConfig) -> SimConfig:
         k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
         return dataclasses.replace(config, network=dataclasses.replace(net, npus=2 * (k // 2) ** 2, fat_tree_k=k))
     return config
+
+
+def reduced_connections(config: SimConfig) -> int:
+    """The connections the reduced networks hold at most: each rank of the simulated group pairs (or
+    of the whole switch) to every other NPU."""
+    ranks = reduced_config(config).network.npus
+    npus = config.network.npus
+    if ranks < npus:  # group pairs: up to PAIRS of them
+        ranks *= min(PAIRS, npus // (ranks // 2) // 2)
+    return ranks * (npus - 1)
 
 
 class _ReplayedPhase:
@@ -514,9 +527,10 @@ class HybridBackend(PhaseBackend):
 
     @classmethod
     def check_config(cls, config: SimConfig) -> None:
-        """Refuse what the reduction does not cover yet: topologies but leaf_spine (at least two leaves)
-        and a switch of at most `SWITCH_NPUS` NPUs; algorithms but rings and direct steps; workloads
-        whose collectives do not span the whole network (Chakra traces' process groups)."""
+        """Refuse what the reduction does not cover yet: topologies but leaf_spine (at least two leaves),
+        fat_tree (at least two whole pods) and switch; reduced networks of more than
+        `REDUCED_CONNECTIONS_MAX` connections; algorithms but rings and direct steps; workloads whose
+        collectives do not span the whole network (Chakra traces' process groups)."""
         net = config.network
         _require(net.topology in REDUCED_TOPOLOGIES, "network.topology", net.topology,
                  f"one of {', '.join(REDUCED_TOPOLOGIES)} on engine.backend=hybrid (the topologies it reduces yet)")
@@ -531,10 +545,10 @@ class HybridBackend(PhaseBackend):
             _require(net.npus >= 2 * pod, "network.npus", net.npus,
                      f"at least 2 whole pods (2 x (k/2)^2 = {2 * pod} for k = {k}) on engine.backend=hybrid "
                      "(its reduced network is a pod pair)")
-        else:
-            _require(net.npus <= SWITCH_NPUS, "network.npus", net.npus,
-                     f"at most {SWITCH_NPUS} on engine.backend=hybrid with network.topology=switch "
-                     "(the whole network is simulated at packet level)")
+        connections = reduced_connections(config)
+        _require(connections <= REDUCED_CONNECTIONS_MAX, "network.npus", net.npus,
+                 f"a size whose reduced networks hold at most {REDUCED_CONNECTIONS_MAX:,} connections on "
+                 f"engine.backend=hybrid (here {connections:,}: each simulated rank to every other NPU)")
         for op, algorithms in REDUCED_ALGORITHMS.items():
             _require(getattr(config.system, op) in algorithms, f"system.{op}", getattr(config.system, op),
                      f"one of {', '.join(algorithms)} on engine.backend=hybrid (rings and direct steps are "
@@ -544,12 +558,8 @@ class HybridBackend(PhaseBackend):
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:
-        """Phase's estimate, and the reduced networks' connections: every simulated rank to every other
-        NPU at most."""
-        ranks = reduced_config(config).network.npus
-        if ranks < config.network.npus:  # group pairs
-            ranks *= min(PAIRS, config.network.npus // (ranks // 2) // 2)
-        return super().estimate_bytes(config) + ranks * (config.network.npus - 1) * BYTES_PER_CONNECTION
+        """Phase's estimate, and the reduced networks' connections (`reduced_connections`)."""
+        return super().estimate_bytes(config) + reduced_connections(config) * BYTES_PER_CONNECTION
 
     def counters(self) -> dict[str, Any]:
         """Phase's TCP-risk signals and the reduced packet simulation's counters (`HybridPhases.counters`)."""
