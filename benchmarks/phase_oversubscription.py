@@ -33,7 +33,13 @@ import json, resource, sys, time
 import engine
 config = json.loads(sys.argv[1])
 start, cpu_start = time.perf_counter(), time.process_time()
-row = engine.run(config, flow_columns=True)["runs"][0]
+try:
+    row = engine.run(config, flow_columns=True)["runs"][0]
+except engine.ConfigError as refusal:  # a backend that refuses this network (hybrid: a fat tree's pod pairs)
+    print(json.dumps({"status": "refused", "refusal": str(refusal), "iteration_time_s": None, "wall_s": 0.0,
+                      "cpu_s": 0.0, "timeouts": None, "rss_mib": 0.0, "max_port_flows": None, "incast_phases": None,
+                      "max_link_utilisation": None, "kernel": engine.KERNEL}))
+    sys.exit(0)
 wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
 print(json.dumps({"iteration_time_s": row["iteration_time_s"], "wall_s": wall_s, "cpu_s": cpu_s, "status": row["status"],
                   "timeouts": row.get("timeouts"),
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.csv or HERE / (f"phase_oversubscription_issue_table_{'_'.join(map(str, sizes))}.csv" if args.issue_table
                   else "phase_oversubscription.csv")
     with out.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
         writer.writeheader()
         writer.writerows(rows)
     print("| backend | topology | NPUs | oversubscription | buffer KiB | iteration ms | wall s | CPU s | peak RSS MiB | "
