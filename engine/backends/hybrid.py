@@ -47,7 +47,6 @@ from ..topology import FatTreeTopology, LeafSpineTopology, Topology, flow_hash
 from ..transport import TcpConnection
 from ..units import ns_to_ps, s_to_ps
 from .base import SCREEN_RISK_COLUMNS
-from .packet import BYTES_PER_CONNECTION
 from .phase import PhaseBackend
 
 REDUCED_TOPOLOGIES = ("leaf_spine", "fat_tree", "switch")
@@ -55,7 +54,11 @@ PAIRS = 2  # group pairs simulated at most: with the groups most loaded on an up
 # connections the reduced networks may hold at most (each rank of the simulated pairs to every other NPU):
 # 589,760 at 9,216 NPUs, 16 a leaf (1.9 GiB peak); a switch is simulated whole up to 1,024 NPUs; a fat
 # tree's pods grow as k^2 / 4, so its pod pairs pass it from 4,096 NPUs (k = 26: 2 pairs x 338 x 4,095)
-REDUCED_CONNECTIONS_MAX = 1_048_576  # on one switch the reduction is the whole network: p (p - 1) connections at most
+REDUCED_CONNECTIONS_MAX = 1_048_576
+# what a reduced connection costs in a lossy episode: the packet engine's connection (BYTES_PER_CONNECTION), its
+# flow id entry, its share of the replays' step state and of a burst's packets; measured 2.2-2.5 KiB at 1,024 and
+# 9,216 NPUs (benchmarks/hybrid_scale.csv: peak RSS less the lossless run's, over the connections)
+BYTES_PER_REDUCED_CONNECTION = 3_072  # on one switch the reduction is the whole network: p (p - 1) connections at most
 REDUCED_PATTERNS = (RING, ALL)  # step patterns an episode replays: rings and direct (all-to-all) steps
 REDUCED_ALGORITHMS = {"all_reduce": ("ring", "direct"), "all_gather": ("ring", "direct"),
                       "reduce_scatter": ("ring", "direct"), "all_to_all": ("direct", "ring")}
@@ -559,7 +562,7 @@ class HybridBackend(PhaseBackend):
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:
         """Phase's estimate, and the reduced networks' connections (`reduced_connections`)."""
-        return super().estimate_bytes(config) + reduced_connections(config) * BYTES_PER_CONNECTION
+        return super().estimate_bytes(config) + reduced_connections(config) * BYTES_PER_REDUCED_CONNECTION
 
     def counters(self) -> dict[str, Any]:
         """Phase's TCP-risk signals and the reduced packet simulation's counters (`HybridPhases.counters`)."""
