@@ -24,7 +24,7 @@ phase whose bytes pile up on an uplink lasts longer by what the uplink needs bey
 TCP's signature (`screen_risks`): the busiest link's utilisation over the run; the most messages
 into one switch port at once (`max_port_flows`, over the stages in their fluid part together); and
 `incast_phases`, the phases that, as one of their stages starts, queue at some switch port more than
-its buffer holds (`_opens_incast`: each message opens with min(its wire bytes, `init_cwnd_pkts` full
+its buffer holds (`port_queue_share` above 1: each message opens with min(its wire bytes, `init_cwnd_pkts` full
 packets); the port drains while they arrive). With `engine.incast_rto` each such phase is charged
 one retransmission timeout more (its tail waits for it): where it opens connections, the RTO a
 first loss waits (`tcp.min_rto_ms` after a handshake, `tcp.initial_rto_ms` without one), else
@@ -446,21 +446,22 @@ class FluidPhases:
 
     def _stage_starts(self, fluid: _Fluid) -> None:
         """A phase's stage opens its messages' windows: keep `max_port_flows`, and flag (and charge)
-        the phase, once at most, if they overflow a port (`_opens_incast`). The charge is one RTO:
+        the phase, once at most, if they overflow a port (`port_queue_share` above 1). The charge is one RTO:
         the initial one (RFC 6298: 1 s, before any RTT sample) where the phase opens connections
         that never sent before, the minimum one where they have."""
-        if self._opens_incast() and not fluid.flagged:
+        if self.port_queue_share() > 1.0 and not fluid.flagged:
             fluid.flagged = True
             self.incast_phases += 1
             if self.incast_rto_ps is not None:
                 initial_rto_ps, min_rto_ps = self.incast_rto_ps
                 fluid.tail_ps += initial_rto_ps if fluid.opens_connections else min_rto_ps
 
-    def _opens_incast(self) -> bool:
-        """Whether the current stages of the phases in their fluid part queue at some switch port more
-        than its buffer holds: the opening bytes of the messages into it, less what the port sends
-        on while they arrive (a port fed at rate A drains C of every A: the queue peaks at opening x
-        (1 - C / A), none when A <= C). Also keeps `max_port_flows`."""
+    def port_queue_share(self) -> float:
+        """How full the current stages of the phases in their fluid part make the fullest switch port,
+        as a share of its buffer (above 1: they overflow it, the incast rule): the opening bytes of the
+        messages into it, less what the port sends on while they arrive (a port fed at rate A drains C
+        of every A: the queue peaks at opening x (1 - C / A), none when A <= C); 0 with unlimited
+        buffers. Also keeps `max_port_flows`."""
         active = [fluid.stages[fluid.stage] for fluid in self._fluid]
         ports = self.switch_port
         port_flows = sum(demand.peak_messages[ports] for demand in active)
@@ -471,7 +472,7 @@ class FluidPhases:
         queued = 1.0 - drained
         queued[queued < RATE_TOLERANCE] = 0.0  # a port fed at its own rate, within float rounding: no queue
         queue_bytes = opening * queued
-        return bool((queue_bytes > self.buffer_bytes[ports]).any())
+        return float((queue_bytes / self.buffer_bytes[ports]).max(initial=0.0))
 
     def wake(self) -> None:
         """End the fluid parts that are over (their fixed parts follow), then share the links again."""
