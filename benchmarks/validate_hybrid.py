@@ -1,0 +1,280 @@
+"""Validate `engine.backend=hybrid` against full packet runs (issue 28): the iteration time on lossy
+and lossless cases, the rank of fabrics within each (topology, NPUs) group, and "loses packets".
+
+The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NICs, 1 us links, a
+60 s simulated-time limit:
+- `fabric`: astra_dlrm (2 iterations), NewReno, leaf-spine with 16 hosts a leaf: at 64 and 128 NPUs
+  1, 2, 4, 8 or 16 spines x 64 KiB, 128 KiB, 256 KiB, 1 MiB or 4 MiB buffers; at 256 and 512 NPUs
+  2, 4 or 16 spines x 128 KiB or 1 MiB; at 1,024 NPUs (1 iteration) 2 or 16 spines x 128 KiB or 1 MiB;
+- `tcp`: 128 NPUs, (2 spines, 128 KiB), (4, 256 KiB) and (8, 256 KiB), with CUBIC, DCTCP (marking at
+  half the buffer), `tcp=linux`, and NewReno and `tcp=linux` with a 1 ms minimum RTO;
+- `dlrm`: the `dlrm` preset at 64 and 128 NPUs on (2, 128 KiB), (4, 256 KiB) and (16, 1 MiB);
+- `all_to_all`: one all-to-all of 1 MiB an NPU alone, 64-256 NPUs, (2, 128 KiB), (16, 128 KiB), (4, 1 MiB);
+- `fat_tree`: astra_dlrm on fat trees (k = 8: pods of 16) of 64 and 128 NPUs, every switch link at 1/2,
+  1/4 or 1/8 of the NIC rate, 32 KiB, 64 KiB, 128 KiB or 1 MiB buffers; and 1,024 NPUs (k = 16, 1 iteration)
+  at 1/8 with 64 KiB or 1 MiB.
+
+    python benchmarks/validate_hybrid.py                    # every case not in the CSV yet, on packet, hybrid, phase
+    python benchmarks/validate_hybrid.py --backends hybrid --rerun   # hybrid again (after a change), packet kept
+    python benchmarks/validate_hybrid.py --match tcp --jobs 2
+    python benchmarks/validate_hybrid.py --summarise        # the .md of the CSV, nothing run
+
+Each run is a child process (a 1,024-NPU packet run holds 3.8 GiB); rows are appended to
+benchmarks/validate_hybrid.csv as they finish, so an interrupted validation keeps what it ran and the
+next invocation runs the rest. The summary (benchmarks/validate_hybrid.md) gives, over the cases both
+backends finished (phase's runs only for hybrid's distance from it where nothing is lost): median and worst |error| of the iteration time on lossy cases (packet timeouts > 0)
+and on lossless ones, Spearman's rank correlation within each (kind, topology, NPUs) group (the fabrics
+and TCP settings a sweep would rank, for one workload), and recall and
+precision of "loses packets" (drops > 0, or past the time limit). A case that ends past the limit on
+one backend only is a miss whose error is at least the limit's ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import multiprocessing
+import resource
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+from omegaconf import OmegaConf
+
+import engine
+from sweep.cli import CONF_DIR
+from validate_phase import spearman
+
+HERE = Path(__file__).resolve().parent
+CSV = HERE / "validate_hybrid.csv"
+MIB = 2**20
+LIMIT_S = 60.0
+ASTRA_DLRM = {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 2}
+FIELDS = ["label", "kind", "topology", "npus", "spines", "buffer_kb", "backend", "status", "iteration_time_s",
+          "timeouts", "retransmits", "drops", "incast_phases", "hybrid_packet_sims", "wall_s", "peak_rss_mib", "note"]
+
+
+def preset(group: str, name: str) -> dict[str, Any]:
+    """A preset of the sweep's config group (conf/<group>/<name>.yaml) as a plain dict."""
+    loaded = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / group / f"{name}.yaml"))
+    assert isinstance(loaded, dict)
+    return {str(key): value for key, value in loaded.items()}
+
+
+def leaf_spine(npus: int, spines: int, buffer_kb: float) -> dict[str, Any]:
+    """A 100 Gb/s leaf-spine of 16 hosts a leaf."""
+    return {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 16, "spines": spines, "uplink_gbps": 100.0,
+            "buffer_kb": buffer_kb}
+
+
+def case(kind: str, label: str, network: dict[str, Any], workload: dict[str, Any],
+         tcp: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One configuration of the grid."""
+    return {"kind": kind, "label": label, "network": network, "workload": workload, "tcp": tcp or {}}
+
+
+def grid() -> Iterator[dict[str, Any]]:
+    """Every case of the published grid (module docstring)."""
+    for npus in (64, 128):
+        for spines in (1, 2, 4, 8, 16):
+            for buffer_kb in (64.0, 128.0, 256.0, 1024.0, 4096.0):
+                yield case("fabric", f"fabric {npus} s{spines} b{buffer_kb:.0f}", leaf_spine(npus, spines, buffer_kb),
+                           ASTRA_DLRM)
+    for npus in (256, 512):
+        for spines in (2, 4, 16):
+            for buffer_kb in (128.0, 1024.0):
+                yield case("fabric", f"fabric {npus} s{spines} b{buffer_kb:.0f}", leaf_spine(npus, spines, buffer_kb),
+                           ASTRA_DLRM)
+    for spines in (2, 16):
+        for buffer_kb in (128.0, 1024.0):
+            yield case("fabric", f"fabric 1024 s{spines} b{buffer_kb:.0f}", leaf_spine(1024, spines, buffer_kb),
+                       {**ASTRA_DLRM, "iterations": 1})
+    variants = {"cubic": preset("tcp", "cubic"), "dctcp": preset("tcp", "dctcp"), "linux": preset("tcp", "linux"),
+                "newreno rto1ms": {**preset("tcp", "newreno"), "min_rto_ms": 1.0},
+                "linux rto1ms": {**preset("tcp", "linux"), "min_rto_ms": 1.0}}
+    for spines, buffer_kb in ((2, 128.0), (4, 256.0), (8, 256.0)):
+        for name, tcp in variants.items():
+            network = leaf_spine(128, spines, buffer_kb)
+            if tcp["cc"] == "dctcp":
+                network["ecn_threshold_kb"] = buffer_kb / 2
+            yield case("tcp", f"tcp {name} 128 s{spines} b{buffer_kb:.0f}", network, ASTRA_DLRM, tcp)
+    for npus in (64, 128):
+        for spines, buffer_kb in ((2, 128.0), (4, 256.0), (16, 1024.0)):
+            yield case("dlrm", f"dlrm {npus} s{spines} b{buffer_kb:.0f}", leaf_spine(npus, spines, buffer_kb),
+                       preset("workload", "dlrm"))
+    for npus in (64, 128, 256):
+        for spines, buffer_kb in ((2, 128.0), (16, 128.0), (4, 1024.0)):
+            yield case("all_to_all", f"all_to_all {npus} s{spines} b{buffer_kb:.0f}",
+                       leaf_spine(npus, spines, buffer_kb),
+                       {"type": "collective", "op": "all_to_all", "bytes": MIB, "iterations": 1})
+    for npus in (64, 128):
+        for ratio in (2, 4, 8):
+            for buffer_kb in (32.0, 64.0, 128.0, 1024.0):
+                network = {"topology": "fat_tree", "npus": npus, "uplink_gbps": 100.0 / ratio, "buffer_kb": buffer_kb}
+                yield case("fat_tree", f"fat_tree {npus} {ratio}:1 b{buffer_kb:.0f}", network, ASTRA_DLRM)
+    for buffer_kb in (64.0, 1024.0):
+        network = {"topology": "fat_tree", "npus": 1024, "uplink_gbps": 12.5, "buffer_kb": buffer_kb}
+        yield case("fat_tree", f"fat_tree 1024 8:1 b{buffer_kb:.0f}", network, {**ASTRA_DLRM, "iterations": 1})
+
+
+def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
+    """One case on one backend, in a child process: its runs row's figures, wall time and peak RSS."""
+    spec, backend = item
+    config = {"seed": 0, "engine": {"backend": backend, "max_sim_time_s": LIMIT_S},
+              "network": {"link_gbps": 100.0, "link_latency_us": 1.0, **spec["network"]},
+              "tcp": spec["tcp"], "workload": spec["workload"]}
+    start = time.perf_counter()
+    net = spec["network"]
+    result = {"label": spec["label"], "kind": spec["kind"], "topology": net["topology"], "npus": net["npus"],
+              "spines": net.get("spines"), "buffer_kb": net["buffer_kb"], "backend": backend, "note": ""}
+    try:
+        row = engine.run(config)["runs"][0]
+    except engine.ConfigError as exc:  # a case the backend refuses (said in the summary)
+        return {**result, "status": "refused", "note": str(exc), "wall_s": time.perf_counter() - start}
+    return {**result, **{key: row.get(key) for key in FIELDS if key in row and key not in result},
+            "wall_s": round(time.perf_counter() - start, 2),
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def read_rows() -> list[dict[str, Any]]:
+    """The CSV's rows, numbers parsed."""
+    if not CSV.exists():
+        return []
+    rows = []
+    with CSV.open() as handle:
+        for row in csv.DictReader(handle):
+            parsed: dict[str, Any] = {}
+            for key, value in row.items():
+                try:
+                    parsed[key] = float(value) if value not in ("", None) else None
+                except ValueError:
+                    parsed[key] = value
+            rows.append(parsed)
+    return rows
+
+
+def append_row(row: dict[str, Any]) -> None:
+    """Add one finished run to the CSV (the header first if it is new)."""
+    new = not CSV.exists()
+    with CSV.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow({key: row.get(key) for key in FIELDS})
+
+
+def loses(row: dict[str, Any]) -> bool:
+    """Whether a run lost packets: drops, or still going at the time limit (an RTO chain)."""
+    return row["status"] == "timeout" or (row["drops"] or 0) > 0
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """The Markdown summary of the CSV's rows (module docstring)."""
+    by_label: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_label.setdefault(row["label"], {})[row["backend"]] = row
+    lines = ["| case | packet ms | timeouts | hybrid ms | timeouts (scaled) | error | packet sims | wall packet / hybrid s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    # per class: |error|, the case, and the factor between the two times (>= 1)
+    errors: dict[str, list[tuple[float, str, float]]] = {"lossy": [], "lossless": []}
+    misses, refused, both_past = [], [], []
+    groups: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
+    outcomes: Counter[tuple[bool, bool]] = Counter()  # (packet loses packets, hybrid does)
+    from_phase: list[float] = []  # |hybrid / phase - 1| on the lossless cases both ran
+    for label, runs in by_label.items():
+        packet, hybrid, phase = runs.get("packet"), runs.get("hybrid"), runs.get("phase")
+        if packet is None or hybrid is None:
+            continue
+        if phase is not None and hybrid["status"] == phase["status"] == "ok" and not loses(packet):
+            from_phase.append(abs(hybrid["iteration_time_s"] / phase["iteration_time_s"] - 1))
+        if hybrid["status"] == "refused":
+            refused.append(f"{label}: {hybrid['note']}")
+            continue
+        packet_loses, hybrid_loses = loses(packet), loses(hybrid)
+        outcomes[(packet_loses, hybrid_loses)] += 1
+        lossy = (packet["timeouts"] or 0) > 0 or packet["status"] == "timeout"
+
+        def ms(row: dict[str, Any]) -> str:
+            return f"> {LIMIT_S * 1e3:,.0f}" if row["status"] == "timeout" else f"{row['iteration_time_s'] * 1e3:,.3f}"
+
+        error_text = ""
+        if packet["status"] == "ok" and hybrid["status"] == "ok":
+            error = hybrid["iteration_time_s"] / packet["iteration_time_s"] - 1
+            errors["lossy" if lossy else "lossless"].append((abs(error), label, max(1 + error, 1 / (1 + error))))
+            groups.setdefault((packet["kind"], packet["topology"], int(packet["npus"])), []).append(
+                (hybrid["iteration_time_s"], packet["iteration_time_s"]))
+            error_text = f"{100 * error:+.1f} %"
+        elif packet["status"] == "timeout" and hybrid["status"] == "timeout":
+            both_past.append(label)
+            error_text = "both past the limit"
+        else:
+            misses.append(label)
+            error_text = "past the limit on one only"
+        lines.append(f"| {label} | {ms(packet)} | {int(packet['timeouts'] or 0):,} | {ms(hybrid)} | "
+                     f"{int(hybrid['timeouts'] or 0):,} | {error_text} | {int(hybrid['hybrid_packet_sims'] or 0)} | "
+                     f"{packet['wall_s']:.1f} / {hybrid['wall_s']:.1f} |")
+    head = []
+    for name, values in errors.items():
+        if values:
+            values.sort()
+            within_factor = sum(1 for _, _, factor in values if factor <= 1.5)
+            head.append(f"- {name}: {len(values)} cases, median |error| {100 * statistics.median(e for e, _, _ in values):.2f} %, "
+                        f"worst {100 * values[-1][0]:.1f} % ({values[-1][1]}, a factor {values[-1][2]:.2f}); "
+                        f"within a factor 1.5: {within_factor}")
+    if from_phase:
+        head.append(f"- lossless, hybrid against phase: {len(from_phase)} cases, worst |error| {100 * max(from_phase):.4f} %")
+    correlations = {key: spearman([a for a, _ in pairs], [b for _, b in pairs]) for key, pairs in groups.items()
+                    if len(pairs) > 2 and len({b for _, b in pairs}) > 1}
+    if correlations:
+        head.append("- Spearman rank correlation of the iteration times within each (kind, topology, NPUs) group of 3 "
+                    "or more cases both finished: " + ", ".join(
+                        f"{kind} {topology} {npus}: {value:.3f}" for (kind, topology, npus), value
+                        in sorted(correlations.items())))
+    tp, fn, fp = outcomes[(True, True)], outcomes[(True, False)], outcomes[(False, True)]
+    head.append(f"- loses packets: recall {tp}/{tp + fn}, precision {tp}/{tp + fp}")
+    if both_past:
+        head.append(f"- past the {LIMIT_S:.0f} s limit on both: {len(both_past)} ({', '.join(both_past)})")
+    if misses:
+        head.append(f"- past the limit on one backend only: {', '.join(misses)}")
+    if refused:
+        head.append(f"- refused by hybrid: {len(refused)} ({refused[0]})")
+    return "\n".join(head + [""] + lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=["packet", "hybrid", "phase"],
+                        choices=("packet", "hybrid", "phase"))
+    parser.add_argument("--match", default=None, help="only the cases whose label contains this")
+    parser.add_argument("--rerun", action="store_true", help="run the chosen backends' cases again (their old rows dropped)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
+    parser.add_argument("--summarise", action="store_true", help="write the .md of the CSV, run nothing")
+    args = parser.parse_args(argv)
+    if not args.summarise:
+        cases = [spec for spec in grid() if not args.match or args.match in spec["label"]]
+        rows = read_rows()
+        if args.rerun:
+            labels = {spec["label"] for spec in cases}
+            kept = [row for row in rows if not (row["backend"] in args.backends and row["label"] in labels)]
+            CSV.unlink(missing_ok=True)
+            for row in kept:
+                append_row(row)
+            rows = kept
+        done = {(row["label"], row["backend"]) for row in rows}
+        todo = [(spec, backend) for backend in args.backends for spec in cases if (spec["label"], backend) not in done]
+        print(f"{len(todo)} runs to do", file=sys.stderr)
+        with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+            for row in pool.imap_unordered(run, todo):
+                append_row(row)
+                print(f"{row['label']} {row['backend']}: {row['status']} {row.get('iteration_time_s')} s, "
+                      f"{row.get('timeouts')} timeouts ({row['wall_s']:.1f} s)", file=sys.stderr)
+    text = summary(read_rows())
+    CSV.with_suffix(".md").write_text("`python benchmarks/validate_hybrid.py`\n\n" + text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
