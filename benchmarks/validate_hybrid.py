@@ -1,11 +1,13 @@
 """Validate `engine.backend=hybrid` against full packet runs (issue 28): the iteration time on lossy
-and lossless cases, the rank of fabrics within each (topology, NPUs) group, and "loses packets".
+and lossless cases, the rank of fabrics within each (kind, topology, NPUs) group, and "loses packets".
 
 The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NICs, 1 us links, a
 60 s simulated-time limit:
 - `fabric`: astra_dlrm (2 iterations), NewReno, leaf-spine with 16 hosts a leaf: at 64 and 128 NPUs
   1, 2, 4, 8 or 16 spines x 64 KiB, 128 KiB, 256 KiB, 1 MiB or 4 MiB buffers; at 256 and 512 NPUs
   2, 4 or 16 spines x 128 KiB or 1 MiB; at 1,024 NPUs (1 iteration) 2 or 16 spines x 128 KiB or 1 MiB;
+- `threshold`: the same around the buffer that separates loss from none: 64 NPUs with 2 spines (500-612 KiB)
+  and 4 spines (240-296 KiB), 128 NPUs with 4 spines (200-328 KiB) and 8 spines (96-152 KiB);
 - `tcp`: 128 NPUs, (2 spines, 128 KiB), (4, 256 KiB) and (8, 256 KiB), with CUBIC, DCTCP (marking at
   half the buffer), `tcp=linux`, and NewReno and `tcp=linux` with a 1 ms minimum RTO;
 - `dlrm`: the `dlrm` preset at 64 and 128 NPUs on (2, 128 KiB), (4, 256 KiB) and (16, 1 MiB);
@@ -22,9 +24,10 @@ The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NI
 Each run is a child process (a 1,024-NPU packet run holds 3.8 GiB); rows are appended to
 benchmarks/validate_hybrid.csv as they finish, so an interrupted validation keeps what it ran and the
 next invocation runs the rest. The summary (benchmarks/validate_hybrid.md) gives, over the cases both
-backends finished (phase's runs only for hybrid's distance from it where nothing is lost): median and worst |error| of the iteration time on lossy cases (packet timeouts > 0)
-and on lossless ones, Spearman's rank correlation within each (kind, topology, NPUs) group (the fabrics
-and TCP settings a sweep would rank, for one workload), and recall and
+backends finished (phase's runs only for hybrid's distance from it where nothing is lost): median and
+worst |error| of the iteration time on lossy cases (packet timeouts > 0) and on lossless ones,
+Spearman's rank correlation within each (kind, topology, NPUs) group (the fabrics and TCP settings a
+sweep would rank, for one workload), and recall and
 precision of "loses packets" (drops > 0, or past the time limit). A case that ends past the limit on
 one backend only is a miss whose error is at least the limit's ratio.
 """
@@ -92,6 +95,11 @@ def grid() -> Iterator[dict[str, Any]]:
         for buffer_kb in (128.0, 1024.0):
             yield case("fabric", f"fabric 1024 s{spines} b{buffer_kb:.0f}", leaf_spine(1024, spines, buffer_kb),
                        {**ASTRA_DLRM, "iterations": 1})
+    for npus, spines, buffers_kb in ((64, 2, range(500, 620, 16)), (64, 4, range(240, 300, 8)),
+                                     (128, 4, range(200, 330, 16)), (128, 8, range(96, 160, 8))):
+        for buffer_kb in buffers_kb:  # around the buffer that separates loss from none
+            yield case("threshold", f"threshold {npus} s{spines} b{buffer_kb}",
+                       leaf_spine(npus, spines, float(buffer_kb)), ASTRA_DLRM)
     variants = {"cubic": preset("tcp", "cubic"), "dctcp": preset("tcp", "dctcp"), "linux": preset("tcp", "linux"),
                 "newreno rto1ms": {**preset("tcp", "newreno"), "min_rto_ms": 1.0},
                 "linux rto1ms": {**preset("tcp", "linux"), "min_rto_ms": 1.0}}
@@ -249,7 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backends", nargs="+", default=["packet", "hybrid", "phase"],
                         choices=("packet", "hybrid", "phase"))
     parser.add_argument("--match", default=None, help="only the cases whose label contains this")
-    parser.add_argument("--rerun", action="store_true", help="run the chosen backends' cases again (their old rows dropped)")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run the chosen backends' cases again (their old rows dropped)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
     parser.add_argument("--summarise", action="store_true", help="write the .md of the CSV, run nothing")
     args = parser.parse_args(argv)

@@ -137,7 +137,7 @@ def test_a_fat_tree_with_a_partial_pod_folds_it_and_waits_the_packet_runs_rto_wa
 @pytest.mark.parametrize(("spines", "buffer_kb", "episodes"), [
     (16, 128, False),  # 1:1: no port fills past half its buffer, no episode
     (2, 1024, True),  # 1 MiB buffers hold every opening window; more than half full: an episode, lossless
-    (4, 296, True),  # the ports fill to most of their buffers; the reduced runs drop nothing (nor does the packet engine)
+    (4, 296, True),  # ports filled near their buffers; the reduced runs drop nothing (nor does the packet engine)
 ])
 def test_a_lossless_configuration_keeps_phases_iteration_time_exactly(spines: int, buffer_kb: float,
                                                                        episodes: bool) -> None:

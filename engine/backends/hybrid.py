@@ -3,12 +3,14 @@ reduced network for the phases that risk loss (issue 28; docs/hybrid-backend.md)
 
 Every phase is timed as `phase` times it (`FluidPhases`). When a stage starts and the phases in their
 fluid part fill a switch port's buffer with their opening windows past `TRIGGER_QUEUE_SHARE` (phase's
-incast rule, `port_queue_share`, at half the buffer), an *episode* opens: those phases are replayed, each from its own start, on persistent
-packet simulations of reduced networks (`PacketEpisodes`), and every phase that starts while a replay
-is unfinished joins the episode at its start (the reduced clocks follow the full run's, `_catch_up`).
-A replayed phase ends no earlier than its slowest replay if packets were dropped meanwhile: it lasts
-max(T_fluid, T_packet) from its start (T_fluid as the phase lives it, whatever phases start or end
-meanwhile); a phase during which nothing was dropped keeps phase's figure exactly.
+incast rule, `port_queue_share`, at half the buffer), an *episode* opens: those phases are replayed,
+each from its own start, on persistent packet simulations of reduced networks (`PacketEpisodes`). The
+reduced clocks follow the full run's (`_catch_up`): a phase that starts with such a stage while a
+replay is unfinished joins the episode at its start; one that starts without waits for the next
+episode, which replays it from where the reduced networks are. A replayed phase ends no earlier than
+its slowest replay if packets were dropped meanwhile: it lasts max(T_fluid, T_packet) from its start
+(T_fluid as the phase lives it, whatever phases start or end meanwhile); a phase during which nothing
+was dropped keeps phase's figure exactly.
 
 The reduced networks (`Reduction`), at most `PAIRS` of them:
 - `leaf_spine` and `fat_tree`: a mirrored pair of groups (leaves; pods), the groups whose uplinks the
@@ -203,7 +205,8 @@ class PhaseReplay:
     def _try_advance(self, index: int) -> None:
         steps = self.program[self.ranks[index]]
         position = self.position[index]
-        if self.issued[index] and position < len(steps) and self.received[index][position] >= self.expected[index][position]:
+        if (self.issued[index] and position < len(steps)
+                and self.received[index][position] >= self.expected[index][position]):
             self.position[index] = position + 1
             self._enter(index)
 
@@ -314,8 +317,8 @@ class HybridPhases(FluidPhases):
     (module docstring): each ends no earlier than its replays when packets were dropped meanwhile.
 
     The reduced networks' clocks follow the full run's (`_catch_up`): they are never ahead of it, so
-    that a phase that starts while an episode lasts (a collective that follows at once, an all-reduce
-    during an all-to-all's timeouts) joins the replay at its own start."""
+    that a phase that starts with a risky stage while an episode lasts (the all-to-all that follows
+    another at once) joins the replay at its own start."""
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(sim.eventlist, sim.topology, config.segment_bytes, config.header_bytes, config.seed,
