@@ -335,7 +335,7 @@ class HybridPhases(FluidPhases):
         # the phases in their fluid part not replayed yet: their layer, phase and start
         self._plans: dict[_Fluid, tuple[AlphaBetaSystemLayer, _Phase, int]] = {}
         self._starting: tuple[AlphaBetaSystemLayer, _Phase, int] | None = None
-        self._risky = False  # a stage has started that overflows a port: an episode after the sharing
+        self._risky = False  # a stage filled a port past TRIGGER_QUEUE_SHARE: an episode after the sharing
         self._replaying = 0  # phases whose replays have not all finished: while > 0 an episode lasts
         self._due: list[_ReplayedPhase] = []  # phases past their fluid end waiting for their replays
         self._rechecks: set[int] = set()  # when `_recheck` is scheduled
