@@ -48,6 +48,9 @@ SYSTEM_ALGORITHMS = {
 FLOW_PATTERNS = ("incast", "permutation", "all_to_all")
 # A host's qdisc: pfifo_fast, Linux's default root qdisc (one FIFO for traffic of one priority).
 QDISCS = ("pfifo_fast",)
+# network.npus at most: the phase backend's largest runs are 10^4 NPUs, and sizing a workload of 10^8 took
+# minutes before anything was refused (its ring steps are listed one by one)
+MAX_NPUS = 1 << 20
 
 
 class ConfigError(ValueError):
@@ -352,7 +355,8 @@ def _validate(config: SimConfig) -> None:
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
-    _require(net.npus >= 2, "network.npus", net.npus, "an integer >= 2")
+    _require(2 <= net.npus <= MAX_NPUS, "network.npus", net.npus,
+             f"an integer >= 2 and at most {MAX_NPUS:,} (no backend runs more on one machine)")
     _positive("network.link_gbps", net.link_gbps)
     _non_negative("network.link_latency_us", net.link_latency_us)
     if net.buffer_kb is not None:
