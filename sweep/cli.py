@@ -205,6 +205,11 @@ def _hydra_main(cfg: DictConfig) -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     hydra_config = HydraConfig.get()
+    grid = hydra_config.sweeper.get("params") or {}
+    if grid:  # an experiment's grid, which only a multirun expands: one run of its base would be a surprise
+        print(f"error: this command names a grid (hydra.sweeper.params: {', '.join(grid)}) but runs one "
+              f"configuration: add -m to sweep it (python -m sweep -m {' '.join(sys.argv[1:])})", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
     choices = hydra_config.runtime.choices
     launcher = hydra_config.launcher  # the sweep's limits hold a single run too
     code = run_one(config, force=force, presets={group: choices.get(group) for group in PRESET_COLUMNS},

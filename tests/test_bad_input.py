@@ -83,6 +83,8 @@ MISTAKES = [
     Mistake("mtu-too-small", "network.mtu_bytes=10", EXIT_BAD_CONFIG, ("network.mtu_bytes=10", ">= 68")),
     Mistake("loss-not-a-probability", "network.loss_rate=2", EXIT_BAD_CONFIG, ("network.loss_rate=2.0", "[0, 1)")),
     Mistake("zero-npus", "network.npus=0", EXIT_BAD_CONFIG, ("network.npus=0", ">= 2")),
+    # a named grid without -m: one run of its base config would ignore the grid
+    Mistake("grid-without-m", "experiment=quickstart", EXIT_BAD_CONFIG, ("names a grid", "add -m")),
     Mistake("absurd-npus", "network.npus=100000000", EXIT_BAD_CONFIG, ("network.npus=100000000", "at most 1,048,576")),
     # a topology that cannot hold the NPUs
     Mistake("leaf-spine-npus", "network=leaf_spine network.npus=10", EXIT_BAD_CONFIG,
