@@ -63,6 +63,22 @@ CLIENT_CONNECT_ATTEMPTS = 3
 _CLIENT_SERVER_FAILED = ("Starting Ray client server failed", "in start_specific_server")
 
 
+def machine_memory_bytes() -> int:
+    """This machine's physical memory: what a local Ray's one node offers at most."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_local_run_memory(run_memory_mb: float | None, address: str | None) -> None:
+    """Raise `engine.ConfigError` if every run declares more memory than a local Ray's node (this
+    machine) has: Ray would start and each run would end as an error row."""
+    import engine
+
+    if run_memory_mb is not None and address is None and run_memory_mb * MIB > machine_memory_bytes():
+        raise engine.ConfigError("hydra.launcher.run_memory_mb", run_memory_mb,
+                                 f"at most this machine's memory, {machine_memory_bytes() // MIB:,} MiB, on a local "
+                                 "Ray (ray.address null)")
+
+
 def is_loopback(address: str) -> bool:
     """Whether a Ray address (`host:port`, `ray://host:port`) names this machine's loopback."""
     host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")

@@ -145,6 +145,9 @@ MISTAKES = [
             ("hydra.launcher.max_in_flight=0", "positive integer"), multirun=True),
     Mistake("grid-bad-num-cpus", "ray.num_cpus=0", EXIT_BAD_CONFIG, ("ray.num_cpus=0", "positive integer"),
             multirun=True),
+    # more memory a run than the machine has, on a local Ray: refused before Ray starts, not an error row a run
+    Mistake("grid-memory-beyond-machine", "hydra.launcher.run_memory_mb=100000000 seed=1,2", EXIT_BAD_CONFIG,
+            ("hydra.launcher.run_memory_mb=100000000.0", "this machine's memory"), multirun=True),
     Mistake("screen-without-budget", "hydra.launcher.screen_backend=analytical seed=1,2", EXIT_BAD_CONFIG,
             ("hydra.launcher.refine_budget=None", "number of refined runs"), multirun=True),
     Mistake("screen-backend-typo", "hydra.launcher.screen_backend=analitical hydra.launcher.refine_budget=1 seed=1,2",

@@ -133,7 +133,7 @@ class RayNetsweepLauncher(Launcher):
         # Imported here: Hydra imports this module at every start-up, single runs included.
         import engine
         from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
-        from sweep.cluster import RAY_LOG, RayExecutor
+        from sweep.cluster import RAY_LOG, RayExecutor, check_local_run_memory
         from sweep.driver import run_sweep
         from sweep.interrupts import EXIT_INTERRUPTED
         from sweep.plan import GridComposer, GridError, format_refused, plan
@@ -150,6 +150,8 @@ class RayNetsweepLauncher(Launcher):
             self._check()
             refused: list[Any] | None = [] if self.skip_refused else None
             runs = plan(job_overrides, composer.compose, refused)
+            if runs:
+                check_local_run_memory(self.run_memory_mb, runs[0].config["ray"]["address"])
             screens = []
             if (self.screen_backend is not None or self.refine_budget is not None) and runs:
                 policy = RefinePolicy(self.screen_backend or default_screen_backend(runs), self.refine_budget,  # type: ignore[arg-type]
