@@ -619,6 +619,14 @@ def unused_keys(config: SimConfig) -> tuple[str, ...]:
     return tuple(key for key, (_, applies) in KEY_CONDITIONS.items() if not applies(config))
 
 
+def holds_default(config: SimConfig, key: str) -> bool:
+    """Whether dotted `key` of `config` holds its field's default: set so, it changes nothing wherever it
+    is written (an explicit default is accepted even where the key does not apply)."""
+    section, name = key.split(".")
+    values = getattr(config, section)
+    return bool(getattr(values, name) == _field_defaults(type(values))[name])
+
+
 def unused_key_error(key: str, value: Any, scope: str = "here") -> ConfigError:
     """The error for setting `key` (of `KEY_CONDITIONS`) where it cannot change the simulation."""
     return ConfigError(key, value, f"set only with {KEY_CONDITIONS[key][0]}; {scope} it would change nothing")

@@ -31,7 +31,7 @@ from omegaconf import AnyNode, DictConfig, ListConfig, OmegaConf, open_dict, rea
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
-from engine.config import KEY_CONDITIONS, unused_key_error, unused_keys
+from engine.config import KEY_CONDITIONS, holds_default, unused_key_error, unused_keys
 
 from .rows import RunResult, TableRows
 from .runner import HYDRA_WORDS, MIB, point_id, run_id, stored_rows
@@ -219,7 +219,8 @@ class GridError(Exception):
 def check_overrides_apply(points: Sequence[tuple[Sequence[str], engine.SimConfig]]) -> None:
     """Raise `engine.ConfigError` for a key the command line sets that cannot change the simulation
     of any of `points` (overrides, validated config): `network=switch network.spines=4`, or
-    `tcp=newreno tcp.dctcp_g=0.1,0.2`. A grid where the key applies at some points (crossing `tcp`
+    `tcp=newreno tcp.dctcp_g=0.1,0.2`; a key written with its default (`tcp=newreno
+    network.ecn_threshold_kb=null`) is accepted. A grid where the key applies at some points (crossing `tcp`
     with `tcp.dctcp_g`) is fine: at the other points it is left out of their run_id, so each of
     their simulations runs once (`engine.config.identity_mapping`)."""
     applied: set[str] = set()
@@ -230,7 +231,7 @@ def check_overrides_apply(points: Sequence[tuple[Sequence[str], engine.SimConfig
             key, _, value = line.lstrip("+~").partition("=")
             if key in KEY_CONDITIONS:
                 first_values.setdefault(key, value)
-                if key not in unused:
+                if key not in unused or holds_default(config, key):  # an explicit default changes nothing
                     applied.add(key)
     for key, value in first_values.items():
         if key not in applied:

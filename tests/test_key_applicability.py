@@ -199,14 +199,28 @@ def test_unused_keys_go_back_to_their_defaults_and_absent_ones_stay_absent() -> 
 
 
 def test_a_key_set_where_it_never_applies_is_refused() -> None:
-    newreno = engine.load_config({"tcp": {"cc": "newreno"}})
-    dctcp = engine.load_config({"tcp": {"cc": "dctcp"}})
+    newreno, dctcp = ({"cc": cc, "dctcp_g": 0.1} for cc in ("newreno", "dctcp"))
+    newreno_g1, newreno_g2, dctcp_g1 = (engine.load_config({"tcp": tcp}) for tcp in
+                                        (newreno, {**newreno, "dctcp_g": 0.2}, dctcp))
     with pytest.raises(engine.ConfigError) as error:
-        check_overrides_apply([(["tcp.dctcp_g=0.1"], newreno)])
+        check_overrides_apply([(["tcp.dctcp_g=0.1"], newreno_g1)])
     assert str(error.value) == ("tcp.dctcp_g='0.1' is not valid: set only with tcp.cc=dctcp; here it would change "
                                 "nothing")
     with pytest.raises(engine.ConfigError, match="in every point of this grid"):
-        check_overrides_apply([(["tcp.dctcp_g=0.1"], newreno), (["tcp.dctcp_g=0.2"], newreno)])
+        check_overrides_apply([(["tcp.dctcp_g=0.1"], newreno_g1), (["tcp.dctcp_g=0.2"], newreno_g2)])
     # crossed with the congestion control, the key applies at the dctcp points: a grid that must run
-    check_overrides_apply([(["tcp=newreno", "tcp.dctcp_g=0.1"], newreno), (["tcp=dctcp", "tcp.dctcp_g=0.1"], dctcp)])
-    check_overrides_apply([(["+force=true", "tcp=newreno", "network.npus=4"], newreno)])  # keys that always apply
+    check_overrides_apply([(["tcp=newreno", "tcp.dctcp_g=0.1"], newreno_g1), (["tcp=dctcp", "tcp.dctcp_g=0.1"],
+                                                                            dctcp_g1)])
+    newreno_default = engine.load_config({"tcp": {"cc": "newreno"}})
+    check_overrides_apply([(["+force=true", "tcp=newreno", "network.npus=4"], newreno_default)])  # always apply
+
+
+def test_a_key_written_with_its_default_is_accepted_where_it_does_not_apply() -> None:
+    """`tcp=newreno network.ecn_threshold_kb=null`, the default written out, changes nothing, as the key
+    left unset does: accepted, while a value other than the default is refused."""
+    newreno = engine.load_config({"tcp": {"cc": "newreno"}})
+    assert "network.ecn_threshold_kb" in unused_keys(newreno)
+    check_overrides_apply([(["tcp=newreno", "network.ecn_threshold_kb=null"], newreno)])
+    marking = engine.load_config({"tcp": {"cc": "newreno"}, "network": {"ecn_threshold_kb": 64}})
+    with pytest.raises(engine.ConfigError, match="network.ecn_threshold_kb"):
+        check_overrides_apply([(["tcp=newreno", "network.ecn_threshold_kb=64"], marking)])
