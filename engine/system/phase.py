@@ -472,7 +472,11 @@ class FluidPhases:
         queued = 1.0 - drained
         queued[queued < RATE_TOLERANCE] = 0.0  # a port fed at its own rate, within float rounding: no queue
         queue_bytes = opening * queued
-        return float((queue_bytes / self.buffer_bytes[ports]).max(initial=0.0))
+        # no queue is no share, whatever the buffer (0 / 0 would be nan); a queue on no buffer is infinite
+        with np.errstate(divide="ignore"):
+            share = np.divide(queue_bytes, self.buffer_bytes[ports], out=np.zeros_like(queue_bytes),
+                              where=queue_bytes > 0)
+        return float(share.max(initial=0.0))
 
     def wake(self) -> None:
         """End the fluid parts that are over (their fixed parts follow), then share the links again."""
