@@ -42,6 +42,11 @@ CONF_DIR = str(importlib.resources.files("sweep.conf"))
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_BAD_CONFIG = 2
+# Hydra's own command-line options (`hydra/_internal/utils.py`'s argument parser): any other `--x` is an
+# override written as an option by mistake
+HYDRA_OPTIONS = frozenset({"--help", "--hydra-help", "--version", "--cfg", "--resolve", "--package", "--run",
+                           "--multirun", "--shell-completion", "--config-path", "--config-name", "--config-dir",
+                           "--experimental-rerun", "--info"})
 
 
 def _number(value: Any, digits: int = 3, scale: float = 1.0) -> str:
@@ -175,6 +180,11 @@ def main() -> None:
     """`python -m sweep [-m] [overrides]`. Mistakes Hydra finds while composing the config (an
     unknown preset, a key that does not exist) are reported like every other bad input: one line
     `error: ...` on stderr, exit 2. `HYDRA_FULL_ERROR=1` still shows Hydra's own traceback."""
+    for arg in sys.argv[1:]:  # `--network=leaf_spine`: Hydra's argument parser would print its usage
+        if arg.startswith("--") and arg.split("=", 1)[0] not in HYDRA_OPTIONS:
+            print(f"error: {arg} is not an option of python -m sweep: settings are key=value, without dashes "
+                  f"({arg[2:]}); the options are in python -m sweep --help", file=sys.stderr)
+            sys.exit(EXIT_BAD_CONFIG)
     full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises its errors instead of printing them and exiting 1
     try:

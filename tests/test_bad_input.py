@@ -85,6 +85,8 @@ MISTAKES = [
     Mistake("zero-npus", "network.npus=0", EXIT_BAD_CONFIG, ("network.npus=0", ">= 2")),
     # a named grid without -m: one run of its base config would ignore the grid
     Mistake("grid-without-m", "experiment=quickstart", EXIT_BAD_CONFIG, ("names a grid", "add -m")),
+    Mistake("dashed-override", "--network=leaf_spine", EXIT_BAD_CONFIG,
+            ("--network=leaf_spine is not an option", "(network=leaf_spine)")),
     Mistake("absurd-npus", "network.npus=100000000", EXIT_BAD_CONFIG, ("network.npus=100000000", "at most 1,048,576")),
     # a topology that cannot hold the NPUs
     Mistake("leaf-spine-npus", "network=leaf_spine network.npus=10", EXIT_BAD_CONFIG,
