@@ -50,6 +50,10 @@ _UNWANTED_WARNINGS = {
     "ray._private.worker": _NO_SIGTERM_HANDLER,
     "ray.util.client.logsclient": _NO_SIGTERM_HANDLER,
 }
+# What `ray.init` raises when its raylet has not registered within Ray's fixed 30 s (a busy machine: seen
+# with sixteen CPU-bound processes on 2 cores, and at load 5-7); `LocalRay.start` then tries once more.
+RAY_START_TIMEOUT = "timed out during startup"
+START_ATTEMPTS = 2
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -177,6 +181,10 @@ def ray_starting(ray: Any) -> Iterator[None]:
             logger.removeFilter(wanted_ray_record)
 
 
+class RayStartError(RuntimeError):
+    """The local Ray did not start in `START_ATTEMPTS` tries: the message says why and what to do."""
+
+
 class LocalRay:
     """A private local Ray for one sweep (see the module docstring): `start`, then `stop`."""
 
@@ -188,19 +196,34 @@ class LocalRay:
     def start(self, ray: Any, **init_kwargs: Any) -> None:
         """`ray.init(address="local", **init_kwargs)` in a temporary folder of its own. A signal
         while Ray starts stops the sweep once Ray is up (a second one at once); whatever is raised,
-        what had started is stopped before it propagates."""
-        self._tree = ProcessTree()
-        self.temp_dir = tempfile.mkdtemp(prefix="netsweep-ray-", dir=_temp_root())
-        self._was_subreaper = set_child_subreaper(True)
-        try:
-            with ray_starting(ray):
-                ray.init(address="local", _temp_dir=self.temp_dir, **init_kwargs)
-        except KeyboardInterrupt:
-            self.stop(ray)
-            raise
-        except BaseException:
-            self.stop(ray, keep_logs="Ray did not start")
-            raise
+        what had started is stopped before it propagates. Where Ray's node times out during its
+        start-up (a busy machine), it is stopped and started once more; a second time out raises
+        `RayStartError`, which says what to do."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._tree = ProcessTree()
+            self.temp_dir = tempfile.mkdtemp(prefix="netsweep-ray-", dir=_temp_root())
+            self._was_subreaper = set_child_subreaper(True)
+            try:
+                with ray_starting(ray):
+                    ray.init(address="local", _temp_dir=self.temp_dir, **init_kwargs)
+                return
+            except KeyboardInterrupt:
+                self.stop(ray)
+                raise
+            except Exception as exc:
+                if RAY_START_TIMEOUT not in str(exc):
+                    self.stop(ray, keep_logs="Ray did not start")
+                    raise
+                if attempt < START_ATTEMPTS:
+                    self.stop(ray)
+                    continue
+                self.stop(ray, keep_logs="Ray did not start")
+                load = os.getloadavg()[0]
+                raise RayStartError(
+                    f"the local Ray did not start: its node timed out during start-up {START_ATTEMPTS} times (Ray "
+                    f"allows 30 s; load average {load:.1f} on {os.cpu_count()} CPUs). Run the sweep again when the "
+                    "machine is less busy, or start a Ray head beforehand (ray start --head) and pass its "
+                    "address as ray.address") from None
 
     def stop(self, ray: Any, keep_logs: str | None = None) -> None:
         """`ray.shutdown()`, then stop every process it left (see `ProcessTree.stop`) and remove the

@@ -26,6 +26,7 @@ import pytest
 
 from sweep.cluster import CLIENT_CONNECT_ATTEMPTS, RayExecutor, _join, is_loopback
 from sweep.driver import run_sweep
+from sweep.local_ray import LocalRay, RayStartError
 from sweep.plan import plan
 from sweep.runner import PRESET_COLUMNS, measure
 from sweep.store import arrow_dataset, part_files, read_table
@@ -186,6 +187,30 @@ def test_a_client_server_that_fails_to_start_the_drivers_server_is_tried_again()
     with pytest.raises(ConnectionAbortedError, match="Starting Ray client server failed"):
         _join(always, "ray://127.0.0.1:10001", {})
     assert always.calls.count("init") == CLIENT_CONNECT_ATTEMPTS
+
+
+def test_a_local_ray_that_times_out_during_start_up_is_started_once_more(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine Ray's node can miss its fixed 30 s to register (`ray.init` raises "The current
+    node timed out during startup"): the local Ray is stopped and started once more; a second time out
+    raises `RayStartError`, one message saying what to do; any other failure is raised at once."""
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # Ray's temporary folders, kept when it did not start
+    import ray  # noqa: F401 - LocalRay finds psutil where Ray puts it
+    timeout = Exception("The current node timed out during startup. This could happen because some of the "
+                        "raylet failed to startup or the GCS has become overloaded.")
+    once = _FlakyClientRay(timeout)
+    local = LocalRay()
+    local.start(once)
+    assert once.calls == ["init", "shutdown", "init"]
+    local.stop(once)
+    twice = _FlakyClientRay(timeout, timeout)
+    with pytest.raises(RayStartError, match="timed out during start-up 2 times .* ray.address"):
+        LocalRay().start(twice)
+    assert twice.calls == ["init", "shutdown", "init", "shutdown"]
+    other = _FlakyClientRay(OSError("no space left on device"))
+    with pytest.raises(OSError, match="no space left"):
+        LocalRay().start(other)
+    assert other.calls == ["init", "shutdown"]
 
 
 def test_grid_runs_on_the_cluster_and_again_runs_nothing(ray_address: str, tmp_path: Path) -> None:

@@ -136,6 +136,7 @@ class RayNetsweepLauncher(Launcher):
         from sweep.cluster import RAY_LOG, RayExecutor, check_local_run_memory
         from sweep.driver import run_sweep
         from sweep.interrupts import EXIT_INTERRUPTED
+        from sweep.local_ray import RayStartError
         from sweep.plan import GridComposer, GridError, format_refused, plan
         from sweep.progress import format_summary
 
@@ -198,6 +199,9 @@ class RayNetsweepLauncher(Launcher):
         except ConnectionError as exc:  # a cluster nothing answers at, or that refuses us: nothing ran
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
+        except RayStartError as exc:  # a machine too busy for Ray's start-up: nothing ran
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_RUN_FAILED) from None
         if self.report and not interrupted:
             from sweep.report import print_report
 
