@@ -24,7 +24,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from sweep.cluster import CLIENT_CONNECT_ATTEMPTS, RayExecutor, _join, is_loopback
+from sweep.cluster import _ONE_MACHINE_ENV, CLIENT_CONNECT_ATTEMPTS, RayExecutor, _join, is_loopback
 from sweep.driver import run_sweep
 from sweep.local_ray import LocalRay, RayStartError
 from sweep.plan import plan
@@ -195,6 +195,8 @@ def test_a_local_ray_that_times_out_during_start_up_is_started_once_more(tmp_pat
     node timed out during startup"): the local Ray is stopped and started once more; a second time out
     raises `RayStartError`, one message saying what to do; any other failure is raised at once."""
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # Ray's temporary folders, kept when it did not start
+    # as RayExecutor sets it before Ray's first import: the later tests' Rays then bind to loopback
+    os.environ[_ONE_MACHINE_ENV] = "0"
     import ray  # noqa: F401 - LocalRay finds psutil where Ray puts it
     timeout = Exception("The current node timed out during startup. This could happen because some of the "
                         "raylet failed to startup or the GCS has become overloaded.")
