@@ -50,6 +50,21 @@ def all_to_all_ms(rows: dict[str, Any]) -> list[float]:
     return [row["duration_s"] * 1e3 for row in rows["collectives"] if row["op"] == "all_to_all"]
 
 
+def hybrid_and_packet(network: dict[str, Any], workload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rows of one config on hybrid and on the packet engine."""
+    hybrid, packet = (engine.run({"engine": {"backend": backend}, "network": network, "workload": workload})
+                      for backend in ("hybrid", "packet"))
+    return hybrid, packet
+
+
+def assert_same_run(hybrid: dict[str, Any], packet: dict[str, Any]) -> None:
+    """Every collective's start and end, the iteration time and the packet counters are equal."""
+    assert [(c["start_s"], c["end_s"]) for c in hybrid["collectives"]] == \
+        [(c["start_s"], c["end_s"]) for c in packet["collectives"]]
+    for column in ("iteration_time_s", "timeouts", "retransmits", "drops"):
+        assert hybrid["runs"][0][column] == packet["runs"][0][column], column
+
+
 # -- (a) at two leaves the mirrored pair is the whole network -------------------------------------
 
 def test_at_two_leaves_hybrid_all_to_alls_are_the_packet_runs_to_the_picosecond() -> None:
@@ -59,13 +74,8 @@ def test_at_two_leaves_hybrid_all_to_alls_are_the_packet_runs_to_the_picosecond(
     workload = {"type": "collective", "op": "all_to_all", "bytes": 98_304, "iterations": 3}
     hybrid = engine.run(leaf_spine("hybrid", 32, workload))
     packet = engine.run(leaf_spine("packet", 32, workload))
-    h, p = hybrid["runs"][0], packet["runs"][0]
-    assert h["timeouts"] > 0 and h["hybrid_packet_sims"] == 3
-    assert h["iteration_time_s"] == p["iteration_time_s"]
-    assert [(c["start_s"], c["end_s"]) for c in hybrid["collectives"]] == \
-        [(c["start_s"], c["end_s"]) for c in packet["collectives"]]
-    for column in ("timeouts", "retransmits", "drops"):  # one leaf pair: scaled by L / 2 = 1
-        assert h[column] == p[column], column
+    assert hybrid["runs"][0]["timeouts"] > 0 and hybrid["runs"][0]["hybrid_packet_sims"] == 3
+    assert_same_run(hybrid, packet)  # one leaf pair: counters scaled by L / 2 = 1
     assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [1, 1, 1]
 
 
@@ -96,13 +106,9 @@ def test_on_one_spine_the_mirrored_pairs_are_the_full_runs_leaves_to_the_picosec
     workload = {"type": "collective", "op": "all_to_all", "bytes": bytes_per_npu, "iterations": 2}
     network = {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 4, "spines": 1, "uplink_gbps": 100,
                "buffer_kb": 32}
-    hybrid = engine.run({"engine": {"backend": "hybrid"}, "network": network, "workload": workload})
-    packet = engine.run({"engine": {"backend": "packet"}, "network": network, "workload": workload})
-    h, p = hybrid["runs"][0], packet["runs"][0]
-    assert h["drops"] > 0 and h["hybrid_packet_sims"] == 4  # two episodes on two pairs
-    assert [c["end_s"] for c in hybrid["collectives"]] == [c["end_s"] for c in packet["collectives"]]
-    for column in ("iteration_time_s", "timeouts", "retransmits", "drops"):
-        assert h[column] == p[column], column
+    hybrid, packet = hybrid_and_packet(network, workload)
+    assert hybrid["runs"][0]["drops"] > 0 and hybrid["runs"][0]["hybrid_packet_sims"] == 4  # 2 episodes, 2 pairs
+    assert_same_run(hybrid, packet)
 
 
 def test_at_two_pods_hybrid_on_a_fat_tree_is_the_packet_run_to_the_picosecond() -> None:
@@ -110,14 +116,9 @@ def test_at_two_pods_hybrid_on_a_fat_tree_is_the_packet_run_to_the_picosecond() 
     # full run's ECMP hash (`path_for_hash`); 25 Gb/s switch links (4:1) and 32 KiB buffers lose packets
     workload = {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2}
     network = {"topology": "fat_tree", "npus": 8, "uplink_gbps": 25, "buffer_kb": 32}
-    hybrid = engine.run({"engine": {"backend": "hybrid"}, "network": network, "workload": workload})
-    packet = engine.run({"engine": {"backend": "packet"}, "network": network, "workload": workload})
-    h, p = hybrid["runs"][0], packet["runs"][0]
-    assert h["drops"] > 0 and h["hybrid_packet_sims"] == 2
-    assert [(c["start_s"], c["end_s"]) for c in hybrid["collectives"]] == \
-        [(c["start_s"], c["end_s"]) for c in packet["collectives"]]
-    for column in ("iteration_time_s", "timeouts", "retransmits", "drops"):
-        assert h[column] == p[column], column
+    hybrid, packet = hybrid_and_packet(network, workload)
+    assert hybrid["runs"][0]["drops"] > 0 and hybrid["runs"][0]["hybrid_packet_sims"] == 2
+    assert_same_run(hybrid, packet)
 
 
 def test_a_fat_tree_with_a_partial_pod_folds_it_and_waits_the_packet_runs_rto_waves() -> None:
@@ -126,8 +127,7 @@ def test_a_fat_tree_with_a_partial_pod_folds_it_and_waits_the_packet_runs_rto_wa
     # many waves as the full packet run's (RFC 6298's doubling: 200 + 400 ms, then 200 ms)
     workload = {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2}
     network = {"topology": "fat_tree", "npus": 24, "uplink_gbps": 25, "buffer_kb": 32}
-    hybrid = engine.run({"engine": {"backend": "hybrid"}, "network": network, "workload": workload})
-    packet = engine.run({"engine": {"backend": "packet"}, "network": network, "workload": workload})
+    hybrid, packet = hybrid_and_packet(network, workload)
     assert hybrid["runs"][0]["status"] == "ok" and hybrid["runs"][0]["drops"] > 0
     assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [waves_of(ms) for ms in all_to_all_ms(packet)] == [2, 1]
 
