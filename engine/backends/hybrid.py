@@ -275,13 +275,18 @@ def reduced_config(config: SimConfig) -> SimConfig:
     return config
 
 
+def simulated_pairs(npus: int, group_size: int) -> int:
+    """How many group pairs are simulated: `PAIRS`, or fewer where the run has fewer whole groups."""
+    return min(PAIRS, npus // group_size // 2)
+
+
 def reduced_connections(config: SimConfig) -> int:
     """The connections the reduced networks hold at most: each rank of the simulated group pairs (or
     of the whole switch) to every other NPU."""
     ranks = reduced_config(config).network.npus
     npus = config.network.npus
     if ranks < npus:  # group pairs: up to PAIRS of them
-        ranks *= min(PAIRS, npus // (ranks // 2) // 2)
+        ranks *= simulated_pairs(npus, ranks // 2)
     return ranks * (npus - 1)
 
 
@@ -513,7 +518,7 @@ class HybridPhases(FluidPhases):
         load = np.sum([stage.link_bytes for stage in active], axis=0)[self._group_uplinks].sum(axis=1)
         # whole groups only (a fat tree's last pod may be partial: its NPUs are folded, never simulated)
         order = sorted(range(len(peak)), key=lambda group: (-int(peak[group]), -float(load[group]), group))
-        pairs = min(PAIRS, len(order) // 2)
+        pairs = simulated_pairs(self.config.network.npus, self._group_size)
         # the full run's group pairs each simulated pair stands for
         scale = self.config.network.npus / self._group_size / 2 / pairs
         return [Reduction(self.config, self._group_size, (min(order[2 * i], order[2 * i + 1]),
