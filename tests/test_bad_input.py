@@ -160,6 +160,22 @@ MISTAKES = [
     Mistake("screen-flows-on-analytical", "hydra.launcher.screen_backend=analytical hydra.launcher.refine_budget=1 "
             "hydra.launcher.refine_top=0 workload=incast seed=1,2", EXIT_BAD_CONFIG, ("engine.backend", "grid point 1 of 2"),
             multirun=True),
+    # a search (hydra/sweeper=optuna): refused before anything is planned or run
+    Mistake("search-objective-typo", "hydra/sweeper=optuna hydra.sweeper.objective=iteration_time seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.sweeper.objective='iteration_time'", "numeric column of the runs table"),
+            multirun=True),
+    Mistake("search-objective-text", "hydra/sweeper=optuna hydra.sweeper.objective=status seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.sweeper.objective='status'", "numeric column"), multirun=True),
+    Mistake("search-direction-typo", "hydra/sweeper=optuna hydra.sweeper.direction=minimise seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.sweeper.direction='minimise'", "minimize or maximize"), multirun=True),
+    Mistake("search-directions-count", "hydra/sweeper=optuna hydra.sweeper.direction=[minimize,maximize] seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.sweeper.direction=", "one direction per objective"), multirun=True),
+    Mistake("search-nothing-to-search", "hydra/sweeper=optuna seed=1", EXIT_BAD_CONFIG,
+            ("hydra.sweeper.params=", "at least one key to search"), multirun=True),
+    Mistake("search-real-range", "hydra/sweeper=optuna network.link_gbps=range(1,2,0.5)", EXIT_BAD_CONFIG,
+            ("network.link_gbps='range(1,2,0.5)'", "a range of integers"), multirun=True),
+    Mistake("search-fixed-key-wrong", "hydra/sweeper=optuna network.link_gbps=-5 seed=1,2", EXIT_BAD_CONFIG,
+            ("network.link_gbps=-5.0",), multirun=True),
     Mistake("unreachable-ray", "ray.address=127.0.0.1:1 seed=12345", EXIT_BAD_CONFIG,
             # refused by the address probe at once, never reaching ray.init's minutes of retries
             ("ray.address=127.0.0.1:1", "no Ray cluster answers", "Connection refused"), multirun=True),

@@ -18,18 +18,23 @@ are stopped; the same command resumes; `sweep/__main__.py` gives 130 to an inter
 
 # No `from __future__ import annotations`: Hydra executes plugin modules outside sys.modules while
 # it scans them, where dataclasses cannot resolve string annotations.
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import OverrideParseException
 from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 
 
 @dataclass
@@ -61,10 +66,27 @@ class NetsweepSweeperConf:
     params: Optional[Dict[str, str]] = None  # named sweeps: {key or group: "v1,v2,..."}
 
 
+@dataclass
+class OptunaSweeperConf:
+    """`hydra/sweeper=optuna`: a search (sweep/search.py) instead of the grid; the keys of Hydra's own
+    Optuna sweeper plugin where they mean the same (`hydra-optuna-sweeper` need not be installed)."""
+
+    _target_: str = "hydra_plugins.netsweep_ray_launcher.ray_launcher.OptunaSweeper"
+    _recursive_: bool = False  # the sampler is instantiated by the sweeper, after its seed is settled
+    objective: Any = "iteration_time_s"  # the runs column to optimise, or a list of them (multi-objective)
+    direction: Any = "minimize"  # minimize or maximize, or a list: one per objective
+    n_trials: int = 20  # distinct runs of the study, the ones already stored included
+    n_jobs: int = 2  # runs at once, per batch the sampler proposes
+    # An Optuna sampler, instantiated by Hydra; a null seed takes the config's `seed`
+    sampler: Any = field(default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": None})
+    params: Optional[Dict[str, str]] = None  # the search space: {key or group: "choice/range/interval"}
+
+
 ConfigStore.instance().store(group="hydra/launcher", name="ray_netsweep", node=RayNetsweepLauncherConf,
                              provider="netsweep")
 ConfigStore.instance().store(group="hydra/sweeper", name="netsweep", node=NetsweepSweeperConf,
                              provider="netsweep")
+ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="netsweep")
 
 
 class NetsweepSweeper(BasicSweeper):
@@ -79,6 +101,103 @@ class NetsweepSweeper(BasicSweeper):
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
         (grid,) = self.split_arguments(overrides, max_batch_size=None)
         return [self.launcher.launch(grid, initial_job_idx=0)]
+
+
+class OptunaSweeper(Sweeper):
+    """Optuna proposes points of the search space; netsweep's launcher runs them (sweep/search.py)."""
+
+    def __init__(self, objective: Any = "iteration_time_s", direction: Any = "minimize", n_trials: int = 20,
+                 n_jobs: int = 2, sampler: Any = None, params: Optional[Dict[str, str]] = None) -> None:
+        self.objectives = [objective] if isinstance(objective, str) else list(objective)
+        self.directions = [direction] if isinstance(direction, str) else list(direction)
+        self.n_trials = n_trials
+        self.n_jobs = n_jobs
+        self.sampler = sampler
+        self.params = params or {}
+        self.config: Optional[DictConfig] = None
+        self.launcher: Optional[Launcher] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        import engine
+        from sweep.cli import EXIT_BAD_CONFIG
+        from sweep.search import SEARCH_EXTRA_HINT, Search, check_objectives, search_space
+
+        assert self.config is not None
+        if not isinstance(self.launcher, RayNetsweepLauncher):
+            print(f"error: hydra/sweeper=optuna runs its trials with netsweep's launcher (hydra/launcher=ray_netsweep),"
+                  f" not {type(self.launcher).__name__}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG)
+        try:
+            import optuna
+        except ImportError:
+            print(f"error: {SEARCH_EXTRA_HINT}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG) from None
+        try:
+            check_objectives(self.objectives, self.directions)
+            for key, value, valid in (("n_trials", self.n_trials, self.n_trials >= 1),
+                                      ("n_jobs", self.n_jobs, self.n_jobs >= 1)):
+                if not valid:
+                    raise engine.ConfigError(f"hydra.sweeper.{key}", value, "a positive integer")
+            space = search_space([f"{key}={value}" for key, value in self.params.items()] + list(arguments))
+            if not space.distributions:
+                raise engine.ConfigError("hydra.sweeper.params", dict(self.params),
+                                         "at least one key to search: a choice a,b,c, range(a,b) or interval(a,b), "
+                                         "here or on the command line")
+        except (engine.ConfigError, OverrideParseException) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG) from None
+        sampler_config = dict(OmegaConf.to_container(self.sampler, resolve=True)) if self.sampler else {}
+        if "seed" in sampler_config and sampler_config["seed"] is None:
+            sampler_config["seed"] = int(self.config.seed)  # the same command proposes the same points
+        sampler = instantiate(sampler_config) if sampler_config else None
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(directions=self.directions, sampler=sampler)
+        search = Search(study, space, self.objectives, self.launcher, self.n_trials, self.n_jobs)
+        print(f"search: {self.n_trials} trials, {self.n_jobs} at a time, {type(study.sampler).__name__} "
+              f"over {', '.join(space.distributions)}; objective "
+              f"{', '.join(f'{d} {o}' for d, o in zip(self.directions, self.objectives))}")
+        with self.launcher.searching():
+            search.run()
+        return []
+
+
+@contextlib.contextmanager
+def _ray_failures_exit() -> Iterator[None]:
+    """Ray that cannot be used ends the command in one line, with nothing run: exit 2 for a cluster
+    nothing answers at or that refuses us, 1 for a machine too busy for Ray's start-up."""
+    from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
+    from sweep.local_ray import RayStartError
+
+    try:
+        yield
+    except ConnectionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_CONFIG) from None
+    except RayStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_RUN_FAILED) from None
+
+
+@dataclass
+class _AlreadyEntered:
+    """An executor a search keeps entered between its batches, for `run_sweep`, which enters the
+    executor it is given: entering and leaving this one do nothing."""
+
+    executor: Any
+
+    def __enter__(self) -> "_AlreadyEntered":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+    def results(self, runs: Sequence[Any]) -> Iterator[Any]:
+        return self.executor.results(runs)
 
 
 class RayNetsweepLauncher(Launcher):
@@ -105,6 +224,9 @@ class RayNetsweepLauncher(Launcher):
         self.refine_seed = refine_seed
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
+        self._composer: Any = None  # sweep.plan.GridComposer of this multirun, made on first use
+        self._held: Optional[contextlib.ExitStack] = None  # a search's Ray, kept up between its batches
+        self._held_executor: Any = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -133,10 +255,9 @@ class RayNetsweepLauncher(Launcher):
         # Imported here: Hydra imports this module at every start-up, single runs included.
         import engine
         from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
-        from sweep.cluster import RAY_LOG, RayExecutor, check_local_run_memory
+        from sweep.cluster import check_local_run_memory
         from sweep.driver import run_sweep
         from sweep.interrupts import EXIT_INTERRUPTED
-        from sweep.local_ray import RayStartError
         from sweep.plan import GridComposer, GridError, format_refused, plan
         from sweep.progress import format_summary
 
@@ -178,12 +299,8 @@ class RayNetsweepLauncher(Launcher):
 
         if not runs:
             return []
-        ray_settings = runs[0].config["ray"]  # validated with the run; not part of what is simulated
-        executor = RayExecutor(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
-                               max_in_flight=self.max_in_flight, max_retries=self.max_retries,
-                               max_wall_time_s=self.max_wall_time_s, run_memory_mb=self.run_memory_mb,
-                               log_path=runs[0].dataset / RAY_LOG)  # Ray's own output: not on the terminal
-        try:
+        executor = self._executor(runs)
+        with _ray_failures_exit():
             if policy is None:
                 summary = run_sweep(runs, executor, self.flush_rows, self.flush_interval_s)
                 print(format_summary(summary))
@@ -196,12 +313,6 @@ class RayNetsweepLauncher(Launcher):
                     print(format_selection(result, policy))
                     print(format_summary(result.refine))
                 interrupted, failed = result.interrupted, result.failed
-        except ConnectionError as exc:  # a cluster nothing answers at, or that refuses us: nothing ran
-            print(f"error: {exc}", file=sys.stderr)
-            raise SystemExit(EXIT_BAD_CONFIG) from None
-        except RayStartError as exc:  # a machine too busy for Ray's start-up: nothing ran
-            print(f"error: {exc}", file=sys.stderr)
-            raise SystemExit(EXIT_RUN_FAILED) from None
         if self.report and not interrupted:
             from sweep.report import print_report
 
@@ -213,3 +324,105 @@ class RayNetsweepLauncher(Launcher):
             raise SystemExit(EXIT_RUN_FAILED)
         return [JobReturn(overrides=list(run.overrides), status=JobStatus.COMPLETED, _return_value=run.run_id)
                 for run in runs]
+
+    def _grid_composer(self) -> Any:
+        from sweep.plan import GridComposer
+
+        assert self.config is not None and self.hydra_context is not None
+        if self._composer is None:
+            self._composer = GridComposer(self.hydra_context.config_loader, self.config)
+        return self._composer
+
+    def _executor(self, runs: Sequence[Any]) -> Any:
+        """The Ray executor for `runs` (from their `ray` settings, which are validated with the runs and
+        are no part of what is simulated): a new one, or inside `searching` the one kept up."""
+        from sweep.cluster import RAY_LOG, RayExecutor
+
+        if self._held is not None and self._held_executor is not None:
+            return _AlreadyEntered(self._held_executor)
+        ray_settings = runs[0].config["ray"]
+        executor = RayExecutor(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
+                               max_in_flight=self.max_in_flight, max_retries=self.max_retries,
+                               max_wall_time_s=self.max_wall_time_s, run_memory_mb=self.run_memory_mb,
+                               log_path=runs[0].dataset / RAY_LOG)  # Ray's own output: not on the terminal
+        if self._held is None:
+            return executor
+        with _ray_failures_exit():
+            self._held_executor = self._held.enter_context(executor)
+        return _AlreadyEntered(executor)
+
+    @contextlib.contextmanager
+    def searching(self) -> Iterator[None]:
+        """While a search runs (`sweep.search`): the Ray its first batch starts stays up until the
+        search ends (or is interrupted), and is stopped then."""
+        self._check_or_exit()
+        with contextlib.ExitStack() as held:
+            self._held = held
+            try:
+                yield
+            finally:
+                self._held, self._held_executor = None, None
+
+    def _check_or_exit(self) -> None:
+        import engine
+        from sweep.cli import EXIT_BAD_CONFIG
+
+        try:
+            self._check()
+        except engine.ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG) from None
+
+    def _plan_one(self, overrides: Sequence[str]) -> Any:
+        """The planned run of one search point, or why it cannot run (a string)."""
+        import engine
+        from sweep.plan import GridError, plan
+
+        try:
+            (run,) = plan([overrides], self._grid_composer().compose)
+        except GridError as exc:
+            return str(exc.__cause__ or exc)
+        except engine.ConfigError as exc:
+            return str(exc)
+        return run
+
+    def stored_rows(self, overrides: Sequence[str]) -> List[Dict[str, Any]]:
+        """`sweep.search.TrialLauncher.stored_rows`: the runs rows of the dataset of this point."""
+        from sweep.cli import EXIT_BAD_CONFIG
+        from sweep.store import load_table
+
+        run = self._plan_one(overrides)
+        if isinstance(run, str):  # the fixed part of the search is wrong: no point of it can run
+            print(f"error: {run}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG)
+        if not (run.dataset / "runs").is_dir():
+            return []
+        return load_table(run.dataset, "runs").to_dict("records")
+
+    def run_ids(self, points: Sequence[Sequence[str]]) -> List[Optional[str]]:
+        """`sweep.search.TrialLauncher.run_ids`."""
+        planned = [self._plan_one(overrides) for overrides in points]
+        return [None if isinstance(run, str) else run.run_id for run in planned]
+
+    def run_points(self, points: Sequence[Sequence[str]]) -> List[Dict[str, Any]]:
+        """`sweep.search.TrialLauncher.run_points`: plan each point on its own (one that cannot run is
+        a failed trial, not the search's end), run the new ones on the Ray kept up by `searching`,
+        and read back every point's runs row. Ctrl-C ends the search (exit 130) with what finished stored."""
+        from sweep.driver import run_sweep
+        from sweep.interrupts import EXIT_INTERRUPTED
+        from sweep.store import load_table
+
+        planned = [self._plan_one(overrides) for overrides in points]
+        runs = [run for run in planned if not isinstance(run, str)]
+        if runs:
+            with _ray_failures_exit():
+                summary = run_sweep(runs, self._executor(runs), self.flush_rows, self.flush_interval_s,
+                                    show_progress=False)
+            if summary.interrupted:
+                raise SystemExit(EXIT_INTERRUPTED)
+        stored: Dict[str, Dict[str, Any]] = {}
+        for dataset in dict.fromkeys(run.dataset for run in runs):
+            rows = load_table(dataset, "runs")
+            wanted = rows[rows["run_id"].isin({run.run_id for run in runs})]
+            stored.update((row["run_id"], row) for row in wanted.to_dict("records"))
+        return [{"status": "error", "error": run} if isinstance(run, str) else stored[run.run_id] for run in planned]
