@@ -241,7 +241,7 @@ class SimConfig:
 # The engine's sections of a config, in the order of `SimConfig`'s fields.
 SECTIONS = tuple(item.name for item in fields(SimConfig) if item.name != "seed")
 # Keys outside the engine's sections that a composed config may carry (the sweep's own settings).
-_IGNORED_TOP_LEVEL = {"name", "results_dir", "ray", "hydra", "sweep"}
+_IGNORED_TOP_LEVEL = {"name", "results_dir", "ray", "replicate", "hydra", "sweep"}
 
 
 def _section(cls: type, mapping: Mapping[str, Any] | None, prefix: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import difflib
 import math
 import os
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 import engine
 from engine.config import KEY_CONDITIONS, holds_default, unused_key_error, unused_keys
 
+from .replicate import ReplicatePolicy
 from .rows import RunResult, TableRows
 from .runner import HYDRA_WORDS, MIB, point_id, run_id, stored_rows
 from .schema import PRESET_COLUMNS
@@ -48,6 +50,7 @@ def validate(config: Mapping[str, Any]) -> engine.SimConfig:
     if not isinstance(config.get("results_dir"), str) or not config["results_dir"]:
         raise engine.ConfigError("results_dir", config.get("results_dir"), "a directory path")
     checked = engine.load_config(config)
+    ReplicatePolicy.of(config)
     try:
         engine.check_backend(checked)
     except engine.ConfigError as exc:
@@ -201,6 +204,14 @@ class PlannedRun:
     def rows(self, result: RunResult) -> TableRows:
         """The rows stored for `result`, this run's outcome (`sweep.runner.stored_rows`)."""
         return stored_rows(self.config, result, self.run_id, self.presets, self.refine_reason, self.sim_config)
+
+    def with_seed(self, seed: int) -> PlannedRun:
+        """This run with another `seed` (a replica: `sweep.replicate`), planned anew; itself for its own seed."""
+        if seed == self.config["seed"]:
+            return self
+        overrides = [line for line in self.overrides if not line.lstrip("+~").startswith("seed=")] + [f"seed={seed}"]
+        return dataclasses.replace(planned_run({**self.config, "seed": seed}, overrides, self.force, self.presets),
+                                   refine_reason=self.refine_reason)
 
     @property
     def point_id(self) -> str:

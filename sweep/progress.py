@@ -41,6 +41,15 @@ class SweepSummary:
         """Runs that did not end with status ok: `error` or `timeout`; a resume runs them again."""
         return self.ran - self.statuses["ok"]
 
+    def add(self, other: SweepSummary) -> None:
+        """Count another sweep of the same grid (a wave of a replicated sweep) into this one."""
+        self.skipped += other.skipped
+        self.statuses.update(other.statuses)
+        self.failures += other.failures
+        self.retried += other.retried
+        self.wall_s += other.wall_s
+        self.interrupted = self.interrupted or other.interrupted
+
     def record(self, runs_row: Mapping[str, Any]) -> None:
         """Count one finished run by the `runs` row it produced."""
         self.statuses[runs_row["status"]] += 1

@@ -38,10 +38,10 @@ from engine.config import EngineConfig, identity_mapping
 from .rows import ColumnRows, RunResult, TableRows
 
 # Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
-NON_IDENTITY_KEYS = ("name", "results_dir", "ray")
+NON_IDENTITY_KEYS = ("name", "results_dir", "ray", "replicate")
 DEFAULT_BACKEND = EngineConfig().backend  # the backend of a config that names none
 # Keys left out of the repro command: a single in-process run does not use Ray.
-_NON_REPRO_KEYS = ("ray",)
+_NON_REPRO_KEYS = ("ray", "replicate")
 # The Hydra config groups of conf/ (sections chosen by a preset in the root defaults list).
 CONFIG_GROUPS = ("network", "tcp", "system", "workload")
 # Columns of the runs row naming the preset of each config group a run was composed from (`leaf_spine`, ...).

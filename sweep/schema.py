@@ -26,7 +26,9 @@ _ARROW_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "s
 _INT, _FLOAT, _TEXT = pa.int64(), pa.float64(), pa.string()
 
 # The sweep's own keys, which are no part of the engine's config but are in every run's config.
-_SWEEP_LEAVES = {"name": _TEXT, "results_dir": _TEXT, "ray.address": _TEXT, "ray.num_cpus": _INT}
+_SWEEP_LEAVES = {"name": _TEXT, "results_dir": _TEXT, "ray.address": _TEXT, "ray.num_cpus": _INT,
+                 "replicate.until_ci_pct": _FLOAT, "replicate.metric": _TEXT, "replicate.min_seeds": _INT,
+                 "replicate.max_seeds": _INT}
 
 # What the engine measures for a run (engine.run and the training loop's summary).
 _RUN_METRICS = {
@@ -84,6 +86,12 @@ def _declared() -> dict[str, dict[str, pa.DataType]]:
 
 
 DECLARED_COLUMNS: dict[str, dict[str, pa.DataType]] = _declared()
+
+
+def numeric_runs_columns() -> list[str]:
+    """The `runs` columns that hold numbers: what a search or a replicated sweep can measure a run by."""
+    return [column for column, kind in DECLARED_COLUMNS["runs"].items()
+            if pa.types.is_integer(kind) or pa.types.is_floating(kind)]
 
 
 def declared_schema(table: str) -> pa.Schema:

@@ -29,13 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence, TextIO
 
 import pandas as pd
-import pyarrow as pa
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer
 
 import engine
 
-from .schema import DECLARED_COLUMNS
+from .schema import numeric_runs_columns
 
 # Proposals in a row that repeat points already done before the search says the sampler has
 # nothing new to offer (a small space, a converged sampler) and stops short of `n_trials`.
@@ -170,10 +169,8 @@ def search_space(lines: Sequence[str]) -> SearchSpace:
 def check_objectives(objectives: Sequence[str], directions: Sequence[str]) -> None:
     """Raise `engine.ConfigError` unless every objective is a numeric `runs` column and every
     direction `minimize` or `maximize`, one per objective."""
-    numeric = [column for column, kind in DECLARED_COLUMNS["runs"].items()
-               if pa.types.is_integer(kind) or pa.types.is_floating(kind)]
     for objective in objectives:
-        if objective not in numeric:
+        if objective not in numeric_runs_columns():
             raise engine.ConfigError("hydra.sweeper.objective", objective,
                                      "a numeric column of the runs table, such as iteration_time_s, comm_s, "
                                      "max_fct_s or timeouts (docs/results.md), or a list of them")

@@ -176,6 +176,22 @@ MISTAKES = [
             ("network.link_gbps='range(1,2,0.5)'", "a range of integers"), multirun=True),
     Mistake("search-fixed-key-wrong", "hydra/sweeper=optuna network.link_gbps=-5 seed=1,2", EXIT_BAD_CONFIG,
             ("network.link_gbps=-5.0",), multirun=True),
+    # replicate until confident
+    Mistake("replicate-pct-out-of-range", "replicate.until_ci_pct=150 seed=1", EXIT_BAD_CONFIG,
+            ("replicate.until_ci_pct=150", "percentage of the mean"), multirun=True),
+    Mistake("replicate-metric-typo", "replicate.until_ci_pct=5 replicate.metric=iteration_time", EXIT_BAD_CONFIG,
+            ("replicate.metric='iteration_time'", "numeric column of the runs table"), multirun=True),
+    Mistake("replicate-one-seed", "replicate.until_ci_pct=5 replicate.min_seeds=1", EXIT_BAD_CONFIG,
+            ("replicate.min_seeds=1", "an interval needs two"), multirun=True),
+    Mistake("replicate-max-below-min", "replicate.until_ci_pct=5 replicate.max_seeds=2", EXIT_BAD_CONFIG,
+            ("replicate.max_seeds=2", "replicate.min_seeds (3)"), multirun=True),
+    Mistake("replicate-seed-swept", "replicate.until_ci_pct=5 seed=1,2", EXIT_BAD_CONFIG,
+            ("seed=2", "one seed per grid point"), multirun=True),
+    Mistake("replicate-two-fidelity", "replicate.until_ci_pct=5 hydra.launcher.screen_backend=alpha_beta "
+            "hydra.launcher.refine_budget=2 hydra.launcher.refine_top=1 network.link_gbps=25,100", EXIT_BAD_CONFIG,
+            ("replicate.until_ci_pct=5", "two-fidelity"), multirun=True),
+    Mistake("replicate-in-a-search", "hydra/sweeper=optuna replicate.until_ci_pct=5 network.link_gbps=25,100",
+            EXIT_BAD_CONFIG, ("replicate.until_ci_pct=5", "in a search"), multirun=True),
     Mistake("unreachable-ray", "ray.address=127.0.0.1:1 seed=12345", EXIT_BAD_CONFIG,
             # refused by the address probe at once, never reaching ray.init's minutes of retries
             ("ray.address=127.0.0.1:1", "no Ray cluster answers", "Connection refused"), multirun=True),

@@ -161,7 +161,8 @@ class OptunaSweeper(Sweeper):
         print(f"search: {self.n_trials} trials, {self.n_jobs} at a time, {type(study.sampler).__name__} "
               f"over {', '.join(space.distributions)}; objective "
               f"{', '.join(f'{d} {o}' for d, o in zip(self.directions, self.objectives))}")
-        with self.launcher.searching():
+        self.launcher.check_settings_or_exit()
+        with self.launcher.ray_kept_up():
             search.run()
         return []
 
@@ -181,6 +182,18 @@ def _ray_failures_exit() -> Iterator[None]:
     except RayStartError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_RUN_FAILED) from None
+
+
+def _stored_rows(runs: Sequence[Any]) -> Dict[str, Dict[str, Any]]:
+    """The stored runs row of each of `runs` (planned runs), by run_id: its newest attempt."""
+    from sweep.store import load_table
+
+    stored: Dict[str, Dict[str, Any]] = {}
+    for dataset in dict.fromkeys(run.dataset for run in runs):
+        rows = load_table(dataset, "runs")
+        wanted = rows[rows["run_id"].isin({run.run_id for run in runs})]
+        stored.update((row["run_id"], row) for row in wanted.to_dict("records"))
+    return stored
 
 
 @dataclass
@@ -260,6 +273,7 @@ class RayNetsweepLauncher(Launcher):
         from sweep.interrupts import EXIT_INTERRUPTED
         from sweep.plan import GridComposer, GridError, format_refused, plan
         from sweep.progress import format_summary
+        from sweep.replicate import ReplicatePolicy, check_one_seed_per_point, format_replicated
 
         from sweep.fidelity import (RefinePolicy, default_screen_backend, format_refusals, format_selection,
                                     plan_screens, run_two_fidelity, screen_refusals)
@@ -282,6 +296,13 @@ class RayNetsweepLauncher(Launcher):
                 policy.check_grid(runs)
                 screens = plan_screens(runs, policy.screen_backend)
                 refusals = format_refusals(screen_refusals(runs, screens, policy.screen_backend), policy.screen_backend)
+            replicate = ReplicatePolicy.of(runs[0].config) if runs else ReplicatePolicy()
+            if replicate.enabled:
+                if policy is not None:
+                    raise engine.ConfigError("replicate.until_ci_pct", replicate.until_ci_pct,
+                                             "null (off) in a two-fidelity sweep, which picks the points to refine "
+                                             "by one run each")
+                check_one_seed_per_point(runs)
         except (GridError, engine.ConfigError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
@@ -299,14 +320,19 @@ class RayNetsweepLauncher(Launcher):
 
         if not runs:
             return []
-        executor = self._executor(runs)
         with _ray_failures_exit():
-            if policy is None:
-                summary = run_sweep(runs, executor, self.flush_rows, self.flush_interval_s)
+            if replicate.enabled:
+                summary, points = self._replicate(runs, replicate)
+                print(format_summary(summary))
+                print(format_replicated(points, replicate))
+                interrupted, failed = summary.interrupted, summary.failed
+            elif policy is None:
+                summary = run_sweep(runs, self._executor(runs), self.flush_rows, self.flush_interval_s)
                 print(format_summary(summary))
                 interrupted, failed = summary.interrupted, summary.failed
             else:
-                result = run_two_fidelity(runs, screens, policy, executor, self.flush_rows, self.flush_interval_s)
+                result = run_two_fidelity(runs, screens, policy, self._executor(runs), self.flush_rows,
+                                          self.flush_interval_s)
                 print(f"screen ({policy.screen_backend}):")
                 print(format_summary(result.screen))
                 if result.refine is not None:
@@ -335,10 +361,10 @@ class RayNetsweepLauncher(Launcher):
 
     def _executor(self, runs: Sequence[Any]) -> Any:
         """The Ray executor for `runs` (from their `ray` settings, which are validated with the runs and
-        are no part of what is simulated): a new one, or inside `searching` the one kept up."""
+        are no part of what is simulated): a new one, or inside `ray_kept_up` the one kept up."""
         from sweep.cluster import RAY_LOG, RayExecutor
 
-        if self._held is not None and self._held_executor is not None:
+        if self._held_executor is not None:
             return _AlreadyEntered(self._held_executor)
         ray_settings = runs[0].config["ray"]
         executor = RayExecutor(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
@@ -352,10 +378,9 @@ class RayNetsweepLauncher(Launcher):
         return _AlreadyEntered(executor)
 
     @contextlib.contextmanager
-    def searching(self) -> Iterator[None]:
-        """While a search runs (`sweep.search`): the Ray its first batch starts stays up until the
-        search ends (or is interrupted), and is stopped then."""
-        self._check_or_exit()
+    def ray_kept_up(self) -> Iterator[None]:
+        """Within: the Ray that the first `run_sweep` starts stays up for the next ones (the batches of
+        a search, the waves of a replicated sweep), and is stopped on leaving (or an interrupt)."""
         with contextlib.ExitStack() as held:
             self._held = held
             try:
@@ -363,7 +388,8 @@ class RayNetsweepLauncher(Launcher):
             finally:
                 self._held, self._held_executor = None, None
 
-    def _check_or_exit(self) -> None:
+    def check_settings_or_exit(self) -> None:
+        """`hydra.launcher.*` out of range ends the command: one line, exit 2."""
         import engine
         from sweep.cli import EXIT_BAD_CONFIG
 
@@ -388,10 +414,16 @@ class RayNetsweepLauncher(Launcher):
 
     def stored_rows(self, overrides: Sequence[str]) -> List[Dict[str, Any]]:
         """`sweep.search.TrialLauncher.stored_rows`: the runs rows of the dataset of this point."""
+        import engine
         from sweep.cli import EXIT_BAD_CONFIG
         from sweep.store import load_table
 
+        from sweep.replicate import ReplicatePolicy
+
         run = self._plan_one(overrides)
+        if not isinstance(run, str) and ReplicatePolicy.of(run.config).enabled:
+            run = str(engine.ConfigError("replicate.until_ci_pct", run.config["replicate"]["until_ci_pct"],
+                                         "null (off) in a search: a trial is one run"))
         if isinstance(run, str):  # the fixed part of the search is wrong: no point of it can run
             print(f"error: {run}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG)
@@ -410,7 +442,6 @@ class RayNetsweepLauncher(Launcher):
         and read back every point's runs row. Ctrl-C ends the search (exit 130) with what finished stored."""
         from sweep.driver import run_sweep
         from sweep.interrupts import EXIT_INTERRUPTED
-        from sweep.store import load_table
 
         planned = [self._plan_one(overrides) for overrides in points]
         runs = [run for run in planned if not isinstance(run, str)]
@@ -420,9 +451,22 @@ class RayNetsweepLauncher(Launcher):
                                     show_progress=False)
             if summary.interrupted:
                 raise SystemExit(EXIT_INTERRUPTED)
-        stored: Dict[str, Dict[str, Any]] = {}
-        for dataset in dict.fromkeys(run.dataset for run in runs):
-            rows = load_table(dataset, "runs")
-            wanted = rows[rows["run_id"].isin({run.run_id for run in runs})]
-            stored.update((row["run_id"], row) for row in wanted.to_dict("records"))
+        stored = _stored_rows(runs)
         return [{"status": "error", "error": run} if isinstance(run, str) else stored[run.run_id] for run in planned]
+
+    def _replicate(self, runs: Sequence[Any], replicate: Any) -> Any:
+        """Run `runs` replicated (`sweep.replicate`) in waves on one Ray; the summary of all waves and the points."""
+        from sweep.driver import run_sweep
+        from sweep.progress import SweepSummary
+        from sweep.replicate import replicate_points
+
+        total = SweepSummary(grid_points=len(runs), datasets=list(dict.fromkeys(run.dataset for run in runs)))
+
+        def run_wave(wave: List[Any]) -> Optional[Dict[str, Dict[str, Any]]]:
+            summary = run_sweep(wave, self._executor(wave), self.flush_rows, self.flush_interval_s)
+            total.add(summary)
+            return None if summary.interrupted else _stored_rows(wave)
+
+        with self.ray_kept_up():
+            points = replicate_points(runs, replicate, run_wave)
+        return total, points

@@ -120,6 +120,8 @@ def build_report(path: str | os.PathLike[str]) -> Path:
         axes = swept_axes(frame)
         lines += (text.training_section if kind == "training" else text.flows_section)(dataset, frame, axes)
         usable = frame[(frame["status"] != "error") & frame[METRICS[kind][0]].notna()]
+        lines += text.replicate_lines(usable[usable["status"] == "ok"], axes, METRICS[kind][0],
+                                      METRICS[kind][2].split(" (")[0])
         if not usable.empty:
             kind_plots, kind_lines = _kind_plots(dataset, kind, usable, axes, out)
             drawn += kind_plots

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from ..replicate import mean_interval
 from ..schema import PRESET_COLUMNS
 from ..store import QUARANTINE, quarantined_parts
 from .axes import Axis, describe, fmt, is_config_column, key_words, row_keys, swept_axes, at
@@ -161,6 +162,31 @@ def training_section(dataset: Dataset, training: pd.DataFrame, axes: Sequence[Ax
                       "embedding all-to-all and weight-gradient all-reduces), e.g. "
                       + ", ".join(f"`{run}` by {ms(value)} ms" for run, value in differ.head(3).items()) + "."]
     return lines
+
+
+def replicate_lines(runs: pd.DataFrame, axes: Sequence[Axis], metric: str, what: str) -> list[str]:
+    """Where seeds replicate points (a `seed` axis): each point's mean of `metric` over its seeds with
+    the 95 % Student-t confidence interval (`replicate.until_ci_pct` sweeps; any grid with seeds)."""
+    if not any(axis.key == "seed" for axis in axes):
+        return []
+    others = [axis.key for axis in axes if axis.key != "seed"]
+    groups = runs.groupby(others, dropna=False, sort=False) if others else [((), runs)]
+    rows = []
+    for values, group in groups:
+        values = values if isinstance(values, tuple) else (values,)
+        samples = [float(value) for value in group[metric].dropna()]
+        if len(samples) < 2:
+            continue
+        mean, half_width = mean_interval(samples)
+        point = " ".join(f"`{key}={fmt(value)}`" for key, value in zip(others, values)) or "every run"
+        rows.append([point, len(samples), ms(mean), ms(half_width),
+                     f"{100 * half_width / abs(mean):.2g}" if mean else "n/a"])
+    if not rows:
+        return []
+    return ["", f"### {what[0].upper()}{what[1:]} over seeds: mean and 95 % interval", "",
+            f"Each point's runs differ only by `seed`: their mean {what} and the half-width of its 95 % Student-t "
+            "confidence interval (mean +- half-width).", "",
+            *table(["point", "seeds", "mean (ms)", "+- (ms)", "+- (% of mean)"], rows)]
 
 
 def flows_section(dataset: Dataset, flow_runs: pd.DataFrame, axes: Sequence[Axis]) -> list[str]:
