@@ -52,7 +52,7 @@ _ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # CPU waits on the round trip to the driver when runs take milliseconds (4 per CPU ran 1,000 such runs
 # about 20 % slower on 2 CPUs), and a bound on what a Ctrl-C or a crash leaves unfinished.
 IN_FLIGHT_PER_CPU = 16
-RAY_LOG = "ray.log"  # in the sweep's dataset: what Ray printed on standard error during the sweep
+RAY_LOG = "_ray.log"  # in the sweep's dataset (the "_" keeps Parquet readers off it): what Ray printed on stderr
 _AUTH_MODE_ENV = "RAY_AUTH_MODE"  # Ray's switch: `token` sends this machine's token to the cluster
 # Seconds the one request that asks a cluster whether it accepts this process may take.
 AUTH_PROBE_TIMEOUT_S = 10.0
@@ -155,6 +155,37 @@ def _auth_refused(address: str, token_sent: bool) -> str:
             "(`ray get-auth-token` there prints it)")
 
 
+def _client_ping(address: str, metadata: tuple[tuple[str, str], ...] = ()) -> None:
+    """One PING of a Ray client server at `address` (`host:port` or `ray://host:port`); raises what
+    gRPC raises if none answers. Ray's generated client protocol (2.60)."""
+    import grpc  # noqa: PLC0415 - Ray's dependency
+    from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc  # noqa: PLC0415
+
+    with grpc.insecure_channel("%s:%d" % _host_port(address)) as channel:
+        ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
+        ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=AUTH_PROBE_TIMEOUT_S,
+                                                                  metadata=metadata)
+
+
+def _check_speaks_ray(address: str) -> None:
+    """Raise ConnectionError, in one line, if a `host:port` address is a Ray client server's port
+    (it wants `ray://`) or if what answers there is no gRPC server at all (not a Ray head): either
+    would cost `ray.init` half a minute of retries and a log full of gRPC errors. A Ray head's GCS
+    answers the ping "unimplemented" (or "unauthenticated", left to `_check_accepted`)."""
+    try:
+        _client_ping(address)
+    except ImportError:  # Ray's internals have moved: nothing is checked
+        return
+    except Exception as exc:  # noqa: BLE001 - classified by its gRPC status below
+        code = getattr(exc, "code", None)
+        status = getattr(code(), "name", None) if callable(code) else None
+        if status in ("UNIMPLEMENTED", "UNAUTHENTICATED"):
+            return  # a gRPC server without Ray's client service: a head's GCS
+        raise ConnectionError(f"no Ray cluster answers at ray.address={address}: what listens there does not "
+                              f"speak Ray's protocol ({status or type(exc).__name__})") from None
+    raise ConnectionError(f"ray.address={address} is a Ray client server's port: write ray://{address}")
+
+
 def _check_accepted(ray: Any, address: str) -> None:
     """Raise ConnectionError, in one line, if the cluster at `address` refuses this process's
     authentication (one request: a GCS client for `host:port`, a ping of the Ray client server for
@@ -162,9 +193,6 @@ def _check_accepted(ray: Any, address: str) -> None:
     gone, nothing is checked."""
     try:
         if address.startswith("ray://"):
-            import grpc  # noqa: PLC0415 - Ray's dependency
-            from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc  # noqa: PLC0415
-
             metadata: tuple[tuple[str, str], ...] = ()
             if _token_mode():  # the token, as Ray's client sends it (its own interceptor's metadata)
                 from ray._private.authentication.grpc_authentication_client_interceptor import (  # noqa: PLC0415
@@ -172,10 +200,7 @@ def _check_accepted(ray: Any, address: str) -> None:
                 )
 
                 metadata = _get_authentication_metadata_tuple()
-            with grpc.insecure_channel("%s:%d" % _host_port(address)) as channel:
-                ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
-                ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=AUTH_PROBE_TIMEOUT_S,
-                                                                          metadata=metadata)
+            _client_ping(address, metadata)
         else:
             from ray._raylet import GcsClient  # noqa: PLC0415
 
@@ -295,7 +320,7 @@ class RayExecutor:
     joins an existing cluster (whose nodes must have netsweep installed), which leaving leaves
     running. A Ray session already open in this process is used as it is.
     `run_fn(sim_config, max_wall_time_s)` is the task's body, `sweep.runner.measure` unless a test
-    swaps it. `log_path` (the launcher's: `<dataset>/ray.log`) receives what Ray prints while it is up
+    swaps it. `log_path` (the launcher's: `<dataset>/_ray.log`) receives what Ray prints while it is up
     (see `stderr_to_log` and `driver_messages_to`); None leaves Ray's output where Ray puts it.
     """
 
@@ -327,6 +352,8 @@ class RayExecutor:
         try:
             if self._owned and self.address is not None:
                 _check_reachable(self.address)  # before anything is written
+                if self.address != "auto" and not self.address.startswith("ray://"):
+                    _check_speaks_ray(self.address)
             if self.log_path is not None:
                 log = self._stderr.enter_context(stderr_to_log(self.log_path, f"ray.address={self.address}"))
                 self._stderr.enter_context(driver_messages_to(ray, log))

@@ -90,6 +90,10 @@ def config_error(exc: OmegaConfBaseException) -> engine.ConfigError:
     return engine.ConfigError(key, value, f"a value or an interpolation that resolves ({reason})")
 
 
+# Hydra plugin presets that netsweep's extras install: (group, preset) -> the extra
+PLUGIN_EXTRAS = {("hydra/launcher", "submitit_local"): "slurm", ("hydra/launcher", "submitit_slurm"): "slurm"}
+
+
 def hydra_error(exc: HydraException, args: Sequence[str]) -> engine.ConfigError:
     """A mistake Hydra finds while composing the command line `args` (an unknown preset, an override
     of a key that does not exist, an override it cannot parse) as a `ConfigError` naming the key,
@@ -97,6 +101,10 @@ def hydra_error(exc: HydraException, args: Sequence[str]) -> engine.ConfigError:
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
         group, _, choice = exc.missing_cfg_file.rpartition("/")
+        extra = PLUGIN_EXTRAS.get((group, choice))
+        if extra is not None:
+            return engine.ConfigError(group, choice, f"installed with an extra: pip install 'netsweep[{extra}]' "
+                                                     f"(presets here: {', '.join(sorted(exc.options))})")
         return engine.ConfigError(group, choice, f"a preset in conf/{group}/{_closest(choice, exc.options)}: "
                                                  f"{', '.join(sorted(exc.options))}")
     if isinstance(exc, OverrideParseException):

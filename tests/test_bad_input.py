@@ -108,7 +108,9 @@ MISTAKES = [
     Mistake("astra-missing", ASTRA + "missing.txt", EXIT_BAD_CONFIG,
             ("workload.path=", "missing.txt", "existing")),
     Mistake("astra-empty", ASTRA + "empty.txt", EXIT_BAD_CONFIG,
-            ("workload.path=", "empty.txt", "empty or truncated")),
+            ("workload.path=", "empty.txt", "this one is empty")),
+    Mistake("astra-not-a-workload", ASTRA + "garbage.txt", EXIT_BAD_CONFIG,
+            ("garbage.txt", "line 1: parallelism 'hello' is not one of", "starts with it")),
     Mistake("astra-truncated", ASTRA + "truncated.txt", EXIT_BAD_CONFIG, ("truncated.txt", "1 layer lines", "found 0")),
     Mistake("astra-field-count", ASTRA + "fields.txt", EXIT_BAD_CONFIG,
             ("fields.txt", "line 3", "12 fields", "found 6")),
@@ -308,6 +310,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("bad_input")
     (root / "cwd").mkdir()  # the commands run here: a stray relative write would show up in the hashes
     (root / "empty.txt").write_text("")
+    (root / "garbage.txt").write_text("hello this is not a workload\n")
     (root / "truncated.txt").write_text("MICRO\n1\n")
     (root / "fields.txt").write_text("MICRO\n1\nconv1 -1 5 NONE 0 5\n")
     (root / "comm.txt").write_text(f"MICRO\n1\n{GOOD_LAYER.replace('ALLREDUCE', 'BROADCAST')}")

@@ -216,7 +216,7 @@ def test_a_node_removed_mid_sweep(cluster: LoopbackCluster, tmp_path: Path) -> N
     assert "  ok              16" in stdout
     assert f"  retried{len(retried):>11}   run again after their worker process or node died" in stdout
     # on the terminal only the sweep's own lines; what Ray printed about the lost node is in the log
-    log = tmp_path / "results" / "node_lost" / "ray.log"
+    log = tmp_path / "results" / "node_lost" / "_ray.log"
     assert [line for line in stderr.splitlines() if not line.startswith("ray: ")] == [], stderr
     assert f"ray: Ray's own messages of this sweep are in {log}" in stderr
     assert "(raylet)" not in stdout

@@ -190,3 +190,17 @@ def test_a_bad_grid_is_refused_before_anything_runs(tmp_path: Path, overrides: l
     assert refused.stderr.startswith(message)
     assert len(refused.stderr.strip().splitlines()) == 1 and refused.stdout == ""
     assert list(tmp_path.iterdir()) == []  # no results/, no multirun.yaml, no outputs/
+
+
+def test_a_launcher_of_an_extra_not_installed_names_the_extra() -> None:
+    """`hydra/launcher=submitit_slurm` without the slurm extra: Hydra finds no such preset; the line says
+    what to install (the test's environment has the extra, so Hydra's exception is made here)."""
+    from hydra.errors import MissingConfigException
+
+    from sweep.plan import hydra_error
+
+    missing = MissingConfigException("Could not find 'hydra/launcher/submitit_slurm'",
+                                     missing_cfg_file="hydra/launcher/submitit_slurm", options=["basic", "ray_netsweep"])
+    error = hydra_error(missing, ["hydra/launcher=submitit_slurm", "seed=1,2"])
+    assert str(error) == ("hydra/launcher='submitit_slurm' is not valid: installed with an extra: "
+                          "pip install 'netsweep[slurm]' (presets here: basic, ray_netsweep)")

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -89,17 +90,22 @@ def _head_command(port: int, num_cpus: int, temp_dir: str, client_port: int) -> 
             f"--metrics-export-port={_free_port()}"]
 
 
+CLIENT_PORTS: dict[str, int] = {}  # the Ray client server's port of each head `ray_address` started
+
+
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
-    """`127.0.0.1:<port>` of a 2-CPU Ray head node on loopback, with no dashboard."""
+    """`127.0.0.1:<port>` of a 2-CPU Ray head node on loopback, with no dashboard (its client
+    server's port: `CLIENT_PORTS`)."""
     with pytest.MonkeyPatch.context() as env:
         for key, value in RAY_ENV.items():
             env.setenv(key, value)
         temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are limited
-        port = _free_port()
-        head = subprocess.Popen(_head_command(port, 2, temp_dir, _free_port()),
+        port, client_port = _free_port(), _free_port()
+        head = subprocess.Popen(_head_command(port, 2, temp_dir, client_port),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         address = f"127.0.0.1:{port}"
+        CLIENT_PORTS[address] = client_port
         try:
             import ray  # noqa: PLC0415 - after RAY_ENV is set
 
@@ -457,6 +463,41 @@ def test_an_address_nothing_answers_at_is_refused_at_once(tmp_path: Path, scheme
     assert not (tmp_path / "results").exists()
 
 
+def test_a_client_server_port_without_ray_scheme_says_to_write_it(ray_address: str, tmp_path: Path) -> None:
+    """`host:port` of Ray's client server (the head's 10001 by default) is not where `ray.init` looks for
+    a head without `ray://`: refused at once in one line that says what to write, nothing written."""
+    address = f"127.0.0.1:{CLIENT_PORTS[ray_address]}"
+    refused = _sweep(tmp_path, "seed=0,1", f"ray.address={address}", f"results_dir={tmp_path / 'results'}")
+    assert refused.returncode == 2
+    assert refused.stderr == f"error: ray.address={address} is a Ray client server's port: write ray://{address}\n"
+    assert not (tmp_path / "results").exists()
+
+
+def test_an_address_where_something_else_answers_is_refused_at_once(tmp_path: Path) -> None:
+    """A port where a server that is not Ray listens (here: one that answers in plain text and hangs up)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+
+        def answer() -> None:
+            while True:
+                try:
+                    connection, _ = server.accept()
+                except OSError:  # closed: the test is over
+                    return
+                with connection:
+                    connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        refused = _sweep(tmp_path, "seed=0,1", f"ray.address={address}", f"results_dir={tmp_path / 'results'}")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(f"error: no Ray cluster answers at ray.address={address}: what listens there "
+                                     "does not speak Ray's protocol")
+    assert len(refused.stderr.splitlines()) == 1
+    assert not (tmp_path / "results").exists()
+
+
 def test_local_ray_on_loopback(tmp_path: Path) -> None:
     """`ray.address` null: the sweep starts its own Ray on 127.0.0.1 (here with 1 CPU) and stops it."""
     done = _sweep(tmp_path, *_grid(tmp_path, None, "local")[2:], "seed=0,1")
@@ -531,7 +572,7 @@ def test_an_explicit_loopback_address_gets_the_token_its_head_expects(
                   env=_user_env(tmp_path, RAY_AUTH_TOKEN=token))
     assert done.returncode == 0, done.stderr
     # and, where Ray had trouble on the way (`ray://` connecting again, `_join`), where its log is
-    log_line = f"ray: Ray's own messages of this sweep are in {tmp_path / 'results' / 'token' / 'ray.log'}"
+    log_line = f"ray: Ray's own messages of this sweep are in {tmp_path / 'results' / 'token' / '_ray.log'}"
     assert done.stderr.splitlines() in ([f"ray: the Ray cluster at {target}, 1 CPUs"],
                                         [f"ray: the Ray cluster at {target}, 1 CPUs", log_line]), done.stderr
     assert len(read_table(tmp_path / "results" / "token", "runs")) == 2
@@ -556,6 +597,6 @@ def test_a_head_that_refuses_the_sweep_says_what_to_set_in_one_line(
     assert refused.returncode == 2
     assert refused.stderr.splitlines() == [
         f"error: the Ray cluster at ray.address={target} {advice}" + refused.stderr.split(advice, 1)[1].rstrip("\n")]
-    log = (tmp_path / "results" / "refused" / "ray.log").read_text()
+    log = (tmp_path / "results" / "refused" / "_ray.log").read_text()
     assert log.count("InvalidAuthToken") <= 1
     assert not (tmp_path / "results" / "refused" / "runs").exists()

@@ -138,8 +138,9 @@ def test_dlrm_on_16_npus_over_tcp_end_to_end():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("", "empty or truncated"),
-    ("DATA\n", "empty or truncated"),
+    ("", "(this one is empty)"),
+    ("DATA\n", "(this one ends after its parallelism line)"),
+    ("hello world, no workload at all\n", "line 1: parallelism 'hello' is not one of"),
     ("PIPELINE\n1\nl -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n", "line 1: parallelism 'PIPELINE'"),
     ("DATA\nx\nl -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n", "line 2: a positive layer count"),
     ("DATA\n2\nl -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n", "2 layer lines after line 2, found 1"),

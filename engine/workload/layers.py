@@ -134,14 +134,18 @@ def parse_astra(path: str, cycle_ps: int, dimension_sizes: tuple[int, ...]) -> W
     file = workload_file(path)
     lines = [line.split() for line in file.read_text(errors="replace").splitlines()]
     numbered = [(n + 1, fields) for n, fields in enumerate(lines) if fields]
+    if not numbered:
+        raise ConfigError("workload.path", path, "a workload file with a parallelism line, a layer count "
+                          "and one line per layer (this one is empty)")
+    header_line, header = numbered[0]
+    parallelism = header[0]
+    if parallelism not in PARALLELISM:  # said first: a file that is no workload at all fails here
+        raise ConfigError("workload.path", path, f"line {header_line}: parallelism {parallelism!r} is not one of "
+                          f"{', '.join(PARALLELISM)} (an ASTRA-sim 1.0 workload file starts with it)")
     if len(numbered) < 2:
         raise ConfigError("workload.path", path, "a workload file with a parallelism line, a layer count "
-                          "and one line per layer (this one is empty or truncated)")
-    (_, header), (count_line, count_fields) = numbered[0], numbered[1]
-    parallelism = header[0]
-    if parallelism not in PARALLELISM:
-        raise ConfigError("workload.path", path, f"line 1: parallelism {parallelism!r} is not one of "
-                          f"{', '.join(PARALLELISM)}")
+                          "and one line per layer (this one ends after its parallelism line)")
+    count_line, count_fields = numbered[1]
     if not count_fields[0].isdigit() or int(count_fields[0]) < 1:
         raise ConfigError("workload.path", path, f"line {count_line}: a positive layer count, got {count_fields[0]!r}")
     count = int(count_fields[0])
