@@ -67,7 +67,13 @@ KEY_WORDS = {
 }
 BACKEND_ORDER = ("alpha_beta", "analytical", "phase", "packet", "ns3")
 # Values shown as their names are written (congestion controls); any other value as stored.
-VALUE_WORDS = {"newreno": "NewReno", "dctcp": "DCTCP", "cubic": "CUBIC", "linux": "Linux"}
+# Presets and values in words, for ticks, legends and titles (what is not here is shown as it is written)
+VALUE_WORDS = {"newreno": "NewReno", "dctcp": "DCTCP", "cubic": "CUBIC", "linux": "Linux",
+               "leaf_spine": "leaf-spine", "fat_tree": "fat tree", "switch": "one switch",
+               "dlrm": "DLRM", "dlrm_small": "DLRM small", "dlrm_medium": "DLRM medium", "dlrm_large": "DLRM large",
+               "dlrm_dcnv2": "DLRM-DCNv2", "astra_dlrm": "DLRM (ASTRA-sim file)",
+               "halving_doubling": "halving-doubling", "double_binary_tree": "double binary tree",
+               "local_bw_aware": "local-bandwidth aware"}
 
 
 def is_null(value: Any) -> bool:
@@ -148,7 +154,7 @@ class Axis:
 
     def value_words(self, value: Any) -> str:
         """One value in words with its unit, for legends, titles and tables: a preset or topology by
-        its name (`leaf_spine`, `DCTCP`), a number with the parameter and unit (`minimum RTO 200 ms`,
+        its name in words (`leaf-spine`, `DCTCP`), a number with the parameter and unit (`minimum RTO 200 ms`,
         `16 NPUs`, `chunks per collective 4`), a switch as on/off (`delayed ACK on`)."""
         if self.key in PRESET_COLUMNS or self.key in NAME_COLUMNS:
             return VALUE_WORDS.get(fmt(value), fmt(value))
