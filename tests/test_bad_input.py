@@ -176,6 +176,8 @@ MISTAKES = [
             ("hydra.sweeper.params=", "at least one key to search"), multirun=True),
     Mistake("search-real-range", "hydra/sweeper=optuna network.link_gbps=range(1,2,0.5)", EXIT_BAD_CONFIG,
             ("network.link_gbps='range(1,2,0.5)'", "a range of integers"), multirun=True),
+    Mistake("search-memory-beyond-machine", "hydra/sweeper=optuna hydra.launcher.run_memory_mb=100000000 seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.launcher.run_memory_mb=100000000.0", "this machine's memory"), multirun=True),
     Mistake("search-fixed-key-wrong", "hydra/sweeper=optuna network.link_gbps=-5 seed=1,2", EXIT_BAD_CONFIG,
             ("network.link_gbps=-5.0",), multirun=True),
     # replicate until confident

@@ -7,9 +7,12 @@ it to the launcher in one batch, without composing every job first and without w
 before anything starts; composing once per combination of config-group choices), `sweep.cluster`
 (Ray tasks running `sweep.runner.execute`), `sweep.driver` (resume, rows stored as runs finish,
 Ctrl-C safe) and `sweep.progress` (progress bar, summary table). Hydra's task function (the
-single-run command) is not called: a run on a worker needs nothing from Hydra.
+single-run command) is not called: a run on a worker needs nothing from Hydra. With
+`replicate.until_ci_pct` the grid runs in waves of seeds (`sweep.replicate`); `hydra/sweeper: optuna`
+is a search instead (`sweep.search`), whose batches the launcher runs through `run_points`.
 
-Exit codes: 0 when every run is done with status ok; 1 when a run ended with `error` or `timeout`
+Exit codes: 0 when every run is done with status ok (in a search: whatever its trials' status, a
+failed run being a failed trial); 1 when a run ended with `error` or `timeout`
 (all other runs still ran and are stored); 2 for a grid point that cannot run, a launcher setting
 out of range, or a `ray.address` nothing answers at or that refuses this process (nothing launched); 130 when interrupted by
 Ctrl-C or SIGTERM, at any moment (what finished is stored, a local Ray and every process it started
@@ -238,7 +241,7 @@ class RayNetsweepLauncher(Launcher):
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self._composer: Any = None  # sweep.plan.GridComposer of this multirun, made on first use
-        self._held: Optional[contextlib.ExitStack] = None  # a search's Ray, kept up between its batches
+        self._held: Optional[contextlib.ExitStack] = None  # within `ray_kept_up`: what keeps Ray up
         self._held_executor: Any = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -271,7 +274,7 @@ class RayNetsweepLauncher(Launcher):
         from sweep.cluster import check_local_run_memory
         from sweep.driver import run_sweep
         from sweep.interrupts import EXIT_INTERRUPTED
-        from sweep.plan import GridComposer, GridError, format_refused, plan
+        from sweep.plan import GridError, format_refused, plan
         from sweep.progress import format_summary
         from sweep.replicate import ReplicatePolicy, check_one_seed_per_point, format_replicated
 
@@ -279,7 +282,7 @@ class RayNetsweepLauncher(Launcher):
                                     plan_screens, run_two_fidelity, screen_refusals)
 
         start = time.perf_counter()
-        composer = GridComposer(self.hydra_context.config_loader, self.config)
+        composer = self._grid_composer()
         policy = None
         refusals = ""
         try:
@@ -413,19 +416,27 @@ class RayNetsweepLauncher(Launcher):
         return run
 
     def stored_rows(self, overrides: Sequence[str]) -> List[Dict[str, Any]]:
-        """`sweep.search.TrialLauncher.stored_rows`: the runs rows of the dataset of this point."""
+        """`sweep.search.TrialLauncher.stored_rows`: the runs rows of the dataset of this point. The
+        search's fixed part is checked here, once: what makes no point of it runnable ends the command
+        (one line, exit 2)."""
         import engine
         from sweep.cli import EXIT_BAD_CONFIG
+        from sweep.cluster import check_local_run_memory
+        from sweep.replicate import ReplicatePolicy
         from sweep.store import load_table
 
-        from sweep.replicate import ReplicatePolicy
-
         run = self._plan_one(overrides)
-        if not isinstance(run, str) and ReplicatePolicy.of(run.config).enabled:
-            run = str(engine.ConfigError("replicate.until_ci_pct", run.config["replicate"]["until_ci_pct"],
-                                         "null (off) in a search: a trial is one run"))
-        if isinstance(run, str):  # the fixed part of the search is wrong: no point of it can run
-            print(f"error: {run}", file=sys.stderr)
+        problem = run if isinstance(run, str) else None
+        if problem is None:
+            try:
+                if ReplicatePolicy.of(run.config).enabled:
+                    raise engine.ConfigError("replicate.until_ci_pct", run.config["replicate"]["until_ci_pct"],
+                                             "null (off) in a search: a trial is one run")
+                check_local_run_memory(self.run_memory_mb, run.config["ray"]["address"])
+            except engine.ConfigError as exc:
+                problem = str(exc)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG)
         if not (run.dataset / "runs").is_dir():
             return []
