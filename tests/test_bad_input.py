@@ -20,15 +20,19 @@ few of the mistakes as separate `python -m sweep` processes and finds the same e
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -41,7 +45,8 @@ ASTRA = "workload=astra_micro_allreduce workload.path={root}/"
 
 @dataclass(frozen=True)
 class Mistake:
-    """One wrong command line: its arguments (`{root}` is the test directory), the exit code and
+    """One wrong command line: its arguments (`{root}` is the test directory, `{not_ray}` the address of
+    a server that is not Ray), the exit code and
     the pieces the message must contain."""
 
     id: str
@@ -196,6 +201,9 @@ MISTAKES = [
             ("replicate.until_ci_pct=5", "two-fidelity"), multirun=True),
     Mistake("replicate-in-a-search", "hydra/sweeper=optuna replicate.until_ci_pct=5 network.link_gbps=25,100",
             EXIT_BAD_CONFIG, ("replicate.until_ci_pct=5", "in a search"), multirun=True),
+    # a port where something that is not Ray listens (the module's `_not_ray_server`)
+    Mistake("ray-address-not-ray", "ray.address={not_ray} seed=12346", EXIT_BAD_CONFIG,
+            ("no Ray cluster answers at ray.address=127.0.0.1:", "does not speak Ray's protocol"), multirun=True),
     Mistake("unreachable-ray", "ray.address=127.0.0.1:1 seed=12345", EXIT_BAD_CONFIG,
             # refused by the address probe at once, never reaching ray.init's minutes of retries
             ("ray.address=127.0.0.1:1", "no Ray cluster answers", "Connection refused"), multirun=True),
@@ -228,10 +236,30 @@ def _immutable(path: Path) -> bool:
     return False
 
 
-def _arguments(mistake: Mistake, root: Path) -> list[str]:
+@contextlib.contextmanager
+def _not_ray_server() -> Iterator[str]:
+    """`127.0.0.1:<port>` of a server that is not Ray: it answers every connection in plain text and hangs up."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+
+        def answer() -> None:
+            while True:
+                try:
+                    connection, _ = server.accept()
+                except OSError:  # closed: the tests are over
+                    return
+                with connection:
+                    connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def _arguments(mistake: Mistake, root: Path, not_ray: str = "") -> list[str]:
     """The arguments after `python -m sweep`: every command writes to the existing dataset unless
     it names another place itself."""
-    args = mistake.args.replace("{root}", str(root)).split(" ")
+    args = mistake.args.replace("{root}", str(root)).replace("{not_ray}", not_ray).split(" ")
     keys = {arg.lstrip("+").split("=", 1)[0] for arg in args}
     defaults = [arg for key, arg in (("results_dir", f"results_dir={root / 'results'}"), ("name", "name=existing"))
                 if key not in keys]
@@ -283,13 +311,14 @@ for line in sys.stdin:
 """
 
 
-def _run_forked(mistakes: list[Mistake], root: Path, outputs: Path) -> dict[str, subprocess.CompletedProcess]:
+def _run_forked(mistakes: list[Mistake], root: Path, outputs: Path,
+                not_ray: str) -> dict[str, subprocess.CompletedProcess]:
     """Each mistake's command line run by a command server (`_COMMAND_SERVER`); one server per
     core, each taking every other mistake; their output files go to `outputs`."""
     env = _environment()
 
     def serve(share: list[Mistake]) -> dict[str, subprocess.CompletedProcess]:
-        jobs = [{"args": _arguments(m, root), "cwd": str(root / "cwd"), "env": env,
+        jobs = [{"args": _arguments(m, root, not_ray), "cwd": str(root / "cwd"), "env": env,
                  "out": str(outputs / f"{m.id}.out"), "err": str(outputs / f"{m.id}.err")} for m in share]
         server = subprocess.run([sys.executable, "-c", _COMMAND_SERVER], input="".join(json.dumps(job) + "\n"
                                 for job in jobs), capture_output=True, text=True, env=env, timeout=600, check=True)
@@ -325,7 +354,8 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict:
     before = _tree_hashes(root)
     runnable = [m for m in MISTAKES if m.needs != "immutable" or immutable]
     try:
-        results = _run_forked(runnable, root, tmp_path_factory.mktemp("bad_input_outputs"))
+        with _not_ray_server() as not_ray:
+            results = _run_forked(runnable, root, tmp_path_factory.mktemp("bad_input_outputs"), not_ray)
         after = _tree_hashes(root)
     finally:
         if immutable:
