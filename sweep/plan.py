@@ -14,11 +14,11 @@ cannot run is reported with its overrides and nothing is launched.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import math
 import os
 import re
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
