@@ -75,17 +75,26 @@ def student_t_quantile(probability: float, degrees: int) -> float:
     return (low + high) / 2.0
 
 
+def _half_width(deviation: float, count: int) -> float:
+    """Half-width of the 95 % Student-t interval of a mean of `count` values of standard deviation `deviation`."""
+    return student_t_quantile(0.5 + CONFIDENCE / 2, count - 1) * deviation / math.sqrt(count)
+
+
+def _mean_deviation(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample standard deviation) of two values or more."""
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
+
+
 def mean_interval(values: Sequence[float]) -> tuple[float, float]:
     """(mean, half-width of its 95 % Student-t confidence interval); the half-width is inf for fewer
     than two values, 0 for values all equal (exactly: not a rounding error's width)."""
-    count = len(values)
-    mean = sum(values) / count
-    if count < 2:
-        return mean, math.inf
+    if len(values) < 2:
+        return sum(values) / len(values), math.inf
     if max(values) == min(values):
         return values[0], 0.0
-    deviation = math.sqrt(sum((value - mean) ** 2 for value in values) / (count - 1))
-    return mean, student_t_quantile(0.5 + CONFIDENCE / 2, count - 1) * deviation / math.sqrt(count)
+    mean, deviation = _mean_deviation(values)
+    return mean, _half_width(deviation, len(values))
 
 
 @dataclass(frozen=True)
@@ -136,14 +145,14 @@ class ReplicatePolicy:
             return self.min_seeds
         if tried >= self.max_seeds or (len(values) >= 2 and self.confident(values)) or not values:
             return tried  # (no run gave the metric: more seeds would not either)
-        if len(values) < 2 or mean_interval(values)[0] == 0:
+        if len(values) < 2:
             return tried + 1
-        mean, half_width = mean_interval(values)
-        deviation = half_width * math.sqrt(len(values)) / student_t_quantile(0.5 + CONFIDENCE / 2, len(values) - 1)
+        mean, deviation = _mean_deviation(values)
+        if mean == 0:
+            return tried + 1
         target = abs(mean) * self.until_ci_pct / 100  # type: ignore[operator]  # enabled: a number
         needed = len(values)
-        while needed < self.max_seeds and \
-                student_t_quantile(0.5 + CONFIDENCE / 2, needed - 1) * deviation / math.sqrt(needed) > target:
+        while needed < self.max_seeds and _half_width(deviation, needed) > target:
             needed += 1
         return min(self.max_seeds, max(tried + 1, needed + (tried - len(values))))
 
@@ -170,7 +179,7 @@ class ReplicatedPoint:
 
 
 def replicate_points(runs: Sequence[PlannedRun], policy: ReplicatePolicy,
-              run_wave: Callable[[list[PlannedRun]], dict[str, Mapping[str, Any]] | None]) -> list[ReplicatedPoint]:
+                     run_wave: Callable[[list[PlannedRun]], dict[str, Mapping[str, Any]] | None]) -> list[ReplicatedPoint]:
     """Run the replicas of every point in waves (`run_wave` runs a list of runs, those already stored
     skipped, and returns the runs row of each by run_id, or None if it was interrupted) until no
     point wants another seed; return the points with their values."""

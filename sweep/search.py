@@ -66,7 +66,7 @@ class SearchSpace:
 
     def overrides(self, params: Mapping[str, Any]) -> list[str]:
         """The override lines of the point `params`."""
-        return [*self.fixed, *(f"{key}={_override_value(value)}" for key, value in params.items())]
+        return [*self.fixed, *_override_lines(params)]
 
     def size(self) -> float:
         """How many points the space has (inf with a real parameter)."""
@@ -222,6 +222,12 @@ class Search:
     def _key(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(params[key] for key in self.space.distributions)
 
+    def _tell(self, trial: Any, values: list[float] | None) -> None:
+        """Tell the study a trial's values, or that it failed (None)."""
+        import optuna
+
+        self.study.tell(trial, values, state=None if values is not None else optuna.trial.TrialState.FAIL)
+
     def resume(self) -> None:
         """Give the study the runs of this space already stored (see the module docstring)."""
         import optuna
@@ -243,8 +249,6 @@ class Search:
 
     def run(self) -> None:
         """Resume, then run batches of new points until `n_trials` are done or no new point comes."""
-        import optuna
-
         self.resume()
         if self.resumed:
             print(f"search: {self.resumed} runs of this space already stored, given to the study", file=self.out)
@@ -260,7 +264,7 @@ class Search:
                 key = self._key(trial.params)
                 if key in self.done:  # told what it gave, at once: nothing runs
                     values = self.done[key]
-                    self.study.tell(trial, values, state=None if values is not None else optuna.trial.TrialState.FAIL)
+                    self._tell(trial, values)
                     repeats += 1
                 elif key in keys:
                     twins.append(trial)
@@ -274,13 +278,13 @@ class Search:
             rows = self.launcher.run_points([self.space.overrides(trial.params) for trial in batch])
             for trial, row in zip(batch, rows):
                 values = trial_values(row, self.objectives)
-                self.study.tell(trial, values, state=None if values is not None else optuna.trial.TrialState.FAIL)
+                self._tell(trial, values)
                 self.done[self._key(trial.params)] = values
                 self.ran += 1
                 self._say(len(self.done), trial.params, values, row)
             for trial in twins:
                 values = self.done[self._key(trial.params)]
-                self.study.tell(trial, values, state=None if values is not None else optuna.trial.TrialState.FAIL)
+                self._tell(trial, values)
         if len(self.done) < min(self.n_trials, size):
             print(f"search: the sampler proposed only points already done {REPEATS_MAX} times in a row: "
                   f"stopped at {len(self.done)} of {self.n_trials} trials", file=self.out)
@@ -288,7 +292,7 @@ class Search:
 
     def _say(self, number: int, params: Mapping[str, Any], values: list[float] | None,
              row: Mapping[str, Any]) -> None:
-        point = " ".join(f"{key}={_override_value(value)}" for key, value in params.items())
+        point = _point_words(params)
         outcome = (", ".join(f"{objective}={value:.6g}" for objective, value in zip(self.objectives, values))
                    if values is not None else f"failed ({_failure(row, self.objectives)})")
         print(f"trial {number}/{self.n_trials}: {outcome}   {point}", file=self.out)
@@ -311,8 +315,18 @@ class Search:
         print(f"search: {title}:", file=self.out)
         for trial in sorted(best, key=lambda trial: trial.values):
             values = ", ".join(f"{objective}={value:.6g}" for objective, value in zip(self.objectives, trial.values))
-            point = " ".join(f"{key}={_override_value(value)}" for key, value in trial.params.items())
+            point = _point_words(trial.params)
             print(f"  {values}   {point}", file=self.out)
+
+
+def _override_lines(params: Mapping[str, Any]) -> list[str]:
+    """A point's `key=value` override lines."""
+    return [f"{key}={_override_value(value)}" for key, value in params.items()]
+
+
+def _point_words(params: Mapping[str, Any]) -> str:
+    """A point as its override lines, on one line."""
+    return " ".join(_override_lines(params))
 
 
 def _first_value(distribution: Any) -> Any:
