@@ -70,7 +70,7 @@ def run_iteration(npus: int, results_dir: str) -> dict:
 def bytes_per_idle_connection(npus: int) -> float:
     """tracemalloc bytes held per connection once each of the npus x (npus - 1) pairs has delivered
     one message, the messages sent one after another (no loss), timers pending as in a run."""
-    sim = Simulation(load_config({"network": leaf_spine(npus)}))
+    sim = Simulation(load_config({"network": leaf_spine(npus)}), models_host_stack=True)
     delivered = [0]
 
     def on_delivered() -> None:

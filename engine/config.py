@@ -5,25 +5,23 @@ dataclasses, refusing anything that cannot run with a `ConfigError` that names t
 and what is allowed. Nothing here knows about Hydra.
 
 This module is the floor of the engine: it imports the standard library, the wire constants of
-`engine.network` and the backends' names (`engine.backends`, whose registry imports nothing), never
+`engine.network` and the backends' names (`engine.backends.names`, which imports nothing), never
 a layer that reads it (tests/test_import_graph.py). What lies above it is checked above it, by
 callers before any simulation starts: the files a workload names (an ASTRA-sim text file, a Chakra
 trace) where they are read, `engine.check_workload_files`, and what the chosen backend can run,
 `engine.check_backend`.
 
-`unused_keys` says which keys cannot change a config's simulation (a key of another topology,
-congestion control or workload type); `identity_mapping` resets them to their defaults, so two
-configs that differ only there share one identity (`sweep.runner.run_id`).
+Which keys can change a config's simulation, and the run identity that follows, is `engine.keys`
+(some of it depends on what the chosen backend models).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from .backends import BACKEND_NAMES, ECN_THRESHOLD_SETS_QUEUE, MODELS_HOST_STACK
+from .backends.names import BACKEND_NAMES, DEFAULT_BACKEND
 from .network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 
 TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
@@ -202,7 +200,7 @@ class WorkloadConfig:
 class EngineConfig:
     """Backend choice, the simulated-time budget and the links recorded (`engine.*`)."""
 
-    backend: str = "packet"
+    backend: str = DEFAULT_BACKEND
     max_sim_time_s: float = 10.0
     link_stats: str = "none"
     incast_rto: bool = False  # phase backend: charge an RTO to every phase flagged as an incast
@@ -293,21 +291,22 @@ def _coerce(key: str, value: Any, type_name: Any) -> Any:
     return value  # structured values (flow lists) are checked by their own validators
 
 
-def _require(condition: bool, key: str, value: Any, allowed: str) -> None:
+def require(condition: bool, key: str, value: Any, allowed: str) -> None:
+    """Raise `ConfigError(key, value, allowed)` unless `condition` holds."""
     if not condition:
         raise ConfigError(key, value, allowed)
 
 
 def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
-    _require(value in options, key, value, f"one of {', '.join(options)}")
+    require(value in options, key, value, f"one of {', '.join(options)}")
 
 
 def _positive(key: str, value: float | None) -> None:
-    _require(value is not None and value > 0, key, value, "a number > 0")
+    require(value is not None and value > 0, key, value, "a number > 0")
 
 
 def _non_negative(key: str, value: float | None) -> None:
-    _require(value is not None and value >= 0, key, value, "a number >= 0")
+    require(value is not None and value >= 0, key, value, "a number >= 0")
 
 
 def load_config(mapping: Mapping[str, Any]) -> SimConfig:
@@ -336,14 +335,14 @@ def load_config(mapping: Mapping[str, Any]) -> SimConfig:
 def _flow_specs(raw: Any) -> tuple[FlowSpec, ...]:
     if raw is None:
         return ()
-    _require(isinstance(raw, (list, tuple)), "workload.flows", raw, "a list of {src, dst, bytes, start_us}")
+    require(isinstance(raw, (list, tuple)), "workload.flows", raw, "a list of {src, dst, bytes, start_us}")
     specs = []
     for index, item in enumerate(raw):
         key = f"workload.flows[{index}]"
-        _require(isinstance(item, Mapping), key, item, "a mapping with src, dst, bytes and optional start_us")
+        require(isinstance(item, Mapping), key, item, "a mapping with src, dst, bytes and optional start_us")
         values = _section(FlowSpec, item, key)
         for needed in ("src", "dst", "bytes"):
-            _require(needed in values, f"{key}.{needed}", None, "required")
+            require(needed in values, f"{key}.{needed}", None, "required")
         specs.append(FlowSpec(**values))
     return tuple(specs)
 
@@ -355,50 +354,50 @@ def _validate(config: SimConfig) -> None:
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
 
     _one_of("network.topology", net.topology, TOPOLOGIES)
-    _require(2 <= net.npus <= MAX_NPUS, "network.npus", net.npus,
-             f"an integer >= 2 and at most {MAX_NPUS:,} (no backend runs more on one machine)")
+    require(2 <= net.npus <= MAX_NPUS, "network.npus", net.npus,
+            f"an integer >= 2 and at most {MAX_NPUS:,} (no backend runs more on one machine)")
     _positive("network.link_gbps", net.link_gbps)
     _non_negative("network.link_latency_us", net.link_latency_us)
     if net.buffer_kb is not None:
         _non_negative("network.buffer_kb", net.buffer_kb)
     if net.ecn_threshold_kb is not None:
         _non_negative("network.ecn_threshold_kb", net.ecn_threshold_kb)
-    _require(net.mtu_bytes >= 68, "network.mtu_bytes", net.mtu_bytes, "an integer >= 68 (the IPv4 minimum)")
-    _require(0.0 <= net.loss_rate < 1.0, "network.loss_rate", net.loss_rate, "a probability in [0, 1)")
+    require(net.mtu_bytes >= 68, "network.mtu_bytes", net.mtu_bytes, "an integer >= 68 (the IPv4 minimum)")
+    require(0.0 <= net.loss_rate < 1.0, "network.loss_rate", net.loss_rate, "a probability in [0, 1)")
     _validate_topology(net)
 
     _one_of("tcp.cc", tcp.cc, CONGESTION_CONTROLS)
     if tcp.mss_bytes is not None:
-        _require(0 < tcp.mss_bytes <= net.mtu_bytes - 40, "tcp.mss_bytes", tcp.mss_bytes,
-                 f"between 1 and network.mtu_bytes - 40 = {net.mtu_bytes - 40} (IPv4 + TCP headers)")
-    _require(not tcp.timestamps or config.mss_bytes > TCP_TIMESTAMP_OPTION_BYTES, "tcp.timestamps",
-             tcp.timestamps, f"false when the MSS ({config.mss_bytes} bytes) leaves no payload beside the "
-             f"{TCP_TIMESTAMP_OPTION_BYTES}-byte timestamp option")
-    _require(tcp.init_cwnd_pkts >= 1, "tcp.init_cwnd_pkts", tcp.init_cwnd_pkts, "an integer >= 1")
+        require(0 < tcp.mss_bytes <= net.mtu_bytes - 40, "tcp.mss_bytes", tcp.mss_bytes,
+                f"between 1 and network.mtu_bytes - 40 = {net.mtu_bytes - 40} (IPv4 + TCP headers)")
+    require(not tcp.timestamps or config.mss_bytes > TCP_TIMESTAMP_OPTION_BYTES, "tcp.timestamps",
+            tcp.timestamps, f"false when the MSS ({config.mss_bytes} bytes) leaves no payload beside the "
+            f"{TCP_TIMESTAMP_OPTION_BYTES}-byte timestamp option")
+    require(tcp.init_cwnd_pkts >= 1, "tcp.init_cwnd_pkts", tcp.init_cwnd_pkts, "an integer >= 1")
     _positive("tcp.min_rto_ms", tcp.min_rto_ms)
-    _require(tcp.max_rto_s * 1000 >= tcp.min_rto_ms, "tcp.max_rto_s", tcp.max_rto_s,
-             f"at least tcp.min_rto_ms = {tcp.min_rto_ms} ms")
+    require(tcp.max_rto_s * 1000 >= tcp.min_rto_ms, "tcp.max_rto_s", tcp.max_rto_s,
+            f"at least tcp.min_rto_ms = {tcp.min_rto_ms} ms")
     _positive("tcp.initial_rto_ms", tcp.initial_rto_ms)
     _positive("tcp.clock_granularity_us", tcp.clock_granularity_us)
     _positive("tcp.delayed_ack_timeout_ms", tcp.delayed_ack_timeout_ms)
-    _require(tcp.delayed_ack or not tcp.linux_delayed_ack, "tcp.linux_delayed_ack", tcp.linux_delayed_ack,
-             "false unless tcp.delayed_ack is true (Linux's rules say when to delay an ACK)")
+    require(tcp.delayed_ack or not tcp.linux_delayed_ack, "tcp.linux_delayed_ack", tcp.linux_delayed_ack,
+            "false unless tcp.delayed_ack is true (Linux's rules say when to delay an ACK)")
     for key in ("rack_tlp", "prr"):
-        _require(tcp.sack or not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
-                 "false unless tcp.sack is true (it works on the SACK scoreboard, as in Linux)")
+        require(tcp.sack or not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
+                "false unless tcp.sack is true (it works on the SACK scoreboard, as in Linux)")
     # Without tcp.sack there is no scoreboard: both values then behave alike and the key is ignored
     # (refusing `keep`, the default, would refuse every config that turns SACK off).
     _one_of("tcp.sack_after_rto", tcp.sack_after_rto, SACK_AFTER_RTO)
-    _require(tcp.sack_after_rto == "keep" or not tcp.rack_tlp, "tcp.sack_after_rto", tcp.sack_after_rto,
-             "keep with tcp.rack_tlp=true (RACK-TLP keeps the scoreboard across an RTO, RFC 8985 6.3)")
-    _require(tcp.pto_slack_ms >= 0, "tcp.pto_slack_ms", tcp.pto_slack_ms,
-             "a number of ms >= 0 (0: RFC 8985's probe timeout; Linux adds 2)")
+    require(tcp.sack_after_rto == "keep" or not tcp.rack_tlp, "tcp.sack_after_rto", tcp.sack_after_rto,
+            "keep with tcp.rack_tlp=true (RACK-TLP keeps the scoreboard across an RTO, RFC 8985 6.3)")
+    require(tcp.pto_slack_ms >= 0, "tcp.pto_slack_ms", tcp.pto_slack_ms,
+            "a number of ms >= 0 (0: RFC 8985's probe timeout; Linux adds 2)")
     if tcp.rcv_wnd_kb is not None:
-        _require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
-                 f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")
-    _require(0 < tcp.dctcp_g <= 1, "tcp.dctcp_g", tcp.dctcp_g, "a number in (0, 1]")
+        require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
+                f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")
+    require(0 < tcp.dctcp_g <= 1, "tcp.dctcp_g", tcp.dctcp_g, "a number in (0, 1]")
     _positive("tcp.cubic_c", tcp.cubic_c)
-    _require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
+    require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
 
     _validate_host(config.host)
     _validate_system(config)
@@ -406,49 +405,49 @@ def _validate(config: SimConfig) -> None:
     if wl.type == "flows":
         _validate_flows(config)
     else:
-        _require(wl.iterations >= 1, "workload.iterations", wl.iterations, "an integer >= 1")
+        require(wl.iterations >= 1, "workload.iterations", wl.iterations, "an integer >= 1")
     if wl.type == "dlrm":
         for key in ("num_tables", "emb_dim", "dense_features", "batch_per_npu", "dtype_bytes"):
-            _require(getattr(wl, key) >= 1, f"workload.{key}", getattr(wl, key), "an integer >= 1")
+            require(getattr(wl, key) >= 1, f"workload.{key}", getattr(wl, key), "an integer >= 1")
         for key in ("bottom_mlp", "top_mlp"):
-            _require(all(width >= 1 for width in getattr(wl, key)), f"workload.{key}", list(getattr(wl, key)),
-                     "a list of layer widths >= 1")
-        _require(wl.bottom_mlp[-1] == wl.emb_dim, "workload.bottom_mlp", list(wl.bottom_mlp),
-                 f"a list whose last width equals workload.emb_dim = {wl.emb_dim} (the bottom MLP's output "
-                 "meets the embeddings at the interaction)")
+            require(all(width >= 1 for width in getattr(wl, key)), f"workload.{key}", list(getattr(wl, key)),
+                    "a list of layer widths >= 1")
+        require(wl.bottom_mlp[-1] == wl.emb_dim, "workload.bottom_mlp", list(wl.bottom_mlp),
+                f"a list whose last width equals workload.emb_dim = {wl.emb_dim} (the bottom MLP's output "
+                "meets the embeddings at the interaction)")
         _positive("workload.npu_tflops", wl.npu_tflops)
         _positive("workload.hbm_gbps", wl.hbm_gbps)
         _one_of("workload.interaction", wl.interaction, INTERACTIONS)
         for key in ("dcn_layers", "dcn_low_rank"):
-            _require(getattr(wl, key) >= 1, f"workload.{key}", getattr(wl, key), "an integer >= 1")
+            require(getattr(wl, key) >= 1, f"workload.{key}", getattr(wl, key), "an integer >= 1")
         if wl.multi_hot is not None:
-            _require(len(wl.multi_hot) == wl.num_tables and all(hot >= 1 for hot in wl.multi_hot),
-                     "workload.multi_hot", list(wl.multi_hot), f"a list of workload.num_tables = {wl.num_tables} "
-                     "lookups per sample (integers >= 1), one per table, or null for one lookup in each")
-        _require(wl.index_bytes >= 0, "workload.index_bytes", wl.index_bytes,
-                 "an integer >= 0 (bytes per sparse index in the input all-to-all; 0 = none sent)")
+            require(len(wl.multi_hot) == wl.num_tables and all(hot >= 1 for hot in wl.multi_hot),
+                    "workload.multi_hot", list(wl.multi_hot), f"a list of workload.num_tables = {wl.num_tables} "
+                    "lookups per sample (integers >= 1), one per table, or null for one lookup in each")
+        require(wl.index_bytes >= 0, "workload.index_bytes", wl.index_bytes,
+                "an integer >= 0 (bytes per sparse index in the input all-to-all; 0 = none sent)")
     elif wl.type == "astra":
-        _require(wl.path is not None, "workload.path", wl.path, "the path of an ASTRA-sim 1.0 workload file")
+        require(wl.path is not None, "workload.path", wl.path, "the path of an ASTRA-sim 1.0 workload file")
         _positive("workload.cycle_ns", wl.cycle_ns)
     elif wl.type == "chakra":
-        _require(wl.path is not None, "workload.path", wl.path, "the prefix (or folder) of a Chakra trace, one "
-                 "<prefix>.<rank>.et file per NPU")
+        require(wl.path is not None, "workload.path", wl.path, "the prefix (or folder) of a Chakra trace, one "
+                "<prefix>.<rank>.et file per NPU")
         _one_of("workload.duration_unit", wl.duration_unit, DURATION_UNITS)
         _positive("workload.cycle_ns", wl.cycle_ns)
     elif wl.type == "collective":
         _one_of("workload.op", wl.op, COLLECTIVE_OPS)
-        _require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
+        require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
 
 
 def _validate_host(host: HostConfig) -> None:
     if host.tsq_bytes is not None:
-        _require(host.tsq_bytes >= 1, "host.tsq_bytes", host.tsq_bytes,
-                 "an integer >= 1 (bytes; Linux's tcp_limit_output_bytes is 1048576), or null for no TCP Small Queues")
-    _require(host.qdisc in QDISCS, "host.qdisc", host.qdisc,
-             f"one of {', '.join(QDISCS)} (fq, per-flow fair queueing with pacing, is not modelled yet)")
+        require(host.tsq_bytes >= 1, "host.tsq_bytes", host.tsq_bytes,
+                "an integer >= 1 (bytes; Linux's tcp_limit_output_bytes is 1048576), or null for no TCP Small Queues")
+    require(host.qdisc in QDISCS, "host.qdisc", host.qdisc,
+            f"one of {', '.join(QDISCS)} (fq, per-flow fair queueing with pacing, is not modelled yet)")
     if host.qdisc_packets is not None:
-        _require(host.qdisc_packets >= 1, "host.qdisc_packets", host.qdisc_packets,
-                 "an integer >= 1 (packets; Linux's txqueuelen is 1000), or null for an unbounded qdisc")
+        require(host.qdisc_packets >= 1, "host.qdisc_packets", host.qdisc_packets,
+                "an integer >= 1 (packets; Linux's txqueuelen is 1000), or null for an unbounded qdisc")
     _non_negative("host.tx_jitter_ns", host.tx_jitter_ns)
 
 
@@ -456,7 +455,7 @@ def _validate_system(config: SimConfig) -> None:
     system, net = config.system, config.network
     for op, algorithms in SYSTEM_ALGORITHMS.items():
         _one_of(f"system.{op}", getattr(system, op), algorithms)
-    _require(system.splits >= 1, "system.splits", system.splits, "an integer >= 1 (chunks per collective)")
+    require(system.splits >= 1, "system.splits", system.splits, "an integer >= 1 (chunks per collective)")
     _one_of("system.scheduling", system.scheduling, ("lifo", "fifo"))
     _one_of("system.hierarchy", system.hierarchy, ("baseline", "local_bw_aware"))
     _non_negative("system.endpoint_delay_ns", system.endpoint_delay_ns)
@@ -466,17 +465,17 @@ def _validate_system(config: SimConfig) -> None:
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         if getattr(system, op) == "halving_doubling":
             for size in group_sizes:
-                _require(size & (size - 1) == 0, f"system.{op}", "halving_doubling",
-                         f"ring or direct: halving_doubling needs power-of-two groups, and this network has "
-                         f"groups of {size} NPUs")
+                require(size & (size - 1) == 0, f"system.{op}", "halving_doubling",
+                        f"ring or direct: halving_doubling needs power-of-two groups, and this network has "
+                        f"groups of {size} NPUs")
     if system.astra_compat:
-        _require(config.workload.type != "flows", "system.astra_compat", True,
-                 "false with workload.type=flows (it changes how collectives run, and flows have none)")
+        require(config.workload.type != "flows", "system.astra_compat", True,
+                "false with workload.type=flows (it changes how collectives run, and flows have none)")
         if system.all_reduce == "double_binary_tree":
             for size in group_sizes:
-                _require(size & (size - 1) == 0, "system.astra_compat", True,
-                         f"false with system.all_reduce=double_binary_tree on groups of {size} NPUs: ASTRA-sim "
-                         f"1.0 builds its binary tree for power-of-two groups only")
+                require(size & (size - 1) == 0, "system.astra_compat", True,
+                        f"false with system.all_reduce=double_binary_tree on groups of {size} NPUs: ASTRA-sim "
+                        f"1.0 builds its binary tree for power-of-two groups only")
 
 
 def fat_tree_hosts(k: int) -> int:
@@ -494,172 +493,54 @@ def smallest_fat_tree_k(npus: int) -> int:
 
 def _validate_topology(net: NetworkConfig) -> None:
     if net.topology == "dumbbell":
-        _require(net.npus % 2 == 0, "network.npus", net.npus, "an even number for a dumbbell (half on each side)")
+        require(net.npus % 2 == 0, "network.npus", net.npus, "an even number for a dumbbell (half on each side)")
         _positive("network.bottleneck_gbps", net.bottleneck_gbps)
         _non_negative("network.bottleneck_latency_us", net.bottleneck_latency_us)
     elif net.topology == "ring":
-        _require(net.npus >= 3, "network.npus", net.npus, "at least 3 for a ring")
+        require(net.npus >= 3, "network.npus", net.npus, "at least 3 for a ring")
     elif net.topology == "leaf_spine":
-        _require(net.hosts_per_leaf is not None and net.hosts_per_leaf >= 1, "network.hosts_per_leaf",
-                 net.hosts_per_leaf, "an integer >= 1")
-        _require(net.spines is not None and net.spines >= 1, "network.spines", net.spines, "an integer >= 1")
+        require(net.hosts_per_leaf is not None and net.hosts_per_leaf >= 1, "network.hosts_per_leaf",
+                net.hosts_per_leaf, "an integer >= 1")
+        require(net.spines is not None and net.spines >= 1, "network.spines", net.spines, "an integer >= 1")
         _positive("network.uplink_gbps", net.uplink_gbps)
-        _require(net.npus % net.hosts_per_leaf == 0, "network.npus", net.npus,
-                 f"a multiple of network.hosts_per_leaf = {net.hosts_per_leaf}")
+        require(net.npus % net.hosts_per_leaf == 0, "network.npus", net.npus,
+                f"a multiple of network.hosts_per_leaf = {net.hosts_per_leaf}")
     elif net.topology == "fat_tree":
         if net.fat_tree_k is not None:
             smallest = smallest_fat_tree_k(net.npus)
-            _require(net.fat_tree_k >= 2 and net.fat_tree_k % 2 == 0 and fat_tree_hosts(net.fat_tree_k) >= net.npus,
-                     "network.fat_tree_k", net.fat_tree_k,
-                     f"an even integer >= 2 whose k^3/4 hosts hold network.npus = {net.npus} (the smallest is "
-                     f"{smallest}), or null to choose that one")
+            require(net.fat_tree_k >= 2 and net.fat_tree_k % 2 == 0 and fat_tree_hosts(net.fat_tree_k) >= net.npus,
+                    "network.fat_tree_k", net.fat_tree_k,
+                    f"an even integer >= 2 whose k^3/4 hosts hold network.npus = {net.npus} (the smallest is "
+                    f"{smallest}), or null to choose that one")
         if net.uplink_gbps is not None:
             _positive("network.uplink_gbps", net.uplink_gbps)
     elif net.topology == "hierarchical":
-        _require(net.npus_per_node is not None and net.npus_per_node >= 1, "network.npus_per_node",
-                 net.npus_per_node, "an integer >= 1")
-        _require(net.npus % net.npus_per_node == 0, "network.npus", net.npus,
-                 f"a multiple of network.npus_per_node = {net.npus_per_node}")
+        require(net.npus_per_node is not None and net.npus_per_node >= 1, "network.npus_per_node",
+                net.npus_per_node, "an integer >= 1")
+        require(net.npus % net.npus_per_node == 0, "network.npus", net.npus,
+                f"a multiple of network.npus_per_node = {net.npus_per_node}")
         _positive("network.scaleup_gbps", net.scaleup_gbps)
         _non_negative("network.scaleup_latency_us", net.scaleup_latency_us)
 
 
 def _validate_flows(config: SimConfig) -> None:
     wl, npus = config.workload, config.network.npus
-    _require(wl.flows or wl.pattern, "workload.flows", list(wl.flows),
-             "at least one flow, or a workload.pattern (incast, permutation, all_to_all)")
-    _require(not (wl.flows and wl.pattern), "workload.pattern", wl.pattern,
-             "null when workload.flows lists explicit flows (give one or the other)")
+    require(wl.flows or wl.pattern, "workload.flows", list(wl.flows),
+            "at least one flow, or a workload.pattern (incast, permutation, all_to_all)")
+    require(not (wl.flows and wl.pattern), "workload.pattern", wl.pattern,
+            "null when workload.flows lists explicit flows (give one or the other)")
     for index, flow in enumerate(wl.flows):
         key = f"workload.flows[{index}]"
         for end in ("src", "dst"):
             host = getattr(flow, end)
-            _require(0 <= host < npus, f"{key}.{end}", host, f"a host in 0..{npus - 1} (network.npus = {npus})")
-        _require(flow.src != flow.dst, f"{key}.dst", flow.dst, "a host other than src")
-        _require(flow.bytes > 0, f"{key}.bytes", flow.bytes, "an integer > 0")
+            require(0 <= host < npus, f"{key}.{end}", host, f"a host in 0..{npus - 1} (network.npus = {npus})")
+        require(flow.src != flow.dst, f"{key}.dst", flow.dst, "a host other than src")
+        require(flow.bytes > 0, f"{key}.bytes", flow.bytes, "an integer > 0")
         _non_negative(f"{key}.start_us", flow.start_us)
     if wl.pattern is not None:
         _one_of("workload.pattern", wl.pattern, FLOW_PATTERNS)
-        _require(wl.bytes_per_flow > 0, "workload.bytes_per_flow", wl.bytes_per_flow, "an integer > 0")
-        _require(wl.rounds >= 1, "workload.rounds", wl.rounds, "an integer >= 1")
+        require(wl.bytes_per_flow > 0, "workload.bytes_per_flow", wl.bytes_per_flow, "an integer > 0")
+        require(wl.rounds >= 1, "workload.rounds", wl.rounds, "an integer >= 1")
         if wl.pattern == "incast":
-            _require(wl.senders is not None and 1 <= wl.senders <= npus - 1, "workload.senders", wl.senders,
-                     f"an integer in 1..{npus - 1} (hosts 1..senders send to host 0)")
-
-
-def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
-    """A condition on one dotted key: it holds when the key has one of `values`."""
-    section, name = key.split(".")
-    return (f"{key}={'|'.join(str(value).lower() if isinstance(value, bool) else str(value) for value in values)}",
-            lambda config: getattr(getattr(config, section), name) in values)
-
-
-def _both(first: tuple[str, Callable[[SimConfig], bool]],
-          second: tuple[str, Callable[[SimConfig], bool]]) -> tuple[str, Callable[[SimConfig], bool]]:
-    """Both conditions."""
-    return f"{first[0]} with {second[0]}", lambda config: first[1](config) and second[1](config)
-
-
-_DLRM = _when("workload.type", "dlrm")
-# A host's own transmit path exists on the backends that model it, and on every topology but the ring,
-# whose NPUs send their own packets through the ports that forward others' (`RingPort`).
-_HOST_STACK = (
-    f"engine.backend={'|'.join(sorted(MODELS_HOST_STACK))} on a topology other than ring",
-    lambda config: config.engine.backend in MODELS_HOST_STACK and config.network.topology != "ring")
-# Where each key is read: outside its condition a key cannot change the simulation (another
-# topology's links, another congestion control's constants, another workload type's sizes, a
-# setting of an option that is off). Keys not listed apply to every config.
-KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
-    "network.bottleneck_gbps": _when("network.topology", "dumbbell"),
-    "network.bottleneck_latency_us": _when("network.topology", "dumbbell"),
-    "network.hosts_per_leaf": _when("network.topology", "leaf_spine"),
-    "network.spines": _when("network.topology", "leaf_spine"),
-    "network.uplink_gbps": _when("network.topology", "leaf_spine", "fat_tree"),
-    "network.fat_tree_k": _when("network.topology", "fat_tree"),
-    "network.npus_per_node": _when("network.topology", "hierarchical"),
-    "network.scaleup_gbps": _when("network.topology", "hierarchical"),
-    "network.scaleup_latency_us": _when("network.topology", "hierarchical"),
-    # Only ECN-capable packets are marked; and on ns3 a threshold without a buffer limit also puts
-    # the port's own queue disc in place of ns-3's default device queue, which drops at 100 packets.
-    "network.ecn_threshold_kb": (
-        "ECN-capable traffic (tcp.cc=dctcp or tcp.ecn=true; on engine.backend=ns3 also network.buffer_kb=null)",
-        lambda config: config.tcp.ecn or config.tcp.cc == "dctcp"
-        or (config.engine.backend in ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None)),
-    **{f"host.{key}": _HOST_STACK for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
-    "tcp.dctcp_g": _when("tcp.cc", "dctcp"),
-    "tcp.cubic_c": _when("tcp.cc", "cubic"),
-    "tcp.cubic_beta": _when("tcp.cc", "cubic"),
-    "tcp.delayed_ack_timeout_ms": _when("tcp.delayed_ack", True),
-    "tcp.pto_slack_ms": _when("tcp.rack_tlp", True),
-    "tcp.sack_after_rto": _when("tcp.sack", True),
-    "workload.flows": _when("workload.type", "flows"),
-    "workload.pattern": _when("workload.type", "flows"),
-    "workload.senders": _when("workload.pattern", "incast"),
-    "workload.bytes_per_flow": _when("workload.pattern", *FLOW_PATTERNS),
-    "workload.rounds": _when("workload.pattern", *FLOW_PATTERNS),
-    "workload.iterations": _when("workload.type", "dlrm", "astra", "chakra", "collective"),
-    **{f"workload.{key}": _DLRM for key in ("num_tables", "emb_dim", "dense_features", "bottom_mlp", "top_mlp",
-                                            "batch_per_npu", "dtype_bytes", "npu_tflops", "hbm_gbps", "interaction",
-                                            "multi_hot", "index_bytes")},
-    "workload.dcn_layers": _both(_DLRM, _when("workload.interaction", "dcn")),
-    "workload.dcn_low_rank": _both(_DLRM, _when("workload.interaction", "dcn")),
-    "workload.path": _when("workload.type", "astra", "chakra"),
-    "workload.duration_unit": _when("workload.type", "chakra"),
-    "workload.cycle_ns": (
-        "workload.type=astra, or workload.type=chakra with workload.duration_unit=cycles",
-        lambda config: config.workload.type == "astra"
-        or (config.workload.type == "chakra" and config.workload.duration_unit == "cycles")),
-    "workload.op": _when("workload.type", "collective"),
-    "workload.bytes": _when("workload.type", "collective"),
-}
-
-
-def unused_keys(config: SimConfig) -> tuple[str, ...]:
-    """The dotted keys (of `KEY_CONDITIONS`) whose value cannot change this config's simulation."""
-    return tuple(key for key, (_, applies) in KEY_CONDITIONS.items() if not applies(config))
-
-
-def holds_default(config: SimConfig, key: str) -> bool:
-    """Whether dotted `key` of `config` holds its field's default: set so, it changes nothing wherever it
-    is written (an explicit default is accepted even where the key does not apply)."""
-    section, name = key.split(".")
-    values = getattr(config, section)
-    return bool(getattr(values, name) == _field_defaults(type(values))[name])
-
-
-def unused_key_error(key: str, value: Any, scope: str = "here") -> ConfigError:
-    """The error for setting `key` (of `KEY_CONDITIONS`) where it cannot change the simulation."""
-    return ConfigError(key, value, f"set only with {KEY_CONDITIONS[key][0]}; {scope} it would change nothing")
-
-
-def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str, Any]:
-    """`mapping` (what `load_config` turned into `config`) with every key of `unused_keys(config)`
-    that it sets put back to its default: configs that differ only in keys that cannot change their
-    simulation map to one identity. Defaults, not deletion, so a config whose unused keys hold
-    their defaults (every preset's) keeps the identity it had."""
-    identity = {key: dict(value) if isinstance(value, Mapping) else value for key, value in mapping.items()}
-    unused = unused_keys(config)
-    for key in unused:
-        section, name = key.split(".")
-        values = identity.get(section)
-        if isinstance(values, dict) and name in values:
-            values[name] = _default(getattr(config, section), name)
-    # A section none of whose keys can change this simulation (`host` off the packet backend) is left
-    # out, so such configs keep the identity they had before the section was added.
-    for section in SECTIONS:
-        if all(f"{section}.{name}" in unused for name in _field_defaults(type(getattr(config, section)))):
-            identity.pop(section, None)
-    return identity
-
-
-def _default(section: Any, name: str) -> Any:
-    """The default of field `name` of a section dataclass, as a mapping would spell it (a list for
-    a tuple)."""
-    value = _field_defaults(type(section))[name]
-    return list(value) if isinstance(value, tuple) else value
-
-
-@functools.cache
-def _field_defaults(section_class: type) -> dict[str, Any]:
-    """Every field's default of a section dataclass (every section field has one)."""
-    return {item.name: item.default for item in fields(section_class)}
+            require(wl.senders is not None and 1 <= wl.senders <= npus - 1, "workload.senders", wl.senders,
+                    f"an integer in 1..{npus - 1} (hosts 1..senders send to host 0)")

@@ -2,7 +2,7 @@
 
 A sweep declares this to its scheduler (Ray's `memory` resource), so that it never starts more big
 runs at once than a machine holds, and holds each run to it. Each backend gives its estimate
-(`NetworkBackend.estimate_bytes`, engine/backends/) from the share every run has, `process_bytes`:
+(`NetworkBackend.estimate_bytes`, engine/backends/; `engine.estimate_run_bytes` asks the run's) from the share every run has, `process_bytes`:
 the process, its messages (an entry in the message log and, at the end, a `flows` row in columns)
 and its links, plus what only it holds (the packet backend's TCP connections, one per NPU pair that
 talks; the ns3 backend's helper process; the phase backend's arrays). The constants are upper ends of
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .backends import backend_class
 from .config import NetworkConfig, SimConfig, SystemConfig, WorkloadConfig
 from .system.algorithms import ALL, TREE_PIPELINE_BLOCKS, symmetric_steps
 from .workload.flows import pattern_pairs
@@ -63,11 +62,6 @@ def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
             per_iteration += messages_per_collective(comm.op, algorithms[comm.op], npus,
                                                      system.astra_compat) * system.splits
     return per_iteration * wl.iterations
-
-
-def estimate_run_bytes(config: SimConfig) -> int:
-    """Peak memory the run will need, in bytes: its backend's estimate (see the module docstring)."""
-    return backend_class(config.engine.backend).estimate_bytes(config)
 
 
 def process_bytes(config: SimConfig, messages: int) -> int:

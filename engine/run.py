@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from .backends import backend_class
-from .backends.checks import check_backend
+from .checks import check_backend
 from .backends.base import BACKEND_COLUMNS, NetworkBackend
 from .config import SimConfig, load_config
 from .simulation import Simulation
@@ -79,12 +79,18 @@ class PreparedRun:
         return {"runs": [run_row], **tables}
 
 
+def estimate_run_bytes(config: SimConfig) -> int:
+    """Peak memory the run will need, in bytes: its backend's estimate (`engine.memory`)."""
+    return backend_class(config.engine.backend).estimate_bytes(config)
+
+
 def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     """Validate the config and build the network, its backend, the system layer and the workload."""
     cfg = config if isinstance(config, SimConfig) else load_config(config)
     check_backend(cfg)
-    sim = Simulation(cfg)
-    backend = backend_class(cfg.engine.backend)(cfg, sim)
+    backend_type = backend_class(cfg.engine.backend)
+    sim = Simulation(cfg, backend_type.MODELS_HOST_STACK)
+    backend = backend_type(cfg, sim)
     if cfg.workload.type == "flows":  # the config refuses it on a backend that does not carry flows
         flows = FlowsWorkload(sim.eventlist, backend.flow_sender(), cfg.workload, cfg.network.npus, cfg.seed)
         return PreparedRun(cfg, sim, backend, flows=flows)

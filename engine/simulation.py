@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from random import Random
 
-from .backends import MODELS_HOST_STACK
 from .config import SimConfig
 from .eventlist import EventList
 from .network import Link, PacketSink, idle_transit_ps, syn_bytes
@@ -44,13 +43,14 @@ def syn_retransmits(data_links: tuple[Link, ...], ack_links: tuple[Link, ...], l
 
 
 class Simulation:
-    """Holds everything of one run; workloads open connections through it."""
+    """Holds everything of one run; workloads open connections through it. `models_host_stack`: the
+    hosts send through Linux's transmit path below TCP (`host.*`), as the backends whose class says
+    `MODELS_HOST_STACK` do; else straight onto their links."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, models_host_stack: bool) -> None:
         self.config = config
         self.eventlist = EventList()
-        # Linux's transmit path at the hosts (`host.*`), on the backends that send packets through it
-        host = config.host if config.engine.backend in MODELS_HOST_STACK else None
+        host = config.host if models_host_stack else None
         self.topology: Topology = build_topology(self.eventlist, config.network, config.seed, host)
         self.settings = TcpSettings.from_config(config)
         self.connections: list[TcpConnection] = []

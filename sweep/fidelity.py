@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 import engine
-from engine.backends import extended_backend
+from engine.backends import backend_class, backends_with, extended_backend
 
 from .driver import Executor, run_sweep
 from .plan import GridError, PlannedRun, planned_run
@@ -43,16 +43,20 @@ from .runner import flatten
 from .schema import PRESET_COLUMNS
 from .store import load_runs
 
-SCREEN_BACKENDS = ("analytical", "alpha_beta", "phase", "hybrid")
-# From this many NPUs the default screen is `hybrid` (LARGE_SCREEN_BACKEND), below it `analytical`
-# (SMALL_SCREEN_BACKEND): `analytical` handles every message (4-11 s a 256-NPU DLRM iteration, 186-1,114 s
-# at 1,024) where `phase` solves each collective phase at once (0.02 s and 0.1-0.2 s; docs/performance.md),
-# with the same contention within 0.01 % on that workload. `hybrid` is `phase` exactly where its incast
-# rule does not fire or its packet episodes drop nothing, and the packet engine's time (RTO chains) where
-# they drop packets: the screen ranks lossy points where they belong (docs/two-fidelity.md). Points hybrid
-# refuses screen on `phase`, the backend it extends (`screen_run`).
-LARGE_SCREEN_MIN_NPUS = 256
-LARGE_SCREEN_BACKEND, SMALL_SCREEN_BACKEND = "hybrid", "analytical"
+
+
+def screen_backends() -> tuple[str, ...]:
+    """The backends that may screen a two-fidelity sweep (their class says `SCREENS`)."""
+    return backends_with("SCREENS")
+
+
+def default_screens() -> list[tuple[int, str]]:
+    """(from how many NPUs, backend) of the backends that are the default screen of some grids, by
+    NPUs: a grid's default is the last whose NPU count its largest run reaches (`default_screen_backend`)."""
+    return sorted((threshold, name) for name in screen_backends()
+                  if (threshold := backend_class(name).DEFAULT_SCREEN_FROM_NPUS) is not None)
+
+
 # At-risk thresholds. A link whose mean load over the run is this close to its capacity queues at
 # packet level (an M/M/1 queue holds rho / (1 - rho) packets: 9 at 0.9), where the fluid model
 # has no queue at all.
@@ -88,9 +92,9 @@ class RefinePolicy:
     def check(self) -> None:
         """Raise `engine.ConfigError` naming the `hydra.launcher` key that is out of range."""
         for key, value, valid, allowed in (
-            ("screen_backend", self.screen_backend, self.screen_backend in SCREEN_BACKENDS,
-             f"one of {', '.join(SCREEN_BACKENDS)}, or null for the default ({LARGE_SCREEN_BACKEND} from "
-             f"{LARGE_SCREEN_MIN_NPUS} NPUs, else {SMALL_SCREEN_BACKEND})"),
+            ("screen_backend", self.screen_backend, self.screen_backend in screen_backends(),
+             f"one of {', '.join(screen_backends())}, or null for the default ("
+             + ", ".join(f"{name} from {npus} NPUs" for npus, name in default_screens()) + ")"),
             ("refine_budget", self.budget_runs, isinstance(self.budget_runs, int) and self.budget_runs >= 1,
              "a number of refined runs >= 1 (required with screen_backend)"),
             ("refine_top", self.top, self.top >= 0, "an integer >= 0"),
@@ -128,13 +132,14 @@ class RefinePolicy:
 
 
 def default_screen_backend(runs: Sequence[PlannedRun]) -> str:
-    """The screening backend of a two-fidelity sweep of `runs` that names none: `LARGE_SCREEN_BACKEND`
-    (`hybrid`) if any run has `LARGE_SCREEN_MIN_NPUS` NPUs or more, else `SMALL_SCREEN_BACKEND`
-    (`analytical`). One screen for the whole grid, so that one calibration sample measures one
-    screen's error: a hybrid screen's points that hybrid refuses run on `phase`, the model hybrid
-    keeps wherever its packet episodes drop nothing (`screen_run`)."""
+    """The screening backend of a two-fidelity sweep of `runs` that names none: of the backends that
+    say from how many NPUs they are the default (`DEFAULT_SCREEN_FROM_NPUS`: `hybrid` from 256, where
+    `analytical`'s per-message fluid model takes minutes an iteration, `analytical` below), the one
+    with the largest count the grid's largest run reaches. One screen for the whole grid, so that one
+    calibration sample measures one screen's error: a hybrid screen's points that hybrid refuses run
+    on `phase`, the model hybrid keeps wherever its packet episodes drop nothing (`screen_run`)."""
     largest_npus = max(run.config["network"]["npus"] for run in runs)
-    return LARGE_SCREEN_BACKEND if largest_npus >= LARGE_SCREEN_MIN_NPUS else SMALL_SCREEN_BACKEND
+    return [name for npus, name in default_screens() if npus <= largest_npus][-1]
 
 
 def _on_backend(run: PlannedRun, backend: str) -> PlannedRun:

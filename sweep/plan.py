@@ -32,7 +32,7 @@ from omegaconf import AnyNode, DictConfig, ListConfig, OmegaConf, open_dict, rea
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
-from engine.config import KEY_CONDITIONS, holds_default, unused_key_error, unused_keys
+from engine.keys import KEY_CONDITIONS, holds_default, unused_key_error, unused_keys
 
 from .replicate import ReplicatePolicy
 from .rows import RunResult, TableRows
@@ -241,7 +241,7 @@ def check_overrides_apply(points: Sequence[tuple[Sequence[str], engine.SimConfig
     `tcp=newreno tcp.dctcp_g=0.1,0.2`; a key written with its default (`tcp=newreno
     network.ecn_threshold_kb=null`) is accepted. A grid where the key applies at some points (crossing `tcp`
     with `tcp.dctcp_g`) is fine: at the other points it is left out of their run_id, so each of
-    their simulations runs once (`engine.config.identity_mapping`)."""
+    their simulations runs once (`engine.keys.identity_mapping`)."""
     applied: set[str] = set()
     first_values: dict[str, str] = {}  # key -> its value at the first point that sets it
     for overrides, config in points:

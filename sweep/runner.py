@@ -33,13 +33,13 @@ from collections.abc import Mapping  # not typing's: its isinstance checks are s
 from typing import Any, Callable, Iterator
 
 import engine
-from engine.config import EngineConfig, identity_mapping
+from engine.backends import DEFAULT_BACKEND
+from engine.keys import identity_mapping
 
 from .rows import ColumnRows, RunResult, TableRows
 
 # Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
 NON_IDENTITY_KEYS = ("name", "results_dir", "ray", "replicate")
-DEFAULT_BACKEND = EngineConfig().backend  # the backend of a config that names none
 # Keys left out of the repro command: a single in-process run does not use Ray.
 _NON_REPRO_KEYS = ("ray", "replicate")
 # The Hydra config groups of conf/ (sections chosen by a preset in the root defaults list).
@@ -67,7 +67,7 @@ def _canonical(value: Any) -> Any:
 def run_id(config: Mapping[str, Any], sim_config: engine.SimConfig | None = None) -> str:
     """The identity of a run: first 16 hex digits of the SHA-256 of the canonical JSON of the
     resolved config (seed included; `name`, `results_dir` and `ray` left out), with the keys that
-    cannot change its simulation at their defaults (`engine.config.identity_mapping`: another
+    cannot change its simulation at their defaults (`engine.keys.identity_mapping`: another
     topology's, congestion control's or workload type's keys), so no grid runs one simulation twice.
     A config the engine refuses keeps every key: it has no simulation to share. `sim_config` is
     `config` as `engine.load_config` validated it, when the caller has it (not validated again)."""

@@ -3,6 +3,7 @@ behind the one interface, filling the `runs` columns it says it fills and leavin
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from pathlib import Path
@@ -78,13 +79,20 @@ def test_every_backend_estimates_at_least_what_every_run_holds(name: str) -> Non
     assert engine.estimate_run_bytes(config) >= process_bytes(config, messages if sends_messages else 0)
 
 
-def test_no_engine_module_outside_the_backends_tests_a_backend_by_name() -> None:
-    # adding a backend touches engine/backends/ only: nothing else compares engine.backend to a name
-    # or asks which class a backend's message carrier is
-    by_name = re.compile(r"backend\s*(==|!=|not in|in)\s*[\"'(]")
+def test_no_module_outside_the_registry_writes_a_backend_name() -> None:
+    """Adding a backend touches engine/backends/ only: no other module of the engine, the sweep or the
+    launcher writes a backend's name as a string (to compare `engine.backend` with, to list screens,
+    to order a report) or asks which class a backend's message carrier is; they ask the registry and
+    the classes' constants."""
     by_class = re.compile(r"isinstance\([^)]*(Messages|Backend|Transport)\b")
-    offenders = [f"{path.relative_to(ENGINE_ROOT)}:{number}"
-                 for path in ENGINE_ROOT.rglob("*.py") if "backends" not in path.parts
-                 for number, line in enumerate(path.read_text().splitlines(), 1)
-                 if by_name.search(line) or by_class.search(line)]
+    offenders = []
+    for package in ("engine", "sweep", "hydra_plugins"):
+        for path in (ENGINE_ROOT.parent / package).rglob("*.py"):
+            if path.is_relative_to(ENGINE_ROOT / "backends"):
+                continue
+            where = path.relative_to(ENGINE_ROOT.parent)
+            offenders += [f"{where}:{node.lineno} {node.value!r}" for node in ast.walk(ast.parse(path.read_text()))
+                          if isinstance(node, ast.Constant) and node.value in BACKEND_NAMES]
+            offenders += [f"{where}:{number} isinstance" for number, line in enumerate(path.read_text().splitlines(), 1)
+                          if package == "engine" and by_class.search(line)]
     assert offenders == []

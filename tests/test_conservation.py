@@ -53,7 +53,7 @@ def prepare_flows(config):
     if prepare is not None:
         prepared = prepare(config)
         return prepared.sim, prepared, prepared.backend.message_log()
-    sim = Simulation(config)
+    sim = Simulation(config, models_host_stack=True)
     workload = FlowsWorkload(sim, config.workload)
     return sim, workload, workload.records
 
@@ -111,7 +111,7 @@ def test_simulation_api_every_message_delivered_once():
     """The same identities with connections opened through `Simulation.open_connection` and three
     messages per connection; every message callback runs exactly once, in order."""
     config = loss_config(pattern="permutation", seed=7)
-    sim = Simulation(config)
+    sim = Simulation(config, models_host_stack=True)
     pairs = pattern_pairs("permutation", 8, None, config.seed)
     assert sorted(src for src, _ in pairs) == list(range(8))  # a permutation: each host sends once
     assert sorted(dst for _, dst in pairs) == list(range(8))  # ... and receives once

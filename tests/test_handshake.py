@@ -35,7 +35,7 @@ def simulation(tcp: dict | None = None, loss_rate: float = 0.0, npus: int = 2, s
         "tcp": tcp or {},
         "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 1}]},  # unused: we drive it
     })
-    return Simulation(config)
+    return Simulation(config, models_host_stack=True)
 
 
 def one_way_ps(packet_bytes: int) -> int:

@@ -1,5 +1,5 @@
 """One identity per simulation: a key that cannot change a config's simulation is left out of its
-run_id (`engine.config.KEY_CONDITIONS`, `identity_mapping`), and a key set where it cannot apply is
+run_id (`engine.keys.KEY_CONDITIONS`, `identity_mapping`), and a key set where it cannot apply is
 refused (`sweep.plan.check_overrides_apply`).
 
 The table of conditions is proved key by key: at a config where the table says a key is unused,
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import engine
-from engine.config import KEY_CONDITIONS, identity_mapping, unused_keys
+from engine.keys import KEY_CONDITIONS, identity_mapping, unused_keys
 from sweep.plan import check_overrides_apply
 from sweep.runner import run_id
 

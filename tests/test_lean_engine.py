@@ -157,7 +157,8 @@ def test_connection_timers_wait_on_the_timer_heap_not_among_packet_events():
     """Mid-run, every connection's RTO wake-up is on the timer heap; the event heap holds links
     and callbacks only, so its size follows the links busy, not the connections open."""
     sim = Simulation(load_config({"network": {"npus": 16},
-                                  "workload": {"type": "flows", "pattern": "all_to_all", "bytes_per_flow": 20_000}}))
+                                  "workload": {"type": "flows", "pattern": "all_to_all", "bytes_per_flow": 20_000}}),
+                     models_host_stack=True)
     for src in range(16):
         for dst in range(16):
             if src != dst:

@@ -10,7 +10,8 @@ import pytest
 
 import engine
 from engine.backends.ns3 import NS3_BYTES_PER_CONNECTION, NS3_HELPER_BYTES
-from engine.memory import BASE_BYTES, estimate_messages, estimate_run_bytes, messages_per_collective
+from engine import estimate_run_bytes
+from engine.memory import BASE_BYTES, estimate_messages, messages_per_collective
 from sweep.runner import OUT_OF_MEMORY, execute, memory_limit
 from sweep_support import compose_config
 

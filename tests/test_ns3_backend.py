@@ -14,7 +14,7 @@ import signal
 import pytest
 
 import engine
-from engine.backends.checks import check_backend
+from engine.checks import check_backend
 from engine.config import ConfigError, load_config
 from engine.eventlist import EventList
 from engine.backends.ns3 import build

@@ -324,7 +324,7 @@ def test_vectorised_routes_are_the_topologys_paths(network) -> None:
 def test_memory_estimate_counts_a_flow_id_per_ordered_pair() -> None:
     # an int32 per ordered pair (the connection ids ECMP hashes): 9,216^2 x 4 bytes of the estimate
     from engine.backends.phase import PHASE_BYTES_PER_PAIR
-    from engine.memory import estimate_run_bytes
+    from engine import estimate_run_bytes
 
     config = engine.load_config({
         "engine": {"backend": "phase"},

@@ -25,7 +25,7 @@ def simulation(tcp: dict | None = None, latency_us: float = 1.0, max_sim_time_s:
         "tcp": {"timestamps": False, **(tcp or {})},
         "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 1}]},  # unused: we drive it
     })
-    return Simulation(config)
+    return Simulation(config, models_host_stack=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,13 +2,14 @@
 
 Each backend lives in one module of this package (`packet`, `analytical`, `alpha_beta`, `phase`,
 `hybrid`, `ns3`) that defines `BACKEND`, a subclass of `base.NetworkBackend`: what it models, how it is built
-from a config, how it simulates, the `runs` columns it fills, its `links` rows, its memory estimate
-and what it must release at the end. Everything else (config validation, `engine.run`, the memory
-estimate, the command line's summary) asks the registry, never a backend's name. Adding a backend:
-a module here and its name in `BACKEND_NAMES` (docs/backends.md).
+from a config, how it simulates, the `runs` columns it fills, its `links` rows, its memory estimate,
+what it must release at the end, and its facts as class constants (the keys it reads, whether it
+screens a two-fidelity sweep, its rank in fidelity). Everything else (config validation, `engine.run`,
+the memory estimate, the sweep and its report) asks the registry, never a backend's name. Adding a
+backend: a module here and its name in `names.py` (docs/backends.md).
 
-The modules are imported on first use: `engine.config` reads the names at import time, before the
-backends' own imports (the simulation, which imports the config) can run.
+The names live in `names.py`, which imports nothing: `engine.config` reads them there, below the
+backends' own modules (which import the config). `backend_class` imports a backend's module on first use.
 """
 
 from __future__ import annotations
@@ -16,19 +17,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from .names import BACKEND_NAMES, DEFAULT_BACKEND
+
 if TYPE_CHECKING:
     from .base import NetworkBackend
 
-BACKEND_NAMES = ("packet", "analytical", "alpha_beta", "phase", "hybrid", "ns3")  # engine.backend; the first is the default
-
-# Backends on which `network.ecn_threshold_kb` shapes the queue even without ECN-capable traffic:
-# ns-3's helper installs the port's queue disc (in place of the device's 100-packet queue) when a
-# threshold is set without a buffer limit. Read by the config's key applicability, which sits below
-# the backends' modules and so cannot ask their classes.
-ECN_THRESHOLD_SETS_QUEUE = frozenset({"ns3"})
-# Backends that model a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc), the
-# packet engine's hosts (hybrid's reduced packet simulation too); read by the config's key applicability, as above.
-MODELS_HOST_STACK = frozenset({"packet", "hybrid"})
+__all__ = ["BACKEND_NAMES", "DEFAULT_BACKEND", "backend_class", "backends_with", "extended_backend"]
 
 
 def backend_class(name: str) -> type[NetworkBackend]:
@@ -37,6 +31,12 @@ def backend_class(name: str) -> type[NetworkBackend]:
         raise KeyError(f"no backend {name!r}: one of {', '.join(BACKEND_NAMES)}")
     backend: type[NetworkBackend] = importlib.import_module(f"{__name__}.{name}").BACKEND
     return backend
+
+
+def backends_with(fact: str) -> tuple[str, ...]:
+    """The registered backends whose class sets the boolean constant `fact` (`"CARRIES_FLOWS"`), in
+    the registry's order."""
+    return tuple(name for name in BACKEND_NAMES if getattr(backend_class(name), fact))
 
 
 def extended_backend(name: str) -> str | None:

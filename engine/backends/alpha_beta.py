@@ -23,6 +23,9 @@ class AlphaBetaBackend(NetworkBackend):
     """Closed-form phases (`AlphaBetaSystemLayer`); no messages, so no `flows` rows."""
 
     DESCRIPTION = "collective steps in closed form, no contention"
+    FIDELITY_RANK = 0
+    LOWER_BOUND = True
+    SCREENS = True
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(config, sim)

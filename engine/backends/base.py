@@ -48,6 +48,20 @@ class NetworkBackend:
     FILLS: ClassVar[frozenset[str]] = frozenset()  # the `BACKEND_COLUMNS` its `runs` rows hold
     CARRIES_FLOWS: ClassVar[bool] = False  # runs the `flows` workload (TCP flows): `flow_sender`
     INCAST_RTO: ClassVar[bool] = False  # flags incast phases, and charges them an RTO if `engine.incast_rto`
+    # Models a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc): the packet engine's hosts
+    MODELS_HOST_STACK: ClassVar[bool] = False
+    # `network.ecn_threshold_kb` shapes the queue even without ECN-capable traffic (ns-3's helper installs the
+    # port's queue disc, in place of the device's 100-packet queue, when a threshold is set without a buffer limit)
+    ECN_THRESHOLD_SETS_QUEUE: ClassVar[bool] = False
+    # How much of the network it models, for ordering backends from the closed form up (the report's order)
+    FIDELITY_RANK: ClassVar[int] = 0
+    # Its iteration time bounds every other backend's from below (it leaves all contention out): the report's
+    # cost of contention is the gap to it
+    LOWER_BOUND: ClassVar[bool] = False
+    # May screen a two-fidelity sweep (sweep/fidelity.py); the default screen of a grid is the screening backend
+    # with the largest DEFAULT_SCREEN_FROM_NPUS not above the grid's largest NPU count
+    SCREENS: ClassVar[bool] = False
+    DEFAULT_SCREEN_FROM_NPUS: ClassVar[int | None] = None
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         self.config = config

@@ -37,14 +37,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import SimConfig, _require, smallest_fat_tree_k
+from ..config import SimConfig, require, smallest_fat_tree_k
 from ..eventlist import StopFlag, run_together
 from ..network import Link
 from ..simulation import Simulation
 from ..system.algorithms import ALL, RING, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
-from ..system.collectives import _Chunk, _Phase
-from ..system.phase import FluidPhases, _Fluid
+from ..system.collectives import Chunk, CollectivePhase
+from ..system.phase import FluidPart, FluidPhases
 from ..topology import FatTreeTopology, LeafSpineTopology, Topology, flow_hash
 from ..transport import TcpConnection
 from ..units import ns_to_ps, s_to_ps
@@ -237,7 +237,7 @@ class PacketEpisodes:
 
     def __init__(self, config: SimConfig, reduction: Reduction) -> None:
         self.reduction = reduction
-        self.sim = Simulation(reduced_config(config))
+        self.sim = Simulation(reduced_config(config), HybridBackend.MODELS_HOST_STACK)
         self._connections: dict[tuple[int, int], TcpConnection] = {}
 
     def connection(self, sender: int, npu: int, flow_id: int) -> TcpConnection:
@@ -338,8 +338,8 @@ class HybridPhases(FluidPhases):
         self.packet_wall_s = 0.0  # the reduced simulations' wall time
         self.timed_out = False  # a reduced simulation passed `engine.max_sim_time_s`: the run ends there
         # the phases in their fluid part not replayed yet: their layer, phase and start
-        self._plans: dict[_Fluid, tuple[AlphaBetaSystemLayer, _Phase, int]] = {}
-        self._starting: tuple[AlphaBetaSystemLayer, _Phase, int] | None = None
+        self._plans: dict[FluidPart, tuple[AlphaBetaSystemLayer, CollectivePhase, int]] = {}
+        self._starting: tuple[AlphaBetaSystemLayer, CollectivePhase, int] | None = None
         self._risky = False  # a stage filled a port past TRIGGER_QUEUE_SHARE: an episode after the sharing
         self._replaying = 0  # phases whose replays have not all finished: while > 0 an episode lasts
         self._due: list[_ReplayedPhase] = []  # phases past their fluid end waiting for their replays
@@ -354,14 +354,14 @@ class HybridPhases(FluidPhases):
             self._group_uplinks = np.array([[index[id(link)] for link in row]
                                             for row in group_uplinks(topology, groups)], dtype=np.int64)
 
-    def start(self, layer: AlphaBetaSystemLayer, chunk: _Chunk, queue: int, phase: _Phase, key: PhaseKey,
+    def start(self, layer: AlphaBetaSystemLayer, chunk: Chunk, queue: int, phase: CollectivePhase, key: PhaseKey,
               duration_ps: int) -> None:
         """As `FluidPhases.start`, keeping the phase's plan for an episode."""
         self._starting = (layer, phase, self.eventlist.now_ps)
         super().start(layer, chunk, queue, phase, key, duration_ps)
         self._starting = None
 
-    def _stage_starts(self, fluid: _Fluid) -> None:
+    def _stage_starts(self, fluid: FluidPart) -> None:
         """Flag the phase as phase does (a port overflows: `incast_phases`), and mark an episode due if
         the stage fills a port past `TRIGGER_QUEUE_SHARE` of its buffer."""
         if self._starting is not None and fluid not in self._plans:
@@ -485,7 +485,7 @@ class HybridPhases(FluidPhases):
     def _drops(self) -> int:
         return sum(episodes.drops() for episodes in self.episodes)
 
-    def _program(self, layer: AlphaBetaSystemLayer, phase: _Phase) -> Program:
+    def _program(self, layer: AlphaBetaSystemLayer, phase: CollectivePhase) -> Program:
         """A phase's step program (one, as rings and direct steps have)."""
         dim = layer.dimensions[phase.dimension]
         steps = layer.phase_steps(phase, len(dim.groups[0]))
@@ -541,6 +541,11 @@ class HybridBackend(PhaseBackend):
     DESCRIPTION = "phase's fluid coflows, and packet-level TCP on a reduced network where a phase risks loss"
     FILLS = frozenset(SCREEN_RISK_COLUMNS + PACKET_COUNTERS)
     INCAST_RTO = False  # its risky phases get the packet engine's time, not a charged RTO
+    MODELS_HOST_STACK = True  # its reduced networks' hosts are the packet engine's
+    FIDELITY_RANK = 3
+    # The default screen from 256 NPUs: phase exactly where nothing risks loss, the packet engine's RTO chains
+    # where its replays drop packets, so the screen ranks lossy points where they belong (docs/two-fidelity.md)
+    DEFAULT_SCREEN_FROM_NPUS = 256
 
     def fluid_phases(self) -> HybridPhases:
         """The phase timer with packet-level episodes."""
@@ -553,29 +558,29 @@ class HybridBackend(PhaseBackend):
         `REDUCED_CONNECTIONS_MAX` connections; algorithms but rings and direct steps; workloads whose
         collectives do not span the whole network (Chakra traces' process groups)."""
         net = config.network
-        _require(net.topology in REDUCED_TOPOLOGIES, "network.topology", net.topology,
-                 f"one of {', '.join(REDUCED_TOPOLOGIES)} on engine.backend=hybrid (the topologies it reduces yet)")
+        require(net.topology in REDUCED_TOPOLOGIES, "network.topology", net.topology,
+                f"one of {', '.join(REDUCED_TOPOLOGIES)} on engine.backend=hybrid (the topologies it reduces yet)")
         if net.topology == "leaf_spine":
             assert net.hosts_per_leaf is not None
-            _require(net.npus >= 2 * net.hosts_per_leaf, "network.npus", net.npus,
-                     f"at least 2 leaves (2 x network.hosts_per_leaf = {2 * net.hosts_per_leaf}) on "
-                     "engine.backend=hybrid (its reduced network is a leaf pair)")
+            require(net.npus >= 2 * net.hosts_per_leaf, "network.npus", net.npus,
+                    f"at least 2 leaves (2 x network.hosts_per_leaf = {2 * net.hosts_per_leaf}) on "
+                    "engine.backend=hybrid (its reduced network is a leaf pair)")
         elif net.topology == "fat_tree":
             k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
             pod = (k // 2) ** 2
-            _require(net.npus >= 2 * pod, "network.npus", net.npus,
-                     f"at least 2 whole pods (2 x (k/2)^2 = {2 * pod} for k = {k}) on engine.backend=hybrid "
-                     "(its reduced network is a pod pair)")
+            require(net.npus >= 2 * pod, "network.npus", net.npus,
+                    f"at least 2 whole pods (2 x (k/2)^2 = {2 * pod} for k = {k}) on engine.backend=hybrid "
+                    "(its reduced network is a pod pair)")
         connections = reduced_connections(config)
-        _require(connections <= REDUCED_CONNECTIONS_MAX, "network.npus", net.npus,
-                 f"a size whose reduced networks hold at most {REDUCED_CONNECTIONS_MAX:,} connections on "
-                 f"engine.backend=hybrid (here {connections:,}: each simulated rank to every other NPU)")
+        require(connections <= REDUCED_CONNECTIONS_MAX, "network.npus", net.npus,
+                f"a size whose reduced networks hold at most {REDUCED_CONNECTIONS_MAX:,} connections on "
+                f"engine.backend=hybrid (here {connections:,}: each simulated rank to every other NPU)")
         for op, algorithms in REDUCED_ALGORITHMS.items():
-            _require(getattr(config.system, op) in algorithms, f"system.{op}", getattr(config.system, op),
-                     f"one of {', '.join(algorithms)} on engine.backend=hybrid (rings and direct steps are "
-                     "the patterns it reduces yet)")
-        _require(config.workload.type in REDUCED_WORKLOADS, "workload.type", config.workload.type,
-                 f"one of {', '.join(REDUCED_WORKLOADS)} on engine.backend=hybrid")
+            require(getattr(config.system, op) in algorithms, f"system.{op}", getattr(config.system, op),
+                    f"one of {', '.join(algorithms)} on engine.backend=hybrid (rings and direct steps are "
+                    "the patterns it reduces yet)")
+        require(config.workload.type in REDUCED_WORKLOADS, "workload.type", config.workload.type,
+                f"one of {', '.join(REDUCED_WORKLOADS)} on engine.backend=hybrid")
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:

@@ -31,6 +31,8 @@ class PacketBackend(NetworkBackend):
     DESCRIPTION: ClassVar[str] = "packet-level TCP/IP: queues, losses, retransmissions, ECN"
     FILLS: ClassVar[frozenset[str]] = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS)
     CARRIES_FLOWS: ClassVar[bool] = True
+    MODELS_HOST_STACK: ClassVar[bool] = True
+    FIDELITY_RANK: ClassVar[int] = 4
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(config, sim)

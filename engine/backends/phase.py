@@ -35,6 +35,8 @@ class PhaseBackend(NetworkBackend):
     DESCRIPTION = "collective phases as fluid coflows sharing links"
     FILLS = frozenset(SCREEN_RISK_COLUMNS)
     INCAST_RTO = True
+    FIDELITY_RANK = 2
+    SCREENS = True
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(config, sim)

@@ -53,13 +53,13 @@ from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..units import serialisation_ps
 from .algorithms import RING, XOR, Program, SymmetricStep
-from .collectives import Dimension, SystemLayer, _Chunk, _Phase
+from .collectives import Chunk, CollectivePhase, Dimension, SystemLayer
 
 ClassCounts = tuple[tuple[int, int], ...]  # sorted (route class, messages) of one rank's step
 PhaseKey = tuple[int, str, int, int | None]  # dimension, op, chunk bytes, ASTRA-sim tree (astra_compat)
 # Decides when a phase ends, given the layer, the chunk, its queue, the phase, its key and alpha_beta's
 # duration of it (the phase backend's `FluidPhases.start`); it must call `phase_ender(...)()` then.
-PhaseTimer = Callable[["AlphaBetaSystemLayer", _Chunk, int, _Phase, PhaseKey, int], None]
+PhaseTimer = Callable[["AlphaBetaSystemLayer", Chunk, int, CollectivePhase, PhaseKey, int], None]
 
 
 class RouteCosts:
@@ -176,7 +176,7 @@ class AlphaBetaSystemLayer(SystemLayer):
         self.phases_done: dict[PhaseKey, int] = {}
         self.phase_timer = phase_timer
 
-    def _run_phase(self, chunk: _Chunk, queue: int) -> None:
+    def _run_phase(self, chunk: Chunk, queue: int) -> None:
         """End the chunk's current phase after its computed duration (then free `queue`)."""
         phase = chunk.phases[chunk.next_phase]
         if self.dimensions[phase.dimension].size == 1:
@@ -188,7 +188,7 @@ class AlphaBetaSystemLayer(SystemLayer):
             return
         self.eventlist.call_at(self.eventlist.now_ps + duration_ps, self.phase_ender(chunk, queue, key))
 
-    def phase_ps(self, phase: _Phase) -> tuple[PhaseKey, int]:
+    def phase_ps(self, phase: CollectivePhase) -> tuple[PhaseKey, int]:
         """The phase's key and its duration on its dimension (its slowest group), computed once per key."""
         dim = self.dimensions[phase.dimension]
         key = (phase.dimension, phase.op, phase.chunk_bytes, phase.astra_tree)
@@ -205,7 +205,7 @@ class AlphaBetaSystemLayer(SystemLayer):
         self.eventlist.call_at(self.eventlist.now_ps + self.costs.step_ps(((route_class, 1),), size_bytes),
                                on_delivered)
 
-    def phase_ender(self, chunk: _Chunk, queue: int, key: PhaseKey) -> Callable[[], None]:
+    def phase_ender(self, chunk: Chunk, queue: int, key: PhaseKey) -> Callable[[], None]:
         """What ends the chunk's phase of `key` (then frees `queue`) when called."""
         def end() -> None:
             self.phases_done[key] = self.phases_done.get(key, 0) + 1
@@ -223,7 +223,7 @@ class AlphaBetaSystemLayer(SystemLayer):
             dim = self.dimensions[dimension]
             for group in dim.groups:
                 p = len(group)
-                for program in self.plan_phase(_Phase(dimension, op, chunk_bytes, astra_tree), dim):
+                for program in self.plan_phase(CollectivePhase(dimension, op, chunk_bytes, astra_tree), dim):
                     for rank, steps in enumerate(program):
                         for step in steps:
                             for send in step.sends:
@@ -233,7 +233,7 @@ class AlphaBetaSystemLayer(SystemLayer):
                                     totals[link] = totals.get(link, 0) + wire
         return totals
 
-    def group_ps(self, group: tuple[int, ...], phase: _Phase, dim: Dimension) -> int:
+    def group_ps(self, group: tuple[int, ...], phase: CollectivePhase, dim: Dimension) -> int:
         """Duration of one phase (with the configured algorithm) on one group of NPUs of `dim`."""
         steps = self.phase_steps(phase, len(group))
         if steps is None:  # ranks in different roles: evaluate every rank's program

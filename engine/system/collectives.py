@@ -161,7 +161,7 @@ class _Receipt:
 
 
 @dataclass
-class _Phase:
+class CollectivePhase:
     dimension: int
     op: str
     chunk_bytes: int
@@ -173,12 +173,12 @@ class _Phase:
             self.queue = self.dimension
 
 
-class _Chunk:
+class Chunk:
     """A piece of a collective making its way through its phases."""
 
     __slots__ = ("collective", "phases", "next_phase", "issued_seq")
 
-    def __init__(self, collective: "_Collective", phases: list[_Phase], issued_seq: int) -> None:
+    def __init__(self, collective: "_Collective", phases: list[CollectivePhase], issued_seq: int) -> None:
         self.collective = collective
         self.phases = phases
         self.next_phase = 0
@@ -225,12 +225,12 @@ class SystemLayer:
         # one per chunk phase it builds (get_topology's counter): how many it has handed out
         self._astra_trees = 0
         self.records: list[CollectiveRecord] = []
-        self._ready: list[list[_Chunk]] = [[] for _ in self.dimensions]
+        self._ready: list[list[Chunk]] = [[] for _ in self.dimensions]
         self._busy = [False] * len(self.dimensions)
         self._issued = 0
         self._group_dimensions: dict[tuple[int, ...], int] = {}  # process group's ranks -> its dimension
 
-    def _phases(self, op: str, chunk_bytes: int, dimensions: tuple[int, ...] | None) -> list[_Phase]:
+    def _phases(self, op: str, chunk_bytes: int, dimensions: tuple[int, ...] | None) -> list[CollectivePhase]:
         """The phases of one chunk of `op` over `dimensions` (indices into `self.dimensions`; None = every
         real dimension of the network). A single flat or process-group dimension is one phase of the
         whole collective; real dimensions follow `hierarchy`."""
@@ -238,35 +238,35 @@ class SystemLayer:
         if dimensions is None:
             dimensions = tuple(range(real))
             if op == "all_to_all":  # over the whole network: flat, in its own queue or (astra_compat) the first's
-                return [_Phase(self.flat_index, op, chunk_bytes, queue=0 if self.astra_compat else self.flat_index)]
+                return [CollectivePhase(self.flat_index, op, chunk_bytes, queue=0 if self.astra_compat else self.flat_index)]
         if len(dimensions) == 1:
-            return [_Phase(dimensions[0], op, chunk_bytes)]
+            return [CollectivePhase(dimensions[0], op, chunk_bytes)]
         dims = list(dimensions)
         sizes = [self.dimensions[d].size for d in dims]
         if op == "all_to_all":  # over some real dimensions: the whole exchange within each in turn
-            return [_Phase(d, op, chunk_bytes) for d in dims]
+            return [CollectivePhase(d, op, chunk_bytes) for d in dims]
         if op == "all_reduce" and self.hierarchy == "local_bw_aware":
             phases, data = [], chunk_bytes
             for level in range(len(dims) - 1):  # reduce-scatter up: each level keeps 1/size of the data
-                phases.append(_Phase(dims[level], "reduce_scatter", data))
+                phases.append(CollectivePhase(dims[level], "reduce_scatter", data))
                 data = max(1, data // sizes[level])
-            phases.append(_Phase(dims[-1], "all_reduce", data))
+            phases.append(CollectivePhase(dims[-1], "all_reduce", data))
             for level in reversed(range(len(dims) - 1)):  # all-gather back down
                 data *= sizes[level]
-                phases.append(_Phase(dims[level], "all_gather", data))
+                phases.append(CollectivePhase(dims[level], "all_gather", data))
             return phases
         if op == "all_reduce":  # baseline: the full all-reduce in each dimension
-            return [_Phase(d, op, chunk_bytes) for d in dims]
+            return [CollectivePhase(d, op, chunk_bytes) for d in dims]
         if op == "reduce_scatter":
             phases, data = [], chunk_bytes
             for level, d in enumerate(dims):
-                phases.append(_Phase(d, op, data))
+                phases.append(CollectivePhase(d, op, data))
                 data = max(1, data // sizes[level])
             return phases
         # all_gather: the result of size chunk_bytes is gathered from the last dimension down
         phases, data = [], chunk_bytes
         for level, d in enumerate(dims):
-            phases.append(_Phase(d, op, data))
+            phases.append(CollectivePhase(d, op, data))
             data = max(1, data // sizes[level])
         return list(reversed(phases))
 
@@ -311,20 +311,20 @@ class SystemLayer:
                     if self.algorithms.get(phase.op) == "double_binary_tree":
                         phase.astra_tree = self._astra_trees % 2
                         self._astra_trees += 1
-            self._enqueue(_Chunk(collective, phases, self._issued))
+            self._enqueue(Chunk(collective, phases, self._issued))
         return record
 
-    def plan_phase(self, phase: _Phase, dim: Dimension) -> list[Program]:
+    def plan_phase(self, phase: CollectivePhase, dim: Dimension) -> list[Program]:
         """The step programs of one phase on one group of `dim` (`algorithms.plan`)."""
         return plan(phase.op, self.algorithms[phase.op], dim.size, phase.chunk_bytes, dim.node_size, phase.astra_tree,
                     self.astra_compat)
 
-    def phase_steps(self, phase: _Phase, group_size: int) -> list[SymmetricStep] | None:
+    def phase_steps(self, phase: CollectivePhase, group_size: int) -> list[SymmetricStep] | None:
         """The symmetric steps of one phase on a group of `group_size` NPUs (`algorithms.symmetric_steps`);
         None where ranks play different roles (double binary tree)."""
         return symmetric_steps(phase.op, self.algorithms[phase.op], group_size, phase.chunk_bytes, self.astra_compat)
 
-    def _enqueue(self, chunk: _Chunk) -> None:
+    def _enqueue(self, chunk: Chunk) -> None:
         queue = chunk.phases[chunk.next_phase].queue
         self._ready[queue].append(chunk)
         self._dispatch(queue)
@@ -336,7 +336,7 @@ class SystemLayer:
         self._busy[queue] = True
         self._run_phase(chunk, queue)
 
-    def _run_phase(self, chunk: _Chunk, queue: int) -> None:
+    def _run_phase(self, chunk: Chunk, queue: int) -> None:
         """Run the chunk's current phase on every group of its dimension, message by message over
         the sender; `_phase_done` (which frees `queue`) when all groups have finished."""
         phase = chunk.phases[chunk.next_phase]
@@ -357,7 +357,7 @@ class SystemLayer:
             for program in programs:
                 _ProgramRun(self, group, program, run_done).start()
 
-    def _phase_done(self, chunk: _Chunk, queue: int) -> None:
+    def _phase_done(self, chunk: Chunk, queue: int) -> None:
         self._busy[queue] = False
         chunk.next_phase += 1
         if chunk.next_phase < len(chunk.phases):

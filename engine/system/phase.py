@@ -51,7 +51,7 @@ from ..transport.cc import slow_start_dominates
 from ..units import BITS_PER_BYTE, PS_PER_S, serialisation_ps
 from .algorithms import ALL, RING, XOR, Program, SymmetricStep
 from .alpha_beta import AlphaBetaSystemLayer, PhaseKey
-from .collectives import _Chunk, _Phase
+from .collectives import Chunk, CollectivePhase
 from .maxmin import RATE_TOLERANCE
 
 CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays stay in the CPU caches
@@ -229,7 +229,7 @@ class StageDemand:
     stretch: float = 1.0
 
 
-class _Fluid:
+class FluidPart:
     """A phase in its fluid part: its current stage, the fraction of that stage's link bytes left at
     `updated_ps` and the fraction it carries a picosecond (`progress_per_ps`); `end` ends the phase
     (after the fixed part)."""
@@ -420,13 +420,13 @@ class FluidPhases:
         self._link_latency_ps = np.array([link.latency_ps for link in links], dtype=np.float64)
         self._link_kind = np.array([kind_of[(link.rate_bps, link.latency_ps)] for link in links] + [0], np.int32)
         self._patterns: dict[tuple[tuple[int, ...], str, int], LinkCounts] = {}
-        self._fluid: list[_Fluid] = []
+        self._fluid: list[FluidPart] = []
         self._wake = _Wake(self)
         self._next_wake_ps = -1
 
     # -- phases ------------------------------------------------------------------------------------
 
-    def start(self, layer: AlphaBetaSystemLayer, chunk: _Chunk, queue: int, phase: _Phase, key: PhaseKey,
+    def start(self, layer: AlphaBetaSystemLayer, chunk: Chunk, queue: int, phase: CollectivePhase, key: PhaseKey,
               duration_ps: int) -> None:
         """Start a chunk's phase of alpha_beta duration `duration_ps`: its fluid part now, sharing
         links with the phases in theirs (the layer's `PhaseTimer`)."""
@@ -438,13 +438,13 @@ class FluidPhases:
         now = self.eventlist.now_ps
         self._advance(now)
         tail_ps = self.tail_ps(duration_ps, stages)
-        fluid = _Fluid(layer.phase_ender(chunk, queue, key), stages, now, tail_ps)
+        fluid = FluidPart(layer.phase_ender(chunk, queue, key), stages, now, tail_ps)
         fluid.opens_connections = self.flow_ids.opened > opened
         self._fluid.append(fluid)
         self._stage_starts(fluid)
         self._share(now)
 
-    def _stage_starts(self, fluid: _Fluid) -> None:
+    def _stage_starts(self, fluid: FluidPart) -> None:
         """A phase's stage opens its messages' windows: keep `max_port_flows`, and flag (and charge)
         the phase, once at most, if they overflow a port (`port_queue_share` above 1). The charge is one RTO:
         the initial one (RFC 6298: 1 s, before any RTT sample) where the phase opens connections
@@ -485,8 +485,8 @@ class FluidPhases:
             return  # superseded by an earlier wake-up
         self._next_wake_ps = -1
         self._advance(now)
-        still: list[_Fluid] = []
-        starting: list[_Fluid] = []  # phases entering their next stage
+        still: list[FluidPart] = []
+        starting: list[FluidPart] = []  # phases entering their next stage
         for fluid in self._fluid:
             if fluid.left <= 0.0:
                 self.link_bytes += fluid.stages[fluid.stage].link_bytes
@@ -530,7 +530,7 @@ class FluidPhases:
 
     # -- what a phase asks of the links ------------------------------------------------------------
 
-    def demand(self, layer: AlphaBetaSystemLayer, key: PhaseKey, phase: _Phase) -> list[StageDemand]:
+    def demand(self, layer: AlphaBetaSystemLayer, key: PhaseKey, phase: CollectivePhase) -> list[StageDemand]:
         """The link demand of a kind of phase, stage by stage, over every group of its dimension
         (computed once). The steps of a stage are added up first, then applied to their pattern's
         link counts once: O(steps + stages x links)."""
@@ -587,7 +587,7 @@ class FluidPhases:
         self._slow_start[key] = (slow, messages)
         return stages
 
-    def _stretch_exchanges(self, layer: AlphaBetaSystemLayer, phase: _Phase, groups: list[tuple[int, ...]],
+    def _stretch_exchanges(self, layer: AlphaBetaSystemLayer, phase: CollectivePhase, groups: list[tuple[int, ...]],
                            steps: list[SymmetricStep], stages: list[StageDemand]) -> None:
         """Make a phase of XOR exchanges (halving-doubling) last alone what its ranks take
         (`xor_exchange_ps`: each waits for its partner, not for the step's busiest link), stretching
@@ -671,7 +671,7 @@ class FluidPhases:
                            arrival)
 
     def _pattern(self, layer: AlphaBetaSystemLayer, group: tuple[int, ...], pattern: str, mask: int,
-                 phase: _Phase) -> LinkCounts:
+                 phase: CollectivePhase) -> LinkCounts:
         """Link counts of one step's messages on a group (every rank alike), counted once per pattern."""
         key = (group, pattern, mask)
         counts = self._patterns.get(key)

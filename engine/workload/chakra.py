@@ -40,7 +40,7 @@ from ..eventlist import EventList
 from ..system.collectives import CollectiveRecord, SystemLayer
 from ..units import ns_to_ps, ps_to_s
 from .layers import BUNDLED_DIR, BUNDLED_PREFIX, system_bytes
-from .training import _union_ps
+from .training import union_ps
 
 # Chakra's CollectiveCommType values the system layer runs (the others: REDUCE, GATHER, SCATTER,
 # BROADCAST, REDUCE_SCATTER_BLOCK, BARRIER are refused by name)
@@ -584,10 +584,10 @@ class TraceReplay:
             "iterations_done": done,
             "iteration_time_s": ps_to_s(iteration_ps) / n if done else None,
             "compute_s": ps_to_s(round(compute_ps)) / n,
-            "comm_s": ps_to_s(_union_ps(finished)) / n,
+            "comm_s": ps_to_s(union_ps(finished)) / n,
             "exposed_comm_s": ps_to_s(round(iteration_ps - compute_ps)) / n,
-            "all_to_all_s": ps_to_s(_union_ps([r for r in finished if r.op == "all_to_all"])) / n,
-            "all_reduce_s": ps_to_s(_union_ps([r for r in finished if r.op == "all_reduce"])) / n,
+            "all_to_all_s": ps_to_s(union_ps([r for r in finished if r.op == "all_to_all"])) / n,
+            "all_reduce_s": ps_to_s(union_ps([r for r in finished if r.op == "all_reduce"])) / n,
         }
 
 

@@ -371,14 +371,14 @@ class TrainingLoop:
             "iterations_done": len(done),
             "iteration_time_s": ps_to_s(sum(it.end_ps - it.start_ps for it in done)) / n if done else None,
             "compute_s": ps_to_s(compute_ps) / n,
-            "comm_s": ps_to_s(_union_ps(finished)) / n,
+            "comm_s": ps_to_s(union_ps(finished)) / n,
             "exposed_comm_s": ps_to_s(exposed_ps) / n,
-            "all_to_all_s": ps_to_s(_union_ps([r for r in finished if r.op == "all_to_all"])) / n,
-            "all_reduce_s": ps_to_s(_union_ps([r for r in finished if r.op == "all_reduce"])) / n,
+            "all_to_all_s": ps_to_s(union_ps([r for r in finished if r.op == "all_to_all"])) / n,
+            "all_reduce_s": ps_to_s(union_ps([r for r in finished if r.op == "all_reduce"])) / n,
         }
 
 
-def _union_ps(records: list[CollectiveRecord]) -> int:
+def union_ps(records: list[CollectiveRecord]) -> int:
     """Total length of the union of the records' [start, end] intervals."""
     total, covered_until = 0, -1
     for record in sorted(records, key=lambda r: r.start_ps):

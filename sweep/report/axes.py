@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+
+from engine.backends import BACKEND_NAMES, backend_class
+from engine.backends.base import NetworkBackend
 
 from ..runner import CONFIG_GROUPS
 from ..schema import PRESET_COLUMNS
@@ -65,7 +68,6 @@ KEY_WORDS = {
     "workload.npu_tflops": "NPU compute rate", "workload.rounds": "rounds",
     "workload.interaction": "DLRM interaction",
 }
-BACKEND_ORDER = ("alpha_beta", "analytical", "phase", "packet", "ns3")
 # Values shown as their names are written (congestion controls); any other value as stored.
 # Presets and values in words, for ticks, legends and titles (what is not here is shown as it is written)
 VALUE_WORDS = {"newreno": "NewReno", "dctcp": "DCTCP", "cubic": "CUBIC", "linux": "Linux",
@@ -74,6 +76,17 @@ VALUE_WORDS = {"newreno": "NewReno", "dctcp": "DCTCP", "cubic": "CUBIC", "linux"
                "dlrm_dcnv2": "DLRM-DCNv2", "astra_dlrm": "DLRM (ASTRA-sim file)",
                "halving_doubling": "halving-doubling", "double_binary_tree": "double binary tree",
                "local_bw_aware": "local-bandwidth aware"}
+
+
+def backend_rank(name: str) -> int:
+    """Where backend `name` goes, from the lower bound to the most detailed: its class's
+    `FIDELITY_RANK`; a name no longer registered goes last."""
+    return backend_class(name).FIDELITY_RANK if name in BACKEND_NAMES else len(BACKEND_NAMES)
+
+
+def backend_classes(names: Iterable[str]) -> dict[str, type[NetworkBackend]]:
+    """The registered ones of backend `names` (a dataset's `engine.backend` values), with their classes."""
+    return {name: backend_class(name) for name in names if name in BACKEND_NAMES}
 
 
 def is_null(value: Any) -> bool:
@@ -230,8 +243,7 @@ def _axis(runs: pd.DataFrame, key: str, columns: tuple[str, ...]) -> Axis:
     elif all(v is None or v is pd.NA or isinstance(v, (int, float, np.number)) for v in distinct):
         order = sorted(distinct, key=lambda v: (not pd.isna(v), 0 if pd.isna(v) else v))  # null first
     elif key == "engine.backend":  # from the lower bound to the most detailed
-        rank = {backend: i for i, backend in enumerate(BACKEND_ORDER)}
-        order = sorted(distinct, key=lambda v: (rank.get(v, len(rank)), v))
+        order = sorted(distinct, key=lambda v: (backend_rank(v), v))
     elif key == "workload" and runs["compute_s"].notna().any():
         # workload presets by model size: the compute of an iteration grows with it
         compute = runs.groupby(key)["compute_s"].median()

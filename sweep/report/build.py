@@ -12,7 +12,7 @@ from typing import Sequence, TextIO
 import pandas as pd
 
 from . import plots, reading, text
-from .axes import Axis, swept_axes
+from .axes import Axis, backend_classes, swept_axes
 from .reading import Dataset, ReportError, read_dataset
 
 REPORT_DIR = "report"
@@ -55,14 +55,17 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
                       f"by every swept parameter; each says how many of its {unit} waited for a retransmission "
                       "timeout"))
         lines += text.rto_lines(usable, axes, flows, unit)
-    packet = usable[usable["engine.backend"] == "packet"]
-    if packet["retransmits"].fillna(0).sum() + packet["timeouts"].fillna(0).sum() > 0:
+    # the runs of the backends that count retransmissions and timeouts (packet level: packet, ns3, hybrid's episodes)
+    counting = sorted(name for name, backend in backend_classes(usable["engine.backend"].unique()).items()
+                      if {"retransmits", "timeouts"} <= backend.FILLS)
+    counted = usable[usable["engine.backend"].isin(counting)]
+    if counted["retransmits"].fillna(0).sum() + counted["timeouts"].fillna(0).sum() > 0:
         name = "retransmits_timeouts.png" if kind == "training" else "flows_retransmits_timeouts.png"
-        plots.save(plots.plot_counters(packet, axes, kind), out / name)
+        plots.save(plots.plot_counters(counted, axes, kind), out / name)
         drawn.append((name, f"retransmitted segments and RTO timeouts of the {kind} runs that had any "
-                      "(packet backend)"))
-    elif not packet.empty:
-        lines += ["", f"No {kind} run on the packet backend retransmitted a segment or timed out."]
+                      f"({', '.join(counting)} backend{'s' if len(counting) > 1 else ''})"))
+    elif not counted.empty:
+        lines += ["", f"No {kind} run on the {' or '.join(counting)} backend retransmitted a segment or timed out."]
     return drawn, lines
 
 

@@ -359,8 +359,8 @@ def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "
 
 
 def plot_counters(frame: pd.DataFrame, axes: Sequence[Axis], kind: str) -> Figure:
-    """Retransmitted segments and retransmission timeouts of the `kind` runs (packet backend) that
-    had any; the title says how many had none."""
+    """Retransmitted segments and retransmission timeouts of the `kind` runs (of the backends that
+    count them) that had any; the title says on which backends and how many had none."""
     counts = frame[["retransmits", "timeouts"]].astype(float).fillna(0)
     lossy = frame[counts.sum(axis=1) > 0]
     bars, note = bar_rows(lossy, axes, ["retransmits", "timeouts"])
@@ -379,7 +379,8 @@ def plot_counters(frame: pd.DataFrame, axes: Sequence[Axis], kind: str) -> Figur
     left.set_yticks(y, bars.index, fontsize="small")
     left.invert_yaxis()
     quiet = len(frame) - len(lossy)
-    _title(fig, f"TCP loss recovery (packet backend): the {len(lossy)} {kind} runs that retransmitted"
+    backends = sorted(frame["engine.backend"].unique())
+    _title(fig, f"TCP loss recovery ({', '.join(backends)} backend{'s' if len(backends) > 1 else ''}): the {len(lossy)} {kind} runs that retransmitted"
                  + (f"; the other {quiet} retransmitted nothing" if quiet else "") + note)
     return fig
 

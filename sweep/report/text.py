@@ -10,7 +10,7 @@ import pandas as pd
 from ..replicate import mean_interval
 from ..schema import PRESET_COLUMNS
 from ..store import QUARANTINE, quarantined_parts
-from .axes import Axis, describe, fmt, is_config_column, key_words, row_keys, swept_axes, at
+from .axes import Axis, at, backend_classes, describe, fmt, is_config_column, key_words, row_keys, swept_axes
 from .reading import Dataset, exposed_from_collectives
 
 MS = 1e3  # s -> ms
@@ -254,34 +254,37 @@ def hot_link_lines(dataset: Dataset) -> list[str]:
 
 
 def contention_lines(runs: pd.DataFrame) -> list[str]:
-    """Where one configuration ran on `alpha_beta` and on a backend that shares links: how much
-    longer an iteration took there. `alpha_beta` leaves all contention out (each message costs what
-    it would alone on its path), so that gap is the cost of contention."""
+    """Where one configuration ran on the lower-bound backend (`alpha_beta`, whose class says
+    `LOWER_BOUND`) and on a backend that shares links: how much longer an iteration took there. The
+    lower bound leaves all contention out (each message costs what it would alone on its path), so
+    that gap is the cost of contention."""
     ok = runs[(runs["status"] == "ok") & runs["iteration_time_s"].notna()]
     backends = set(ok["engine.backend"])
-    if "alpha_beta" not in backends or len(backends) < 2:
+    bounds = sorted(name for name, backend in backend_classes(backends).items() if backend.LOWER_BOUND)
+    if not bounds or len(backends) < 2:
         return []
+    lower_name = bounds[0]
     others = [column for column in ok.columns if is_config_column(column) and column != "engine.backend"]
     keyed = ok.assign(_key=row_keys(ok, others))
-    lower = keyed[keyed["engine.backend"] == "alpha_beta"]
+    lower = keyed[keyed["engine.backend"] == lower_name]
     bound = dict(zip(lower["_key"], lower["iteration_time_s"]))  # config (backend aside) -> its lower bound
     lines: list[str] = []
-    for backend in sorted(backends - {"alpha_beta"}):
+    for backend in sorted(backends - {lower_name}):
         matched = keyed[(keyed["engine.backend"] == backend) & keyed["_key"].isin(bound.keys())]
         if matched.empty:
             continue
         gap = pd.Series([time_s / bound[key] - 1 for time_s, key in zip(matched["iteration_time_s"], matched["_key"])],
                         index=matched.index)
         worst = matched.loc[gap.idxmax()]
-        lines.append(f"- `{backend}`: {len(matched)} configurations; iteration time above `alpha_beta`'s by "
+        lines.append(f"- `{backend}`: {len(matched)} configurations; iteration time above `{lower_name}`'s by "
                      f"{gap.median():.1%} (median), at most {gap.max():.1%} (`{worst['run_id']}`: "
                      f"{ms(worst['iteration_time_s'])} ms against {ms(bound[worst['_key']])} ms)")
     if not lines:
         return []
     return ["", "## Contention", "",
-            "`alpha_beta` costs every message as if it were alone on its path (no link shared between NPUs or "
+            f"`{lower_name}` costs every message as if it were alone on its path (no link shared between NPUs or "
             "collectives): a lower bound. Where the same configuration also ran on a backend that shares links "
-            "(`analytical`: max-min fair shares; `packet`: TCP with queues and losses), the gap is the cost of "
+            "(max-min fair shares of a fluid model, or TCP with queues and losses), the gap is the cost of "
             "contention (at packet level, and of TCP's dynamics):", "", *lines]
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config import SimConfig, _require
+from ...config import SimConfig, require
 from ...memory import estimate_messages, process_bytes
 from ...simulation import Simulation
 from ...system.collectives import SystemLayer
 from ...system.messages import MessageLog
 from ...units import s_to_ps
-from .. import BACKEND_NAMES
+from ..names import BACKEND_NAMES
 from ..base import MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
 from . import build
 from .helper import Ns3Messages
@@ -35,6 +35,8 @@ class Ns3Backend(NetworkBackend):
 
     DESCRIPTION = "ns-3's TCP/IP behind netsweep's system layer"
     FILLS = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS) - {"max_queue_kb"}
+    ECN_THRESHOLD_SETS_QUEUE = True
+    FIDELITY_RANK = 5
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(config, sim)
@@ -44,28 +46,28 @@ class Ns3Backend(NetworkBackend):
     def check_config(cls, config: SimConfig) -> None:
         """What ns-3 cannot express, refused on the key that asks for it; then whether ns-3 is here."""
         net, tcp = config.network, config.tcp
-        _require(net.loss_rate == 0.0, "network.loss_rate", net.loss_rate,
-                 "0 with engine.backend=ns3 (random loss is not mapped to ns-3)")
-        _require(tcp.max_rto_s == 60.0, "tcp.max_rto_s", tcp.max_rto_s,
-                 "60 with engine.backend=ns3 (ns-3 caps the RTO at 60 s, not settable)")
-        _require(net.npus <= NS3_MAX_NPUS, "network.npus", net.npus,
-                 f"at most {NS3_MAX_NPUS} with engine.backend=ns3 (it opens a TCP connection per ordered pair "
-                 "of NPUs before time 0)")
-        _require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
-        _require(tcp.handshake, "tcp.handshake", tcp.handshake,
-                 "true with engine.backend=ns3 (ns-3 opens every connection with its handshake before time 0)")
-        _require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
-                 "none with engine.backend=ns3 (its helper reports no per-link counters)")
-        _require(tcp.sack_after_rto == "keep" or not tcp.sack, "tcp.sack_after_rto", tcp.sack_after_rto,
-                 "keep with engine.backend=ns3 (ns-3 keeps the SACK scoreboard across an RTO; discarding it is "
-                 "not settable)")
+        require(net.loss_rate == 0.0, "network.loss_rate", net.loss_rate,
+                "0 with engine.backend=ns3 (random loss is not mapped to ns-3)")
+        require(tcp.max_rto_s == 60.0, "tcp.max_rto_s", tcp.max_rto_s,
+                "60 with engine.backend=ns3 (ns-3 caps the RTO at 60 s, not settable)")
+        require(net.npus <= NS3_MAX_NPUS, "network.npus", net.npus,
+                f"at most {NS3_MAX_NPUS} with engine.backend=ns3 (it opens a TCP connection per ordered pair "
+                "of NPUs before time 0)")
+        require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
+        require(tcp.handshake, "tcp.handshake", tcp.handshake,
+                "true with engine.backend=ns3 (ns-3 opens every connection with its handshake before time 0)")
+        require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
+                "none with engine.backend=ns3 (its helper reports no per-link counters)")
+        require(tcp.sack_after_rto == "keep" or not tcp.sack, "tcp.sack_after_rto", tcp.sack_after_rto,
+                "keep with engine.backend=ns3 (ns-3 keeps the SACK scoreboard across an RTO; discarding it is "
+                "not settable)")
         for key in ("rack_tlp", "prr", "hystart", "linux_delayed_ack"):  # the tcp=linux options
-            _require(not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
-                     "false with engine.backend=ns3 (its helper does not map this Linux option to ns-3)")
+            require(not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
+                    "false with engine.backend=ns3 (its helper does not map this Linux option to ns-3)")
         if config.workload.type != "flows":  # flows are refused with their own message
             reason = build.unavailable_reason()
             others = [name for name in BACKEND_NAMES if name != "ns3"]
-            _require(reason is None, "engine.backend", "ns3", f"{', '.join(others[:-1])} or {others[-1]} here: {reason}")
+            require(reason is None, "engine.backend", "ns3", f"{', '.join(others[:-1])} or {others[-1]} here: {reason}")
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:

@@ -8,8 +8,8 @@ callers that launch runs (`sweep.plan.validate`, for a single run and every grid
 
 from __future__ import annotations
 
-from ..config import SimConfig, _require
-from . import BACKEND_NAMES, backend_class
+from .config import SimConfig, require
+from .backends import backend_class, backends_with
 
 
 def check_backend(config: SimConfig) -> None:
@@ -17,15 +17,12 @@ def check_backend(config: SimConfig) -> None:
     `config` names cannot run it."""
     eng = config.engine
     backend = backend_class(eng.backend)
-    _require(not eng.incast_rto or backend.INCAST_RTO, "engine.incast_rto", eng.incast_rto,
-             f"false unless engine.backend={_backends_with('INCAST_RTO')} (the backend that flags incast phases)")
+    require(not eng.incast_rto or backend.INCAST_RTO, "engine.incast_rto", eng.incast_rto,
+            f"false unless engine.backend={' or '.join(backends_with('INCAST_RTO'))} (the backend that flags "
+            "incast phases)")
     backend.check_config(config)
     if config.workload.type == "flows":
-        carriers = _backends_with("CARRIES_FLOWS")
-        _require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,
-                 f"{carriers} for workload.type=flows (TCP flows need the {carriers} backend)")
+        carriers = " or ".join(backends_with("CARRIES_FLOWS"))
+        require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,
+                f"{carriers} for workload.type=flows (TCP flows need the {carriers} backend)")
 
-
-def _backends_with(flag: str) -> str:
-    """The registered backends whose class sets `flag` (a `NetworkBackend` constant), as `a or b`."""
-    return " or ".join(name for name in BACKEND_NAMES if getattr(backend_class(name), flag))
