@@ -59,7 +59,8 @@ def main() -> None:
     print(f"{len(runs)} runs of a {args.bytes:,}-byte all-reduce on {args.num_cpus} CPUs")
     print(f"  one run alone (median of {args.alone}):  {alone_s:.3f} s")
     print(f"  swept runs, mean wall_s:         {runs['wall_s'].mean():.3f} s")
-    print(f"  span, first start to last end:   {span_s:.2f} s   (whole command {command_s:.1f} s, Ray's start included)")
+    print(f"  span, first start to last end:   {span_s:.2f} s   "
+          f"(whole command {command_s:.1f} s, Ray's start included)")
     print(f"  workers busy:                    {runs['wall_s'].sum() / capacity_s:.0%}")
     print(f"  parallel efficiency:             {len(runs) * alone_s / capacity_s:.0%}")
 

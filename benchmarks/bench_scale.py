@@ -92,7 +92,8 @@ def child(config_json: str, rows: bool) -> None:
     print(json.dumps({
         "finished": prepared.finished, "simulate_s": simulate_s, "simulate_cpu_s": simulate_cpu_s,
         "rows_s": rows_s, "events": sim.eventlist.events_run,
-        "messages": len(prepared.backend.message_log()) if "flows" in prepared.backend.FILLS else None,  # alpha_beta, phase: none
+        # alpha_beta, phase: none
+        "messages": len(prepared.backend.message_log()) if "flows" in prepared.backend.FILLS else None,
         "simulated_ms": sim.eventlist.now_ps / 1e9,  # ps -> ms: the iteration, which starts at 0
         "simulate_rss_mib": simulate_rss_mib, "peak_rss_mib": peak_rss_mib(),
         "kernel": engine.KERNEL, "engine_dir": str(Path(engine.__file__).parent),

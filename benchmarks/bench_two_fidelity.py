@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     results_dir = args.results_dir.resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
-    common = [f"experiment={args.experiment}", *args.grid, f"results_dir={results_dir}", f"ray.num_cpus={args.num_cpus}"]
+    common = [f"experiment={args.experiment}", *args.grid, f"results_dir={results_dir}",
+              f"ray.num_cpus={args.num_cpus}"]
     packet_name, two_name = f"{args.experiment}_packet", f"{args.experiment}_two_fidelity_{args.screen}"
 
     # the all-packet sweep (resumed if a dataset is there already: then its wall time is only the rest's)

@@ -4,10 +4,11 @@ Every case is an ASTRA-sim 1.0 text workload that both simulators read: a MICRO 
 (ALLREDUCE, ALLTOALL, ALLGATHER, REDUCESCATTER of 1 to 64 MiB as ASTRA-sim sizes them, on 8 and 16 NPUs,
 one switch or a ring; and ALLTOALL with ASTRA-sim's ring algorithm, 1 and 4 MiB) and the DLRM_HybridParallel
 workload (16 and 64 NPUs, one switch), plus the cases where netsweep deliberately differs (direct all-to-all,
-double binary tree, one queue, ring all-to-all; see docs/validation-astra-sim.md). netsweep runs each on its `packet`, `analytical` and `alpha_beta`
-backends, and on `alpha_beta` with `system.astra_compat=true` (column `alpha_beta_compat`); ASTRA-sim's binary (`AnalyticalAstra` of branch ASTRA-sim-1.0 of astra-sim/astra-sim, with its
-analytical network backend; not part of netsweep) runs it when its path is given. Writes
-benchmarks/compare_astra_sim.{csv,md} and prints the table.
+double binary tree, one queue, ring all-to-all; see docs/validation-astra-sim.md). netsweep runs each on its
+`packet`, `analytical` and `alpha_beta` backends, and on `alpha_beta` with `system.astra_compat=true`
+(column `alpha_beta_compat`); ASTRA-sim's binary (`AnalyticalAstra` of branch ASTRA-sim-1.0 of
+astra-sim/astra-sim, with its analytical network backend; not part of netsweep) runs it when its path is
+given. Writes benchmarks/compare_astra_sim.{csv,md} and prints the table.
 
     python benchmarks/compare_astra_sim.py --astra-sim /path/to/AnalyticalAstra
     python benchmarks/compare_astra_sim.py             # netsweep's side only (the ASTRA-sim column empty)

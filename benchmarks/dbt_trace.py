@@ -56,7 +56,8 @@ def sender_samples(cfg: dict, sender: int, interval_ps: int) -> list[str]:
 
     def sample() -> None:
         backlog_ps = max(0, nic.busy_until_ps - eventlist.now_ps)
-        parts = [f"{eventlist.now_ps / PS_PER_US:7.0f} us  NIC {bytes_in_duration(backlog_ps, nic.rate_bps) / KIB:6.0f} KiB"]
+        parts = [f"{eventlist.now_ps / PS_PER_US:7.0f} us  "
+                 f"NIC {bytes_in_duration(backlog_ps, nic.rate_bps) / KIB:6.0f} KiB"]
         for connection in sim.connections:
             if connection.src == sender:
                 tcp = connection.sender

@@ -24,11 +24,12 @@ import sys
 
 os.environ["NETSWEEP_PURE_PYTHON"] = "1"  # wrappers below need the interpreted classes
 
+from validate_ns3 import config_of  # noqa: E402
+
 import engine  # noqa: E402
 from engine import network  # noqa: E402
 from engine.backends.ns3.build import unavailable_reason  # noqa: E402
 from engine.transport import tcp  # noqa: E402
-from validate_ns3 import config_of  # noqa: E402
 
 CASE = dict(workload="collective", op="all_to_all", bytes=4_194_304, npus=4, topology="leaf_spine",
             buffer="shallow", cc="newreno")
@@ -83,9 +84,11 @@ def packet_evidence(trace: tuple[int, float, float] | None) -> None:
             receiver = sim.connections[trace[0]].receiver
             mss = self.mss_bytes
             print(f"{now_us:9.3f} us  send {seq // mss:4d} {'rtx' if seq < self.snd_max else 'new'}  "
-                  f"snd_una {self.snd_una // mss}  recovery {int(self.in_recovery)}  cwnd {self.cc.cwnd_bytes / mss:.1f}  "
+                  f"snd_una {self.snd_una // mss}  recovery {int(self.in_recovery)}  "
+                  f"cwnd {self.cc.cwnd_bytes / mss:.1f}  "
                   f"SACKed {[(s // mss, e // mss) for s, e in self.sacked or ()]}  |  receiver: rcv_nxt "
-                  f"{receiver.rcv_nxt // mss}, out of order {[(s // mss, e // mss) for s, e in receiver.out_of_order or ()]}")
+                  f"{receiver.rcv_nxt // mss}, "
+                  f"out of order {[(s // mss, e // mss) for s, e in receiver.out_of_order or ()]}")
         sender_transmit(self, seq, length)
 
     network.Link.receive_packet = link_receive_observed
@@ -134,7 +137,8 @@ def perturbed() -> None:
     smaller or larger, the link latency 1 ns shorter or longer, and both: how much the counters of
     this case move for changes far below what either simulator models exactly."""
     backends = ("packet",) if unavailable_reason() else ("packet", "ns3")
-    print("| buffer KiB | latency us | " + " | ".join(f"{b} drops / retransmissions / timeouts" for b in backends) + " |")
+    print("| buffer KiB | latency us | "
+          + " | ".join(f"{b} drops / retransmissions / timeouts" for b in backends) + " |")
     print("| ---: | ---: |" + " ---: |" * len(backends))
     one_packet_kb = 1500 / 1024
     for buffer_kb, latency_us in ((32.0, 1.0), (32.0 - one_packet_kb, 1.0), (32.0 + one_packet_kb, 1.0),

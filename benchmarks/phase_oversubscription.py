@@ -41,8 +41,8 @@ except engine.ConfigError as refusal:  # a backend that refuses this network (hy
                       "max_link_utilisation": None, "kernel": engine.KERNEL}))
     sys.exit(0)
 wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
-print(json.dumps({"iteration_time_s": row["iteration_time_s"], "wall_s": wall_s, "cpu_s": cpu_s, "status": row["status"],
-                  "timeouts": row.get("timeouts"),
+print(json.dumps({"iteration_time_s": row["iteration_time_s"], "wall_s": wall_s, "cpu_s": cpu_s,
+                  "status": row["status"], "timeouts": row.get("timeouts"),
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "max_port_flows": row.get("max_port_flows"), "incast_phases": row.get("incast_phases"),
                   "max_link_utilisation": row.get("max_link_utilisation"), "kernel": engine.KERNEL}))
@@ -99,17 +99,19 @@ def main(argv: list[str] | None = None) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
         writer.writeheader()
         writer.writerows(rows)
-    print("| backend | topology | NPUs | oversubscription | buffer KiB | iteration ms | wall s | CPU s | peak RSS MiB | "
-          "max_port_flows | incast_phases | timeouts | load (1 min) |")
+    print("| backend | topology | NPUs | oversubscription | buffer KiB | iteration ms | wall s | CPU s | "
+          "peak RSS MiB | max_port_flows | incast_phases | timeouts | load (1 min) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    def count(row: dict, key: str) -> str:
+        return "" if row[key] is None else f"{row[key]:,}"
+
     for row in rows:
-        def count(key: str) -> str:
-            return "" if row[key] is None else f"{row[key]:,}"
         iteration_ms = "n/a" if row["iteration_time_s"] is None else f"{1e3 * row['iteration_time_s']:.4f}"
         buffer = "default" if row["buffer_kb"] is None else f"{row['buffer_kb']:g}"
         print(f"| {row['backend']} | {row['topology']} | {row['npus']:,} | {row['oversubscription']}:1 | {buffer} | "
               f"{iteration_ms} | {row['wall_s']:.2f} | {row['cpu_s']:.2f} | {row['rss_mib']:.0f} | "
-              f"{count('max_port_flows')} | {count('incast_phases')} | {count('timeouts')} | {row['load_1min']:.1f} |")
+              f"{count(row, 'max_port_flows')} | {count(row, 'incast_phases')} | {count(row, 'timeouts')} | "
+              f"{row['load_1min']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import sweep  # noqa: E402
 
 COLOURS = {"newreno": "tab:blue", "cubic": "tab:green", "dctcp": "tab:red"}
-STYLES = {"newreno": ("--", "o", "engine defaults (RFC 6675 SACK)"), "linux": ("-", "s", "tcp=linux (RACK-TLP, PRR, ...)")}
+STYLES = {"newreno": ("--", "o", "engine defaults (RFC 6675 SACK)"),
+          "linux": ("-", "s", "tcp=linux (RACK-TLP, PRR, ...)")}
 
 
 def main() -> None:

@@ -46,7 +46,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--every", type=int, default=1000)
-    parser.add_argument("--flush-rows", type=int, default=None, help="hydra.launcher.flush_rows (default: the launcher's)")
+    parser.add_argument("--flush-rows", type=int, default=None,
+                        help="hydra.launcher.flush_rows (default: the launcher's)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
@@ -63,7 +64,8 @@ def main() -> None:
         assert f"  {'ok':<10}{args.runs:>8}" in done.stdout, done.stdout
         print(f"{args.runs} runs in {wall_s:.1f} s (command start to end), flush_rows={args.flush_rows or 'default'}")
         for match in re.finditer(r"rss: (\d+) runs, ([\d.]+) MiB now, peak ([\d.]+) MiB", done.stderr):
-            print(f"  driver after {int(match[1]):>6} runs: RSS {float(match[2]):7.1f} MiB, peak {float(match[3]):7.1f} MiB")
+            print(f"  driver after {int(match[1]):>6} runs: "
+                  f"RSS {float(match[2]):7.1f} MiB, peak {float(match[3]):7.1f} MiB")
 
         import sweep
         from sweep.compact import compact

@@ -19,10 +19,11 @@ from pathlib import Path
 
 os.environ["NETSWEEP_PURE_PYTHON"] = "1"  # engine/kernel.py PURE_PYTHON_ENV: before importing engine
 
-import engine  # noqa: E402
-from engine.transport import tcp  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+
+import engine  # noqa: E402
+from engine.transport import tcp  # noqa: E402
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -35,7 +36,8 @@ def main() -> None:
     episodes: dict[int, int] = {}  # id(sender) -> its rack_lost_segments when the probe went
     two_srtts_us: list[float] = []  # 2 SRTT of the sender at each probe
     outcomes = {"found a loss": 0, "ACKs only late": 0, "ended by an RTO": 0}
-    send_probe, rack_on_ack, on_timeout = tcp.TcpSender._send_probe, tcp.TcpSender._rack_on_ack, tcp.TcpSender._on_timeout
+    send_probe, rack_on_ack, on_timeout = (tcp.TcpSender._send_probe, tcp.TcpSender._rack_on_ack,
+                                           tcp.TcpSender._on_timeout)
 
     def traced_send_probe(sender: tcp.TcpSender, now_ps: int) -> None:
         probes = sender.loss_probes

@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from omegaconf import OmegaConf
+from validate_phase import spearman
 
 import engine
 from sweep.cli import CONF_DIR
-from validate_phase import spearman
 
 HERE = Path(__file__).resolve().parent
 CSV = HERE / "validate_hybrid.csv"
@@ -184,7 +184,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
     by_label: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
         by_label.setdefault(row["label"], {})[row["backend"]] = row
-    lines = ["| case | packet ms | timeouts | hybrid ms | timeouts (scaled) | error | packet sims | wall packet / hybrid s |",
+    lines = ["| case | packet ms | timeouts | hybrid ms | timeouts (scaled) | error | packet sims | "
+             "wall packet / hybrid s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     # per class: |error|, the case, and the factor between the two times (>= 1)
     errors: dict[str, list[tuple[float, str, float]]] = {"lossy": [], "lossless": []}
@@ -229,11 +230,13 @@ def summary(rows: list[dict[str, Any]]) -> str:
         if values:
             values.sort()
             within_factor = sum(1 for _, _, factor in values if factor <= 1.5)
-            head.append(f"- {name}: {len(values)} cases, median |error| {100 * statistics.median(e for e, _, _ in values):.2f} %, "
+            head.append(f"- {name}: {len(values)} cases, "
+                        f"median |error| {100 * statistics.median(e for e, _, _ in values):.2f} %, "
                         f"worst {100 * values[-1][0]:.1f} % ({values[-1][1]}, a factor {values[-1][2]:.2f}); "
                         f"within a factor 1.5: {within_factor}")
     if from_phase:
-        head.append(f"- lossless, hybrid against phase: {len(from_phase)} cases, worst |error| {100 * max(from_phase):.4f} %")
+        head.append(f"- lossless, hybrid against phase: {len(from_phase)} cases, "
+                    f"worst |error| {100 * max(from_phase):.4f} %")
     correlations = {key: spearman([a for a, _ in pairs], [b for _, b in pairs]) for key, pairs in groups.items()
                     if len(pairs) > 2 and len({b for _, b in pairs}) > 1}
     if correlations:

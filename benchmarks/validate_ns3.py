@@ -142,7 +142,7 @@ def summarise(rows: list[dict]) -> tuple[list[dict], dict]:
     for row in rows:
         by_case.setdefault(row["case"], {})[row["backend"]] = row
     lines = []
-    for case_id, by_backend in sorted(by_case.items()):
+    for _case, by_backend in sorted(by_case.items()):
         packet, ns3 = by_backend["packet"], by_backend["ns3"]
         line = {key: packet[key] for key in ("case", "workload", "op", "bytes", "npus", "topology", "buffer", "cc")}
         for backend in BACKENDS:

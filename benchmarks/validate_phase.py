@@ -151,13 +151,13 @@ def analytical_with_phase_draws(config: dict[str, Any]) -> dict[str, Any]:
     def phase_draw(self: Topology, src: int, dst: int, _flow_id: int) -> tuple[Link, ...]:
         return path(self, src, dst, int(flow_ids.ids(np.array([src]), np.array([dst]), distinct=True)[0]))
 
-    setattr(topology_class, "path", phase_draw)
+    topology_class.path = phase_draw
     try:
         prepared.start()
         prepared.simulate()
         return prepared.rows(0.0, True)["runs"][0]
     finally:
-        setattr(topology_class, "path", path)
+        topology_class.path = path
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:

@@ -7,8 +7,8 @@ result rows. The engine imports nothing from the sweep layer, Hydra or Ray.
 from .kernel import choose_kernel
 
 KERNEL = choose_kernel()  # first: it decides where the hot-path modules are imported from
-from .config import ConfigError, SimConfig, load_config  # noqa: E402
 from .checks import check_backend  # noqa: E402
+from .config import ConfigError, SimConfig, load_config  # noqa: E402
 from .run import PreparedRun, estimate_run_bytes, prepare, run  # noqa: E402
 from .workload import check_workload_files  # noqa: E402
 

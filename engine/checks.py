@@ -8,8 +8,8 @@ callers that launch runs (`sweep.plan.validate`, for a single run and every grid
 
 from __future__ import annotations
 
-from .config import SimConfig, require
 from .backends import backend_class, backends_with
+from .config import SimConfig, require
 
 
 def check_backend(config: SimConfig) -> None:

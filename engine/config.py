@@ -305,6 +305,13 @@ def _positive(key: str, value: float | None) -> None:
     require(value is not None and value > 0, key, value, "a number > 0")
 
 
+def _at_least_one(key: str, value: int | None) -> int:
+    """`value`, an integer >= 1 (raise `ConfigError` naming `key` if it is not)."""
+    if value is None or value < 1:
+        raise ConfigError(key, value, "an integer >= 1")
+    return value
+
+
 def _non_negative(key: str, value: float | None) -> None:
     require(value is not None and value >= 0, key, value, "a number >= 0")
 
@@ -499,12 +506,11 @@ def _validate_topology(net: NetworkConfig) -> None:
     elif net.topology == "ring":
         require(net.npus >= 3, "network.npus", net.npus, "at least 3 for a ring")
     elif net.topology == "leaf_spine":
-        require(net.hosts_per_leaf is not None and net.hosts_per_leaf >= 1, "network.hosts_per_leaf",
-                net.hosts_per_leaf, "an integer >= 1")
-        require(net.spines is not None and net.spines >= 1, "network.spines", net.spines, "an integer >= 1")
+        hosts_per_leaf = _at_least_one("network.hosts_per_leaf", net.hosts_per_leaf)
+        _at_least_one("network.spines", net.spines)
         _positive("network.uplink_gbps", net.uplink_gbps)
-        require(net.npus % net.hosts_per_leaf == 0, "network.npus", net.npus,
-                f"a multiple of network.hosts_per_leaf = {net.hosts_per_leaf}")
+        require(net.npus % hosts_per_leaf == 0, "network.npus", net.npus,
+                f"a multiple of network.hosts_per_leaf = {hosts_per_leaf}")
     elif net.topology == "fat_tree":
         if net.fat_tree_k is not None:
             smallest = smallest_fat_tree_k(net.npus)
@@ -515,17 +521,16 @@ def _validate_topology(net: NetworkConfig) -> None:
         if net.uplink_gbps is not None:
             _positive("network.uplink_gbps", net.uplink_gbps)
     elif net.topology == "hierarchical":
-        require(net.npus_per_node is not None and net.npus_per_node >= 1, "network.npus_per_node",
-                net.npus_per_node, "an integer >= 1")
-        require(net.npus % net.npus_per_node == 0, "network.npus", net.npus,
-                f"a multiple of network.npus_per_node = {net.npus_per_node}")
+        npus_per_node = _at_least_one("network.npus_per_node", net.npus_per_node)
+        require(net.npus % npus_per_node == 0, "network.npus", net.npus,
+                f"a multiple of network.npus_per_node = {npus_per_node}")
         _positive("network.scaleup_gbps", net.scaleup_gbps)
         _non_negative("network.scaleup_latency_us", net.scaleup_latency_us)
 
 
 def _validate_flows(config: SimConfig) -> None:
     wl, npus = config.workload, config.network.npus
-    require(wl.flows or wl.pattern, "workload.flows", list(wl.flows),
+    require(bool(wl.flows or wl.pattern), "workload.flows", list(wl.flows),
             "at least one flow, or a workload.pattern (incast, permutation, all_to_all)")
     require(not (wl.flows and wl.pattern), "workload.pattern", wl.pattern,
             "null when workload.flows lists explicit flows (give one or the other)")

@@ -39,6 +39,7 @@ KERNEL_MODULES = (
     "engine.network",
     "engine.topology",
     "engine.transport.cc",
+    "engine.transport.sack",
     "engine.transport.recovery",
     "engine.transport.tcp",
     "engine.system.algorithms",

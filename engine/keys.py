@@ -10,12 +10,15 @@ below it knows none of this.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import fields
 from typing import Any, Callable, Mapping
 
 from .backends import backend_class, backends_with
 from .config import FLOW_PATTERNS, SECTIONS, ConfigError, SimConfig
+
+# Every field's default, by config section (every section field has one)
+SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    section: {item.name: item.default for item in fields(getattr(SimConfig(), section))} for section in SECTIONS}
 
 
 def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
@@ -96,7 +99,7 @@ def holds_default(config: SimConfig, key: str) -> bool:
     is written (an explicit default is accepted even where the key does not apply)."""
     section, name = key.split(".")
     values = getattr(config, section)
-    return bool(getattr(values, name) == _field_defaults(type(values))[name])
+    return bool(getattr(values, name) == SECTION_DEFAULTS[section][name])
 
 
 def unused_key_error(key: str, value: Any, scope: str = "here") -> ConfigError:
@@ -115,23 +118,17 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
         section, name = key.split(".")
         values = identity.get(section)
         if isinstance(values, dict) and name in values:
-            values[name] = _default(getattr(config, section), name)
+            values[name] = _default(section, name)
     # A section none of whose keys can change this simulation (`host` off the packet backend) is left
     # out, so such configs keep the identity they had before the section was added.
     for section in SECTIONS:
-        if all(f"{section}.{name}" in unused for name in _field_defaults(type(getattr(config, section)))):
+        if all(f"{section}.{name}" in unused for name in SECTION_DEFAULTS[section]):
             identity.pop(section, None)
     return identity
 
 
-def _default(section: Any, name: str) -> Any:
-    """The default of field `name` of a section dataclass, as a mapping would spell it (a list for
-    a tuple)."""
-    value = _field_defaults(type(section))[name]
+def _default(section: str, name: str) -> Any:
+    """The default of field `name` of config section `section`, as a mapping would spell it (a list
+    for a tuple)."""
+    value = SECTION_DEFAULTS[section][name]
     return list(value) if isinstance(value, tuple) else value
-
-
-@functools.cache
-def _field_defaults(section_class: type) -> dict[str, Any]:
-    """Every field's default of a section dataclass (every section field has one)."""
-    return {item.name: item.default for item in fields(section_class)}

@@ -1,15 +1,15 @@
 """How much memory a run will need, estimated from its config before it runs.
 
-A sweep declares this to its scheduler (Ray's `memory` resource), so that it never starts more big
-runs at once than a machine holds, and holds each run to it. Each backend gives its estimate
-(`NetworkBackend.estimate_bytes`, engine/backends/; `engine.estimate_run_bytes` asks the run's) from the share every run has, `process_bytes`:
-the process, its messages (an entry in the message log and, at the end, a `flows` row in columns)
-and its links, plus what only it holds (the packet backend's TCP connections, one per NPU pair that
-talks; the ns3 backend's helper process; the phase backend's arrays). The constants are upper ends of
-what runs measured (peak resident memory of `python -m sweep` on DLRM iterations of 64 to 1,024 NPUs
-on leaf-spine, packet and analytical backends: 1,024 NPUs, 16.8 million messages, took 3.7 GiB on the
-packet backend with its 1.05 million connections, 2.8 GiB on the analytical one), so the estimate
-errs on the large side.
+A sweep declares this to its scheduler (Ray's `memory` resource), so that it never starts more big runs
+at once than a machine holds, and holds each run to it. Each backend gives its estimate
+(`NetworkBackend.estimate_bytes`, engine/backends/; `engine.estimate_run_bytes` asks the run's) from the
+share every run has, `process_bytes`: the process, its messages (an entry in the message log and, at the
+end, a `flows` row in columns) and its links, plus what only it holds (the packet backend's TCP
+connections, one per NPU pair that talks; the ns3 backend's helper process; the phase backend's arrays).
+The constants are upper ends of what runs measured (peak resident memory of `python -m sweep` on DLRM
+iterations of 64 to 1,024 NPUs on leaf-spine, packet and analytical backends: 1,024 NPUs, 16.8 million
+messages, took 3.7 GiB on the packet backend with its 1.05 million connections, 2.8 GiB on the
+analytical one), so the estimate errs on the large side.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from functools import lru_cache
 
 from .config import NetworkConfig, SimConfig, SystemConfig, WorkloadConfig
 from .system.algorithms import ALL, TREE_PIPELINE_BLOCKS, symmetric_steps
-from .workload.flows import pattern_pairs
 from .workload.chakra import SEND, read_trace, trace_collectives
+from .workload.flows import pattern_pairs
 from .workload.layers import workload_spec
 
 BASE_BYTES = 400 * 2**20  # a worker process with the engine, pandas and pyarrow loaded, and headroom

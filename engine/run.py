@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from .backends import backend_class
-from .checks import check_backend
 from .backends.base import BACKEND_COLUMNS, NetworkBackend
+from .checks import check_backend
 from .config import SimConfig, load_config
 from .simulation import Simulation
 from .system import SystemLayer
@@ -43,7 +43,9 @@ class PreparedRun:
 
     def start(self) -> None:
         """Schedule the workload's first actions at time 0."""
-        (self.flows if self.flows is not None else self.training).start()
+        driver = self.flows if self.flows is not None else self.training
+        assert driver is not None
+        driver.start()
 
     def simulate(self) -> None:
         """Run the simulation to its end or to `engine.max_sim_time_s`."""

@@ -1,14 +1,14 @@
 """Topologies: the links of a network and the route between any two hosts.
 
-Hosts are numbered 0..npus-1. A host's own packets are never dropped at their first hop, as a host
-qdisc backs up into TCP rather than dropping: a host's NIC (its first link; on hierarchical, its
-scale-up link too) is a `HostNic` when the run models Linux's transmit path (`host.*`: TCP Small
-Queues and a qdisc that stops the sender when full), else a link with an unlimited buffer; on a ring,
-where an NPU's links also forward others' packets, each link's `RingPort` keeps the NPU's own packets
-in an unlimited queue and serves them and the forwarded ones round-robin. Every switch egress port, and every ring link for the packets it forwards, has
-`network.buffer_kb` of drop-tail buffer and marks CE above `network.ecn_threshold_kb`. Where several
-equal-cost paths exist (leaf_spine, fat_tree, the two directions of an even ring), a flow hash picks
-one per flow (ECMP). Sizes in `_kb` are KiB (1024 bytes).
+Hosts are numbered 0..npus-1. A host's own packets are never dropped at their first hop, as a host qdisc
+backs up into TCP rather than dropping: a host's NIC (its first link; on hierarchical, its scale-up link
+too) is a `HostNic` when the run models Linux's transmit path (`host.*`: TCP Small Queues and a qdisc
+that stops the sender when full), else a link with an unlimited buffer; on a ring, where an NPU's links
+also forward others' packets, each link's `RingPort` keeps the NPU's own packets in an unlimited queue
+and serves them and the forwarded ones round-robin. Every switch egress port, and every ring link for
+the packets it forwards, has `network.buffer_kb` of drop-tail buffer and marks CE above
+`network.ecn_threshold_kb`. Where several equal-cost paths exist (leaf_spine, fat_tree, the two
+directions of an even ring), a flow hash picks one per flow (ECMP). Sizes in `_kb` are KiB (1024 bytes).
 
 Every link is named `src->dst` after the nodes it joins (hosts `h<i>`, `n<i>` on a ring, `npu<i>`
 on hierarchical; switches `sw`, `swL`/`swR`, `leaf<l>`, `spine<s>`, `edge<e>`, `agg<a>`, `core<c>`,
@@ -267,12 +267,12 @@ class LeafSpineTopology(Topology):
                                  False) for i in range(net.npus)]
         self.down = [self.add_link(f"leaf{i // per_leaf}", f"h{i}", "switch_port", net.link_gbps,
                                    net.link_latency_us, True) for i in range(net.npus)]
-        self.leaf_up = [[self.add_link(f"leaf{l}", f"spine{s}", "leaf_uplink", net.uplink_gbps,
+        self.leaf_up = [[self.add_link(f"leaf{leaf}", f"spine{s}", "leaf_uplink", net.uplink_gbps,
                                        net.link_latency_us, True)
-                         for s in range(net.spines)] for l in range(leaves)]
-        self.spine_down = [[self.add_link(f"spine{s}", f"leaf{l}", "spine_downlink", net.uplink_gbps,
+                         for s in range(net.spines)] for leaf in range(leaves)]
+        self.spine_down = [[self.add_link(f"spine{s}", f"leaf{leaf}", "spine_downlink", net.uplink_gbps,
                                           net.link_latency_us, True)
-                            for l in range(leaves)] for s in range(net.spines)]
+                            for leaf in range(leaves)] for s in range(net.spines)]
 
     def locality(self, host: int) -> tuple[int, ...]:
         """The leaf: class 0 crosses a spine, class 1 stays on one leaf."""

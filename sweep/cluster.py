@@ -7,8 +7,9 @@ builds the rows and writes the Parquet. Each Ray task calls `sweep.runner.measur
 exception of the run into an error and stops a run past its wall-time budget as `timeout`; a worker
 process that dies (killed, out of memory) is retried by Ray `max_retries` times and then recorded as
 an error made here. Each runs row says where it ran (`worker_node`, `worker`) and which execution
-of the task produced it (`attempt`, 0 unless a worker process or node died under it). Ray is imported on first use: the single-run command never loads it. A local Ray is started and
-stopped by `sweep.local_ray`, so that nothing of it outlives the sweep.
+of the task produced it (`attempt`, 0 unless a worker process or node died under it). Ray is imported on
+first use: the single-run command never loads it. A local Ray is started and stopped by `sweep.local_ray`,
+so that nothing of it outlives the sweep.
 
 Joining a cluster by address: a head started with `ray start --head` on a machine that has a Ray token
 (`~/.ray/auth_token`, or `RAY_AUTH_TOKEN`) requires it, but `ray.init` sends it to an explicit address
@@ -18,8 +19,8 @@ machine's own cluster), and before `ray.init` one request asks the cluster wheth
 process: a refusal is one `ConnectionError` line that says what to set.
 
 With a `log_path`, what Ray writes to the process's standard error (its C++ retry lines) and the
-messages its driver prints about the cluster (a task retried, a node marked dead) go to that file while Ray is up; the sweep's own messages (`sys.stderr`:
-progress bar, summary, errors) still reach the terminal.
+messages its driver prints about the cluster (a task retried, a node marked dead) go to that file while Ray is
+up; the sweep's own messages (`sys.stderr`: progress bar, summary, errors) still reach the terminal.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TextIO
 
@@ -161,7 +162,8 @@ def _client_ping(address: str, metadata: tuple[tuple[str, str], ...] = ()) -> No
     import grpc  # noqa: PLC0415 - Ray's dependency
     from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc  # noqa: PLC0415
 
-    with grpc.insecure_channel("%s:%d" % _host_port(address)) as channel:
+    host, port = _host_port(address)
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
         ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
         ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=AUTH_PROBE_TIMEOUT_S,
                                                                   metadata=metadata)
@@ -257,7 +259,7 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
     sys.stderr.flush()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-    log.write(f"=== {datetime.now(timezone.utc).isoformat(timespec='seconds')} pid {os.getpid()}: {title}\n")
+    log.write(f"=== {datetime.now(UTC).isoformat(timespec='seconds')} pid {os.getpid()}: {title}\n")
     start_bytes = log.tell()
     terminal_fd = os.dup(2)
     terminal = open(terminal_fd, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",  # noqa: SIM115
@@ -425,10 +427,10 @@ class RayExecutor:
                 if memory_bytes is None:  # nothing declared (a run planned by hand)
                     in_flight[task.remote(run_fn, run.sim_config, self.max_wall_time_s)] = run
                 elif memory_bytes > largest_node_bytes:  # Ray would wait for such a node for ever
-                    yield run, failed_result((
+                    yield run, failed_result(
                         f"the run declares {memory_bytes / MIB:,.0f} MiB of memory (hydra.launcher.run_memory_mb, "
                         f"or else estimated from its config), more than any Ray node offers "
-                        f"({largest_node_bytes / MIB:,.0f} MiB)"))
+                        f"({largest_node_bytes / MIB:,.0f} MiB)")
                 else:  # Ray starts no more runs at once than the nodes' memory holds
                     ref = task.options(memory=memory_bytes).remote(run_fn, run.sim_config, self.max_wall_time_s,
                                                                    memory_bytes)

@@ -44,7 +44,6 @@ from .schema import PRESET_COLUMNS
 from .store import load_runs
 
 
-
 def screen_backends() -> tuple[str, ...]:
     """The backends that may screen a two-fidelity sweep (their class says `SCREENS`)."""
     return backends_with("SCREENS")
@@ -236,7 +235,7 @@ def at_risk(screen: pd.DataFrame) -> pd.Series:
     reasons = pd.Series("", index=screen.index, dtype=object)
     for name, flag in flags.items():
         hit = flag.fillna(False).astype(bool)
-        reasons[hit] = reasons[hit].map(lambda text: f"{text},{name}" if text else name)
+        reasons[hit] = [f"{text},{name}" if text else name for text in reasons[hit]]
     return reasons
 
 
@@ -282,7 +281,8 @@ def select_refinements(screen: pd.DataFrame, policy: RefinePolicy) -> dict[str, 
 def refined_runs(runs: Sequence[PlannedRun], selection: Mapping[str, str]) -> list[PlannedRun]:
     """The planned runs (at the grid's backend) of the selected points, each labelled with its
     reasons, in grid order."""
-    return [dataclasses.replace(run, refine_reason=selection[run.point_id]) for run in runs if run.point_id in selection]
+    return [dataclasses.replace(run, refine_reason=selection[run.point_id]) for run in runs
+            if run.point_id in selection]
 
 
 def screen_frame(screen_runs: Sequence[PlannedRun], load: Any) -> pd.DataFrame:

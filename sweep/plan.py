@@ -42,8 +42,8 @@ from .schema import PRESET_COLUMNS
 
 def validate(config: Mapping[str, Any]) -> engine.SimConfig:
     """The engine's config of `config`; raise `engine.ConfigError` if it cannot run: the engine's
-    checks (the config, what its backend can run, then the workload files it names) plus the sweep's own keys (`name` becomes
-    a directory, so it must be one plain path component)."""
+    checks (the config, what its backend can run, then the workload files it names) plus the sweep's
+    own keys (`name` becomes a directory, so it must be one plain path component)."""
     name = config.get("name")
     if not isinstance(name, str) or not name or name in {".", ".."} or "/" in name or "\\" in name:
         raise engine.ConfigError("name", name, "a non-empty dataset name without path separators")

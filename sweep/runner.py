@@ -27,9 +27,9 @@ import subprocess
 import threading
 import time
 import traceback
-from datetime import datetime, timezone
-from pathlib import Path
 from collections.abc import Mapping  # not typing's: its isinstance checks are several times slower
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import engine
@@ -275,7 +275,7 @@ def failed_result(error: str) -> RunResult:
     """The outcome of a run that could not report its own (its worker process died, or no node
     can hold it), made where it was supervised: status `error`, no `wall_s`, `started_at` now."""
     return RunResult({"status": "error", "error": error, "wall_s": None,
-                      **_provenance(datetime.now(timezone.utc).isoformat())})
+                      **_provenance(datetime.now(UTC).isoformat())})
 
 
 def measure(config: Mapping[str, Any] | engine.SimConfig, max_wall_time_s: float | None = None) -> RunResult:
@@ -287,7 +287,7 @@ def measure(config: Mapping[str, Any] | engine.SimConfig, max_wall_time_s: float
     its traceback and no table rows; a run still going after `max_wall_time_s` seconds of wall time
     (if given; main thread only) is stopped and becomes status `timeout`. Nothing is raised.
     """
-    started_at = datetime.now(timezone.utc).isoformat()
+    started_at = datetime.now(UTC).isoformat()
     git_commit()  # looked up once per process, before a run: one stopped by `memory_limit` leaves no room
     wall_start = time.perf_counter()
     tables: dict[str, Any] = {}

@@ -24,12 +24,11 @@ import os
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -52,7 +51,7 @@ _NULLABLE_DTYPES = {
 
 def _part_name() -> str:
     """A part file name that sorts by creation time and never collides between processes."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return f"part-{stamp}-{uuid.uuid4().hex}.parquet"
 
 
@@ -307,8 +306,9 @@ class ResultStore:
     `append` buffers rows by table (lists of row dicts, or `ColumnRows`, buffered as Arrow tables)
     and writes them out (one part per table) once `flush_rows` rows are buffered or
     `flush_interval_s` seconds have passed since the last write (`flush_if_due` checks the same
-    between appends); `flush` (also called on leaving a `with` block) writes whatever is buffered. `runs` is written last: a run counts as done (`completed_run_ids`) only
-    once its other rows are on disk, so a crash in the middle of a flush never hides missing rows.
+    between appends); `flush` (also called on leaving a `with` block) writes whatever is buffered.
+    `runs` is written last: a run counts as done (`completed_run_ids`) only once its other rows are
+    on disk, so a crash in the middle of a flush never hides missing rows.
     """
 
     def __init__(self, path: str | os.PathLike[str], flush_rows: int = 10_000,

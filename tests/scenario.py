@@ -11,7 +11,6 @@ from engine.network import Link, Packet, PacketSink
 from engine.transport import DEFAULT_TCP_SETTINGS, TcpConnection, make_congestion_control
 from engine.units import PS_PER_S, gbps_to_bps, us_to_ps
 
-
 # The config's defaults, but the hand computations of these tests count RFC 5681's 1,460-byte segments
 # with 40-byte headers: no timestamp option unless a test asks for it.
 HAND_BUILT_SETTINGS = replace(DEFAULT_TCP_SETTINGS, mss_bytes=1460, timestamps=False)

@@ -242,7 +242,7 @@ def test_one_active_chunk_per_dimension_in_fifo_or_lifo_order():
         layer = _layer({"topology": "switch", "npus": 4}, {"all_reduce": "ring"}, scheduling)
         finished: list[int] = []
         for index in range(3):
-            layer.collective("all_reduce", 4096, lambda index=index: finished.append(index))
+            layer.collective("all_reduce", 4096, lambda index=index, finished=finished: finished.append(index))
         layer.eventlist.run(10**15)
         assert finished == expected
 

@@ -169,7 +169,8 @@ def test_phase_backend_keeps_link_sharing():
 def test_messages_alone_is_alpha_betas_rule_only():
     # The fluid backend shares the NIC whatever astra_compat says: (a) is alpha_beta's network model.
     size = 16 * 2**20
-    assert collective_ps("all_to_all", size, "analytical", True) == collective_ps("all_to_all", size, "analytical", False)
+    assert (collective_ps("all_to_all", size, "analytical", True)
+            == collective_ps("all_to_all", size, "analytical", False))
 
 
 # -- (b) ASTRA-sim 1.0's tree ---------------------------------------------------------------------
@@ -210,7 +211,8 @@ def test_unpipelined_tree_on_analytical_shares_links_at_inner_nodes():
 
 def test_unpipelined_tree_on_packets_sits_a_few_percent_above_the_fluid_time():
     # Same tree over TCP (unlimited buffers: no loss): slow start and ACKs add a few percent
-    # (docs/theory.md#collectives-the-alpha-beta-model: a packet-level time sits a few percent above the bandwidth term).
+    # (docs/theory.md#collectives-the-alpha-beta-model: a packet-level time sits a few percent above
+    # the bandwidth term).
     expected_ps = 14 * 1_200_000 * PS_PER_BYTE + 8 * (2 * LINK_LATENCY_PS + 1500 * PS_PER_BYTE)
     packet_ps = collective_ps("all_reduce", N, "packet", True, all_reduce="double_binary_tree")
     assert expected_ps <= packet_ps <= 1.03 * expected_ps
@@ -272,8 +274,9 @@ def _hierarchical_alpha_beta(astra_compat: bool) -> AlphaBetaSystemLayer:
                                                        scaleup_gbps=400, scaleup_latency_us=0.5), seed=0)
     dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(topology.dimensions())]
     flat = Dimension("flat", (tuple(range(8)),), 4)
-    return AlphaBetaSystemLayer(eventlist, topology, MSS, dimensions, flat, {"all_reduce": "ring", "all_to_all": "direct"},
-                                1, "lifo", "baseline", 0, astra_compat=astra_compat, astra_network=astra_compat)
+    return AlphaBetaSystemLayer(eventlist, topology, MSS, dimensions, flat,
+                                {"all_reduce": "ring", "all_to_all": "direct"}, 1, "lifo", "baseline", 0,
+                                astra_compat=astra_compat, astra_network=astra_compat)
 
 
 def test_one_queue_on_two_dimensions_is_the_first_dimensions():

@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_chakra import coll, write_trace
 
 import engine
-from test_chakra import coll, write_trace
 
 S = 65536  # ASTRA-sim's size of every collective below
 P = 8  # NPUs

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from sweep_support import compose_config
 
 from sweep.cli import EXIT_BAD_CONFIG, EXIT_OK, run_one
-from sweep_support import compose_config
 
 GOOD_LAYER = "conv1 -1 5 NONE 0 5 NONE 0 5 ALLREDUCE 1048576 5\n"
 ASTRA = "workload=astra_micro_allreduce workload.path={root}/"
@@ -165,8 +165,8 @@ MISTAKES = [
             "hydra.launcher.refine_top=2 hydra.launcher.refine_top_per=[seed] seed=1,2", EXIT_BAD_CONFIG,
             ("hydra.launcher.refine_budget=3", "refine_top x 2", "= 4"), multirun=True),
     Mistake("screen-flows-on-analytical", "hydra.launcher.screen_backend=analytical hydra.launcher.refine_budget=1 "
-            "hydra.launcher.refine_top=0 workload=incast seed=1,2", EXIT_BAD_CONFIG, ("engine.backend", "grid point 1 of 2"),
-            multirun=True),
+            "hydra.launcher.refine_top=0 workload=incast seed=1,2", EXIT_BAD_CONFIG,
+            ("engine.backend", "grid point 1 of 2"), multirun=True),
     # a search (hydra/sweeper=optuna): refused before anything is planned or run
     Mistake("search-objective-typo", "hydra/sweeper=optuna hydra.sweeper.objective=iteration_time seed=1,2",
             EXIT_BAD_CONFIG, ("hydra.sweeper.objective='iteration_time'", "numeric column of the runs table"),

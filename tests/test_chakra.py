@@ -322,13 +322,15 @@ def test_the_schema_names_every_field_chakra_writes():
 def test_the_chakra_preset_is_the_converted_study_workload():
     # the bundled trace (Chakra's converter, 16 NPUs, one pass) against the text on the default network
     base = {"engine": {"backend": "analytical"}, "network": {**NETWORK, "npus": 16}}
-    trace = engine.run({**base, "workload": {"type": "chakra", "path": "bundled:astra-sim-1.0-chakra/DLRM_HybridParallel",
+    trace = engine.run({**base, "workload": {"type": "chakra",
+                                             "path": "bundled:astra-sim-1.0-chakra/DLRM_HybridParallel",
                                              "duration_unit": "cycles", "cycle_ns": 100.0, "iterations": 1}})
     text = engine.run({**base, "workload": {"type": "astra", "path": ASTRA + "DLRM_HybridParallel.txt",
                                             "cycle_ns": 100.0, "iterations": 1}})
     compare(text, trace)
     # the #207 trap: read as the schema's microseconds, the same numbers are 1000x the compute
-    micros = engine.run({**base, "workload": {"type": "chakra", "path": "bundled:astra-sim-1.0-chakra/DLRM_HybridParallel",
+    micros = engine.run({**base, "workload": {"type": "chakra",
+                                              "path": "bundled:astra-sim-1.0-chakra/DLRM_HybridParallel",
                                               "duration_unit": "us", "iterations": 1}})
     assert micros["runs"][0]["compute_s"] == pytest.approx(text["runs"][0]["compute_s"] * 10, rel=1e-12)
 

@@ -7,10 +7,10 @@ import pytest
 
 import engine
 from engine.backends.analytical import FluidMessages
+from engine.config import NetworkConfig
 from engine.eventlist import EventList
 from engine.system import Dimension, SystemLayer
 from engine.system.algorithms import RING, XOR, plan, symmetric_steps
-from engine.config import NetworkConfig
 from engine.topology import build_topology
 
 P = 8

@@ -126,7 +126,8 @@ def _dctcp_sender_after_a_marked_first_ack(mss: int) -> TcpSender:
     """IW 10 segments sent, then ACK 1 with ECE: alpha = 1 (its first window ends with it, F = 1),
     cwnd = ssthresh = 10 (1 - 1/2) = 5 segments, the reduction covering SND.MAX = 10 segments."""
     wire = Wire()
-    sender = TcpSender(EventList(), replace(HAND_BUILT_SETTINGS, mss_bytes=mss, ecn=True, dctcp_echo=True), Dctcp(mss, 10))
+    sender = TcpSender(EventList(), replace(HAND_BUILT_SETTINGS, mss_bytes=mss, ecn=True, dctcp_echo=True),
+                       Dctcp(mss, 10))
     sender.data_route = (wire,)
     sender.write(30 * mss)
     assert len(wire.packets) == 10

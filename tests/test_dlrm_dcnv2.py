@@ -65,7 +65,8 @@ def test_mlperf_dcnv2_dense_parameters_and_flops_by_hand():
     dense = spec.layers[1:]
     assert sum(layer.wg_comm.size_bytes for layer in dense) == (bottom + cross + top) * 2  # 16,044,545 fp16 values
     # compute-bound at 1 TFLOP/s: 1 FLOP = 1 ps (each layer's time rounds to whole ps)
-    assert sum(layer.fwd_compute_ps for layer in dense) == pytest.approx(batch * (mlp_flops + cross_flops), abs=len(dense))
+    assert sum(layer.fwd_compute_ps for layer in dense) == pytest.approx(batch * (mlp_flops + cross_flops),
+                                                                         abs=len(dense))
 
 
 def test_table_wise_placement_by_hand():

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from test_sweep_ray import RAY_ENV, _free_port, _session_pids, _sweep
 
 from sweep.store import read_table
-from test_sweep_ray import RAY_ENV, _free_port, _session_pids, _sweep
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # `ray`, of this Python
 # `ray start --address=...` for a node joining a head on this machine, kept on loopback. With
@@ -59,7 +59,8 @@ class LoopbackCluster:
     def _start(self, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(f"{self.temp_dir}-node{len(self.nodes)}.log", "wb")  # noqa: SIM115 - the node's output
         self.logs.append(log.name)
-        node = subprocess.Popen([*(RAY if "--head" in args else JOIN_ON_LOOPBACK), "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+        node = subprocess.Popen([*(RAY if "--head" in args else JOIN_ON_LOOPBACK), "start", "--block",
+                                 "--node-ip-address=127.0.0.1", "--num-cpus=1",
                                  "--disable-usage-stats", *_node_ports(), *args], env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -67,7 +68,8 @@ class LoopbackCluster:
         return node
 
     def start(self, workers: int) -> None:
-        """The head (1 CPU; a node that stops answering is declared dead within a few seconds) and `workers` nodes of 1 CPU."""
+        """The head (1 CPU; a node that stops answering is declared dead within a few seconds) and
+        `workers` nodes of 1 CPU."""
         self._start(["--head", f"--port={self.port}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}",
                      f"--ray-client-server-port={_free_port()}",
                      '--system-config={"health_check_period_ms": 1000, "health_check_timeout_ms": 1000, '
@@ -91,8 +93,8 @@ class LoopbackCluster:
     def alive_nodes(self) -> list[str]:
         """The ids of the alive nodes, asked in a child process (so this one holds no Ray session);
         empty while the head is not up."""
-        code = ("import ray, json; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-                "print(json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))" % self.address)
+        code = (f"import ray, json; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
+                "print(json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))")
         probe = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True, text=True,
                                timeout=60)
         if probe.returncode != 0:

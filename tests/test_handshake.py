@@ -2,8 +2,8 @@
 first message, outside the workload's timing, as a training job's connections are opened at start-up.
 
 Expected values are computed by hand below from the link parameters, RFC 6298 and Linux's rules.
-Network for all but the last (a leaf-spine training job): one switch, host -> switch -> host, every link 100 Gb/s (80 ps per byte) with 1 us of
-propagation, so a packet of S bytes crosses one link in S * 80 ps + 1 us.
+Network for all but the last (a leaf-spine training job): one switch, host -> switch -> host, every link
+100 Gb/s (80 ps per byte) with 1 us of propagation, so a packet of S bytes crosses one link in S * 80 ps + 1 us.
 
 SYN and SYN-ACK with Linux's options (`engine.network.syn_bytes`): 40 bytes of IPv4 + TCP headers plus
 MSS (4), NOP NOP SACK-permitted (4), NOP window scale (4) = 52 bytes; with timestamps MSS (4),
@@ -14,13 +14,13 @@ two back, R = 4 * (S * 80 ps + 1 us).
 from __future__ import annotations
 
 import pytest
+from scenario import PacketDropper
 
 import engine
 from engine import check_backend, load_config
 from engine.config import ConfigError
 from engine.simulation import SYN_RETRIES, HandshakeFailed, Simulation, syn_retransmits
 from engine.units import PS_PER_MS, PS_PER_S, PS_PER_US
-from scenario import PacketDropper
 
 LINK_US = 1.0
 PS_PER_BYTE = 80  # 100 Gb/s

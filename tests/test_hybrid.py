@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sweep_support import compose_config
 
 import engine
 from engine.config import ConfigError
 from sweep.runner import measure, stored_rows
 from sweep.schema import DECLARED_COLUMNS
-from sweep_support import compose_config
 
 ASTRA_DLRM = {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 2}
 MIN_RTO_MS = 200  # tcp.min_rto_ms's default: the first timeout of a connection with an RTT sample

@@ -344,11 +344,11 @@ def test_the_logs_of_a_local_ray_are_kept_when_a_worker_died(tmp_path: Path, cap
     says where Ray's logs are and keeps them."""
     monkeypatch.setenv(ONE_MACHINE_ENV, "0")
     import ray.cloudpickle  # noqa: PLC0415 - after the variable above
+    from sweep_support import compose_config
 
     from sweep.cluster import RayExecutor
     from sweep.driver import run_sweep
     from sweep.plan import plan
-    from sweep_support import compose_config
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
     runs = plan([["engine.backend=analytical", "workload=collective", "network.npus=4", f"results_dir={tmp_path}",

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from golden_cases import CASES
 
 import engine
 from engine.kernel import KERNEL_MODULES, PURE_PYTHON_ENV, extension_path
 from engine.simulation import Simulation
-from golden_cases import CASES
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

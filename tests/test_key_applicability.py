@@ -22,7 +22,8 @@ from sweep.runner import run_id
 
 INCAST: dict[str, Any] = {"network": {"npus": 4, "buffer_kb": 16.0},
           "workload": {"type": "flows", "pattern": "incast", "senders": 3, "bytes_per_flow": 60_000}}
-ALL_REDUCE: dict[str, Any] = {"network": {"npus": 4}, "workload": {"type": "collective", "op": "all_reduce", "bytes": 65_536}}
+ALL_REDUCE: dict[str, Any] = {"network": {"npus": 4},
+                              "workload": {"type": "collective", "op": "all_reduce", "bytes": 65_536}}
 # The all-reduce on a ring: NPUs send their own packets through the ports that forward, no host stack.
 RING_ALL_REDUCE: dict[str, Any] = {**ALL_REDUCE, "network": {**ALL_REDUCE["network"], "topology": "ring"}}
 # Per key: the base config where it is unused, and another valid value for it.

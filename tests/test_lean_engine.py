@@ -149,7 +149,7 @@ def test_an_idle_connection_holds_no_scoreboard_queue_or_list():
     assert sender.retransmits == len(lost) and sender.timeouts == 0  # repaired by SACK recovery
     assert all(busy_fields.values()), busy_fields  # each was in use while the connection was busy
     assert sender.sacked is None and sender.recovery_retransmits is None and sender.lost_retransmits is None
-    assert receiver.out_of_order is None and receiver.last_block is None
+    assert receiver.out_of_order is None
     assert receiver.on_next_message is None and receiver.later_messages is None
 
 
@@ -178,7 +178,8 @@ def test_flow_columns_hold_the_flow_rows():
               "network": {"topology": "leaf_spine", "npus": 8, "hosts_per_leaf": 4, "spines": 2, "uplink_gbps": 100},
               "workload": {"type": "flows", "pattern": "all_to_all", "bytes_per_flow": 30_000}}
     as_rows, as_columns = run(config), run(config, flow_columns=True)
-    assert {name: len(column) for name, column in as_columns["flows"].items()} == {name: 56 for name in as_rows["flows"][0]}
+    assert ({name: len(column) for name, column in as_columns["flows"].items()}
+            == {name: 56 for name in as_rows["flows"][0]})
     assert flow_rows(as_columns["flows"]) == as_rows["flows"]
     assert any(row["end_s"] is None for row in as_rows["flows"]) and any(row["end_s"] for row in as_rows["flows"])
     for table in ("runs", "collectives", "layers"):
@@ -192,7 +193,8 @@ def test_message_log_holds_every_message_across_its_batches():
     finish in any order. Every column holds what was logged, by flow_id, wherever the batch
     boundaries fell."""
     log, rng = MessageLog(), Random(5)
-    sent = [(rng.randrange(64), rng.randrange(64), rng.randrange(1, 10**6), rng.randrange(10**12)) for _ in range(10_001)]
+    sent = [(rng.randrange(64), rng.randrange(64), rng.randrange(1, 10**6), rng.randrange(10**12))
+            for _ in range(10_001)]
     ended = {}
     for flow_id, (src, dst, size, start_ps) in enumerate(sent):
         assert log.add(src, dst, size, start_ps) == flow_id

@@ -9,9 +9,9 @@ from random import Random
 
 import pytest
 
+from engine.backends.analytical import FluidMessages
 from engine.config import NetworkConfig
 from engine.eventlist import EventList
-from engine.backends.analytical import FluidMessages
 from engine.system.maxmin import Flow, MaxMinSharing, SharedLink
 from engine.topology import build_topology
 

@@ -7,13 +7,13 @@ import dataclasses
 import math
 
 import pytest
+from sweep_support import compose_config
 
 import engine
-from engine.backends.ns3 import NS3_BYTES_PER_CONNECTION, NS3_HELPER_BYTES
 from engine import estimate_run_bytes
+from engine.backends.ns3 import NS3_BYTES_PER_CONNECTION, NS3_HELPER_BYTES
 from engine.memory import BASE_BYTES, estimate_messages, messages_per_collective
 from sweep.runner import OUT_OF_MEMORY, execute, memory_limit
-from sweep_support import compose_config
 
 DLRM_FILE = "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"
 

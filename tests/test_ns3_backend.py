@@ -14,11 +14,11 @@ import signal
 import pytest
 
 import engine
+from engine.backends.ns3 import build
+from engine.backends.ns3.helper import Ns3Error, Ns3Messages, network_graph
 from engine.checks import check_backend
 from engine.config import ConfigError, load_config
 from engine.eventlist import EventList
-from engine.backends.ns3 import build
-from engine.backends.ns3.helper import Ns3Error, Ns3Messages, network_graph
 from engine.topology import build_topology
 
 NS3_MISSING = build.unavailable_reason()

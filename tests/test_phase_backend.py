@@ -15,12 +15,19 @@ import numpy as np
 import pytest
 
 import engine
-from engine.eventlist import EventList
-from engine.config import NetworkConfig
-from engine.run import prepare
 import engine.system.phase as phase_module
-from engine.system.phase import (EVENT_MERGE, VectorRoutes, XorStep, flow_hash_array, max_min_levels,
-                                 max_min_message_rates, xor_exchange_ps)
+from engine.config import NetworkConfig
+from engine.eventlist import EventList
+from engine.run import prepare
+from engine.system.phase import (
+    EVENT_MERGE,
+    VectorRoutes,
+    XorStep,
+    flow_hash_array,
+    max_min_levels,
+    max_min_message_rates,
+    xor_exchange_ps,
+)
 from engine.topology import build_topology, flow_hash
 
 MSS = 1460
@@ -323,8 +330,8 @@ def test_vectorised_routes_are_the_topologys_paths(network) -> None:
 
 def test_memory_estimate_counts_a_flow_id_per_ordered_pair() -> None:
     # an int32 per ordered pair (the connection ids ECMP hashes): 9,216^2 x 4 bytes of the estimate
-    from engine.backends.phase import PHASE_BYTES_PER_PAIR
     from engine import estimate_run_bytes
+    from engine.backends.phase import PHASE_BYTES_PER_PAIR
 
     config = engine.load_config({
         "engine": {"backend": "phase"},

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pytest
+from sweep_support import compose_config
 
 import engine
 from sweep.plan import plan
 from sweep.replicate import ReplicatePolicy, mean_interval, replicate_points, student_t_quantile
 from sweep.store import load_runs
-from sweep_support import compose_config
 
 # t(0.975, df) from a table of Student's t distribution (two-sided 95 %), e.g. NIST/SEMATECH e-Handbook
 # of Statistical Methods, 1.3.6.7.2.

@@ -16,12 +16,12 @@ import duckdb
 import matplotlib.image
 import pandas as pd
 import pytest
+from sweep_support import compose_config
 
 import sweep
 from sweep.report import REPORT_DIR, SUMMARY_FILE, build_report, main, swept_axes
 from sweep.runner import execute
 from sweep.store import ResultStore, read_table
-from sweep_support import compose_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ANALYTICAL = ["engine.backend=analytical"]
@@ -286,8 +286,8 @@ def test_the_hottest_links_of_the_slowest_runs(report: Path, dataset: tuple[Path
         assert rows[name]["runs"][0]["run_id"] in part
     incast = max(rows["incast_4"]["links"], key=lambda row: row["utilisation"])
     assert incast["link"] == "sw->h0"  # 4 senders into host 0: its switch port is the busiest
-    assert re.search(rf"`sw->h0` \| switch_port \| 100 \| {incast['bytes']:,} \| {incast['utilisation'] * 100:.3g} % \| "
-                     rf"{incast['drops']:,} \|", part)
+    assert re.search(rf"`sw->h0` \| switch_port \| 100 \| {incast['bytes']:,} \| "
+                     rf"{incast['utilisation'] * 100:.3g} % \| {incast['drops']:,} \|", part)
 
 
 def test_each_cdf_series_says_how_many_of_its_own_messages_waited_for_an_rto() -> None:
@@ -323,8 +323,8 @@ def test_a_cdf_of_runs_that_differ_only_by_workload_has_a_panel_per_workload() -
     from sweep.report.plots import plot_cdf
 
     runs = pd.DataFrame({"run_id": ["a", "b"], "workload": ["astra_micro_allreduce", "astra_dlrm"],
-                         "workload.path": ["microAllReduce.txt", "DLRM_HybridParallel.txt"], "engine.backend": "packet", "started_at": pd.Timestamp(0, unit="s", tz="UTC"),
-                         "compute_s": 1e-5})
+                         "workload.path": ["microAllReduce.txt", "DLRM_HybridParallel.txt"], "engine.backend": "packet",
+                         "started_at": pd.Timestamp(0, unit="s", tz="UTC"), "compute_s": 1e-5})
     flows = pd.DataFrame({"run_id": ["a"] * 3 + ["b"] * 5, "fct_s": [1e-6, 2e-6, 3e-6, 1e-6, 2e-6, 4e-6, 8e-6, 9e-6],
                           "timeouts": 0.0})
     fig = plot_cdf(runs, flows, swept_axes(runs), "title", "completion time (ms)", "messages")

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from sweep.runner import run_id
 from sweep_support import GROUPS, compose_config, group_options
 from test_sweep_experiments import EXPERIMENTS, build_points
+
+from sweep.runner import run_id
 
 PINS_PATH = Path(__file__).parent / "golden" / "run_ids.json"
 

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from sweep_support import compose_config
 
 from sweep.runner import measure, stored_rows
 from sweep.schema import DECLARED_COLUMNS, PRESET_COLUMNS
 from sweep.store import ResultStore, harmonise, load_runs, part_files
-from sweep_support import compose_config
 
 TABLES = ("runs", "flows", "collectives", "layers", "links")
 
@@ -106,7 +106,8 @@ def test_integer_columns_read_as_int64_by_pandas_from_a_directory(mixed_dataset:
     runs = pd.read_parquet(mixed_dataset / "runs").set_index("run_id")
     assert runs.loc["broken", "retransmits"] is pd.NA and runs["network.npus"].notna().sum() == len(KINDS)
     assert ds.dataset(mixed_dataset / "runs").schema.field("retransmits").type == pa.int64()
-    assert str(duckdb.sql(f"select retransmits from read_parquet('{mixed_dataset}/runs/*.parquet')").types[0]) == "BIGINT"
+    assert (str(duckdb.sql(f"select retransmits from read_parquet('{mixed_dataset}/runs/*.parquet')").types[0])
+            == "BIGINT")
 
 
 def test_every_table_reads_as_a_directory_when_nothing_filled_it(tmp_path: Path) -> None:
@@ -151,7 +152,8 @@ def test_an_earlier_versions_parts_are_brought_to_the_schema(tmp_path: Path) -> 
     old_rows = [[{"run_id": "a", "status": "ok", "network.spines": None, "tcp.min_rto_ms": 200, "legacy": 1}],
                 [{"run_id": "b", "status": "ok", "network.spines": 4, "tcp.min_rto_ms": 1.5}]]
     for index, rows in enumerate(old_rows):
-        pq.write_table(pa.Table.from_pylist(rows), dataset / "runs" / f"part-2026010{index}T000000000000Z-{index}.parquet")
+        pq.write_table(pa.Table.from_pylist(rows),
+                       dataset / "runs" / f"part-2026010{index}T000000000000Z-{index}.parquet")
     with pytest.raises(pa.ArrowException):  # what users met: pandas cannot read the directory
         pd.read_parquet(dataset / "runs")
     with ResultStore(dataset) as store:

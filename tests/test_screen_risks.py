@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from sweep_support import compose_config
 
 import engine
 from engine.network import wire_bytes
 from engine.transport.cc import slow_start_dominates
-from sweep_support import compose_config
 
 MSS = 1460
 GBPS_100 = 100e9

@@ -13,13 +13,13 @@ from typing import Any, Sequence
 
 import optuna
 import pytest
+from sweep_support import compose_config
 
 import engine
 from sweep.plan import plan
 from sweep.runner import measure
 from sweep.search import Search, check_objectives, search_space
 from sweep.store import load_runs
-from sweep_support import compose_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -175,7 +175,8 @@ FIXED = ["network=leaf_spine", "network.npus=64", "network.hosts_per_leaf=8", "n
 @pytest.mark.slow
 def test_a_search_of_12_trials_over_20_points_finds_the_grids_best_within_10_percent(tmp_path: Path) -> None:
     grid = [[*FIXED, f"network.spines={spines}", f"system.all_reduce={algorithm}"]
-            for spines in (1, 2, 4, 8, 16) for algorithm in ("ring", "halving_doubling", "double_binary_tree", "direct")]
+            for spines in (1, 2, 4, 8, 16)
+            for algorithm in ("ring", "halving_doubling", "double_binary_tree", "direct")]
     grid_best_s = min(measure(run.sim_config).measured["iteration_time_s"] for run in plan(grid, compose_config))
 
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",

@@ -5,10 +5,10 @@ Interpolations: the command line and conf/ go through OmegaConf, so `${...}` in 
 by one of the resolvers registered in the process, and only those (an unknown resolver is an
 error): OmegaConf's `oc.env` (an environment variable, as a string), `oc.decode` (a string parsed
 as a YAML-like primitive), `oc.create`, `oc.select`, `oc.dict.keys`, `oc.dict.values`,
-`oc.deprecated`, and Hydra's `hydra`, `now` and `python_version`. None of them evaluates Python; what they produce goes through
-the same validation as a typed value (a `name` from `${oc.env:HOME}` is refused: it holds a `/`).
-ASTRA-sim workload files are read as whitespace-separated fields by the engine, never through
-OmegaConf or `eval`.
+`oc.deprecated`, and Hydra's `hydra`, `now` and `python_version`. None of them evaluates Python;
+what they produce goes through the same validation as a typed value (a `name` from `${oc.env:HOME}`
+is refused: it holds a `/`). ASTRA-sim workload files are read as whitespace-separated fields by the
+engine, never through OmegaConf or `eval`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 from omegaconf.basecontainer import BaseContainer
+from sweep_support import compose_config
 
 import engine
 from sweep.cli import EXIT_BAD_CONFIG, EXIT_OK
 from sweep.plan import validate
 from sweep.store import load_table
-from sweep_support import compose_config
 
 ALLOWED_RESOLVERS = {"oc.create", "oc.decode", "oc.deprecated", "oc.dict.keys", "oc.dict.values", "oc.env",
                      "oc.select"}

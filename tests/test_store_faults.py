@@ -21,14 +21,22 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from sweep_support import compose_config
 
 import engine
 from sweep.cli import EXIT_OK, run_one
 from sweep.report import read_dataset
 from sweep.runner import run_id
-from sweep.store import (QUARANTINE, ResultStore, arrow_dataset, load_runs, load_table, part_files,
-                         quarantined_parts, read_table)
-from sweep_support import compose_config
+from sweep.store import (
+    QUARANTINE,
+    ResultStore,
+    arrow_dataset,
+    load_runs,
+    load_table,
+    part_files,
+    quarantined_parts,
+    read_table,
+)
 
 _REAL_ENGINE_RUN = engine.run
 
@@ -87,7 +95,8 @@ def test_corrupt_parts_are_quarantined_and_their_runs_rerun(tmp_path: Path, caps
 
     # resume: exactly the two runs with lost rows run again
     calls: list[Any] = []
-    monkeypatch.setattr(engine, "run", lambda config, **options: calls.append(config) or _REAL_ENGINE_RUN(config, **options))
+    monkeypatch.setattr(engine, "run",
+                        lambda config, **options: calls.append(config) or _REAL_ENGINE_RUN(config, **options))
     assert ResultStore(dataset).completed_run_ids() == {ids[0]}
     for config in configs:
         assert run_one(config, out=io.StringIO()) == EXIT_OK

@@ -12,12 +12,12 @@ from typing import Any
 
 import duckdb
 import pytest
+from sweep_support import small_config
 
 import engine
 from sweep.cli import EXIT_BAD_CONFIG, EXIT_OK, EXIT_RUN_FAILED, run_one
 from sweep.runner import run_id
 from sweep.store import read_table
-from sweep_support import small_config
 
 _REAL_ENGINE_RUN = engine.run
 

@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from sweep_support import GROUPS, compose_config, group_options
 
 import engine
 from engine.config import EngineConfig, HostConfig, NetworkConfig, SystemConfig, TcpConfig, WorkloadConfig
 from engine.workload.layers import bundled_workloads, workload_file
-from sweep_support import GROUPS, compose_config, group_options
 
 ALL_PRESETS = [(group, option) for group in GROUPS for option in group_options(group)]
 
@@ -162,7 +162,8 @@ def test_tcp_presets_name_their_algorithm() -> None:
 def test_the_linux_preset_turns_on_linux_defaults_and_the_others_do_not() -> None:
     linux = compose_config(["tcp=linux"])["tcp"]
     assert linux["cc"] == "cubic" and linux["sack"] and linux["min_rto_ms"] == 200 and linux["init_cwnd_pkts"] == 10
-    assert linux["rack_tlp"] and linux["prr"] and linux["hystart"] and linux["delayed_ack"] and linux["linux_delayed_ack"]
+    assert (linux["rack_tlp"] and linux["prr"] and linux["hystart"] and linux["delayed_ack"]
+            and linux["linux_delayed_ack"])
     assert linux["pto_slack_ms"] == 2.0  # Linux's TCP_TIMEOUT_MIN_US
     for option in ("newreno", "cubic", "dctcp"):
         tcp = compose_config([f"tcp={option}"])["tcp"]

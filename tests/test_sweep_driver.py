@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Sequence
 
 import pytest
+from sweep_support import compose_config
 
 import engine
 from sweep import store as store_module
@@ -23,7 +24,6 @@ from sweep.progress import ProgressBar, SweepSummary, format_summary
 from sweep.rows import RunResult
 from sweep.runner import OUT_OF_MEMORY, execute, failed_result, flatten, measure, run_id, stored_rows
 from sweep.store import ResultStore, arrow_dataset, part_files, read_table, write_part
-from sweep_support import compose_config
 
 _REAL_ENGINE_RUN = engine.run
 
@@ -140,7 +140,8 @@ def test_an_interrupted_sweep_keeps_what_finished(tmp_path: Path, how: str) -> N
             closed.append(True)
 
     previous = signal.getsignal(signal.SIGTERM)
-    summary = run_sweep(runs, _Executor(interrupted_after_two), flush_rows=10**6, flush_interval_s=3600, show_progress=False)
+    summary = run_sweep(runs, _Executor(interrupted_after_two), flush_rows=10**6, flush_interval_s=3600,
+                        show_progress=False)
     assert summary.interrupted and summary.ran == 2 and closed == [True]
     assert signal.getsignal(signal.SIGTERM) is previous
     assert sorted(read_table(tmp_path / "grid", "runs")["run_id"]) == sorted(run.run_id for run in runs[:2])
@@ -222,7 +223,8 @@ def test_a_single_run_is_a_sweep_of_one_held_to_the_same_limits(tmp_path: Path,
     monkeypatch.setattr(engine, "run", lambda cfg, **options: 1 / 0)
     failing = {**config, "seed": 1}
     assert run_one(failing, out=(failed := io.StringIO()), err=failed) == EXIT_RUN_FAILED
-    assert "ZeroDivisionError: division by zero" in failed.getvalue() and "reproduce with: python -m sweep" in failed.getvalue()
+    assert ("ZeroDivisionError: division by zero" in failed.getvalue()
+            and "reproduce with: python -m sweep" in failed.getvalue())
 
 
 def test_failed_rows_look_like_an_error_row_of_execute(tmp_path: Path) -> None:
@@ -230,7 +232,8 @@ def test_failed_rows_look_like_an_error_row_of_execute(tmp_path: Path) -> None:
     rows = stored_rows(config, failed_result("WorkerCrashedError: the worker died"))
     assert list(rows) == ["runs"]
     (row,) = rows["runs"]
-    assert (row["run_id"], row["status"], row["error"]) == (run_id(config), "error", "WorkerCrashedError: the worker died")
+    assert (row["run_id"], row["status"], row["error"]) == (run_id(config), "error",
+                                                            "WorkerCrashedError: the worker died")
     assert all(row[key] == value for key, value in flatten(config).items())
     assert row["repro"].startswith("python -m sweep ") and row["engine_version"] == engine.ENGINE_VERSION
     assert row["started_at"].endswith("+00:00")
@@ -287,8 +290,10 @@ def test_progress_bar_shows_done_failed_rate_and_eta() -> None:
 def test_summary_table_counts_statuses() -> None:
     summary = SweepSummary(grid_points=5, datasets=[Path("results/x")], skipped=1, wall_s=2.0)
     for row in ({"run_id": "a", "status": "ok"}, {"run_id": "b", "status": "ok"},
-                {"run_id": "c", "status": "timeout", "error": "wall-time budget of 1 s exceeded", "repro": "python -m sweep ++seed=2"},
-                {"run_id": "d", "status": "error", "error": "Traceback ...\nValueError: bad", "repro": "python -m sweep ++seed=3"}):
+                {"run_id": "c", "status": "timeout", "error": "wall-time budget of 1 s exceeded",
+                 "repro": "python -m sweep ++seed=2"},
+                {"run_id": "d", "status": "error", "error": "Traceback ...\nValueError: bad",
+                 "repro": "python -m sweep ++seed=3"}):
         summary.record(row)
     assert (summary.ran, summary.failed) == (4, 2)
     lines = format_summary(summary).splitlines()

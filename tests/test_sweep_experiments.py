@@ -21,11 +21,11 @@ import pytest
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
+from sweep_support import GROUPS, compose_config, group_options
 
 import engine
 from sweep.cli import CONF_DIR
 from sweep.runner import run_id
-from sweep_support import GROUPS, compose_config, group_options
 
 EXPERIMENTS = group_options("experiment")
 PARSER = OverridesParser.create()
@@ -46,7 +46,7 @@ def grid(experiment: str) -> list[dict[str, Any]]:
     return [dict(zip(keys, point)) for point in itertools.product(*values)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def build_points(experiment: str) -> list[dict[str, Any]]:
     """The resolved config of every grid point (see the module docstring); callers must not change them."""
     composed: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}

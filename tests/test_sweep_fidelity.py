@@ -12,16 +12,24 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pandas as pd
 import pytest
+from sweep_support import compose_config
 
 import engine
 import sweep
-from sweep.fidelity import (RefinePolicy, at_risk, default_screen_backend, format_refusals, plan_screens,
-                            run_two_fidelity, screen_refusals, select_refinements)
+from sweep.fidelity import (
+    RefinePolicy,
+    at_risk,
+    default_screen_backend,
+    format_refusals,
+    plan_screens,
+    run_two_fidelity,
+    screen_refusals,
+    select_refinements,
+)
 from sweep.plan import PlannedRun, plan
 from sweep.report import POINTS_FILE, SUMMARY_FILE, build_report
 from sweep.runner import measure, point_id, run_id
 from sweep.store import read_table
-from sweep_support import compose_config
 
 KIB = 1024
 
@@ -246,7 +254,8 @@ def test_a_sweep_of_256_npus_screens_every_point_on_hybrid(tmp_path: Path) -> No
     result = run_two_fidelity(runs, screens, policy, _Executor(), show_progress=False)
     stored = sweep.load_runs(tmp_path / "sizes")
     assert sorted(stored["engine.backend"]) == ["alpha_beta", "hybrid", "hybrid"]
-    assert (stored["status"] == "ok").all() and stored.loc[stored["engine.backend"] == "hybrid", "incast_phases"].notna().all()
+    assert ((stored["status"] == "ok").all()
+            and stored.loc[stored["engine.backend"] == "hybrid", "incast_phases"].notna().all())
     assert result.selection == {point_id(runs[0].config): "top"}  # 256 NPUs: the faster iteration
 
 
@@ -272,7 +281,8 @@ def test_a_hybrid_screen_runs_the_points_hybrid_refuses_on_phase(tmp_path: Path)
     stored = sweep.load_runs(tmp_path / "mixed").set_index("engine.backend")
     assert stored.loc["hybrid", "iteration_time_s"] >= 0.2 and stored.loc["hybrid", "drops"] > 0  # >= one RTO
     assert stored.loc["phase", "iteration_time_s"] < 1e-3 and stored.loc["phase", "incast_phases"] > 0
-    assert list(result.selection) == [point_id(runs[1].config)] and "incast" in result.selection[point_id(runs[1].config)]
+    assert (list(result.selection) == [point_id(runs[1].config)]
+            and "incast" in result.selection[point_id(runs[1].config)])
     summary = (build_report(tmp_path / "mixed") / SUMMARY_FILE).read_text()
     assert "**2 points** screened on `hybrid` (1 of them on `phase`" in summary
     with pytest.raises(engine.ConfigError, match="hydra.launcher.screen_backend='hybrid'.*phase"):

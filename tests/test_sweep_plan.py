@@ -15,12 +15,12 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict, read_write
+from sweep_support import compose_config
 
 import engine
 from sweep.cli import CONF_DIR
 from sweep.plan import BackendRefusal, GridComposer, GridError, format_refused, plan, pop_force, validate
 from sweep.runner import run_id
-from sweep_support import compose_config
 
 
 @pytest.fixture(scope="module")
@@ -178,13 +178,16 @@ def test_plugins_are_selected_and_importable() -> None:
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (["network.link_gbps=25,-5,400", "tcp=newreno,cubic"],
-     "error: network.link_gbps=-5.0 is not valid: a number > 0 (grid point 3 of 6: network.link_gbps=-5 tcp=newreno name=bad"),
-    (["seed=1,2", "hydra.launcher.max_retries=-1"], "error: hydra.launcher.max_retries=-1 is not valid: an integer >= 0"),
+     "error: network.link_gbps=-5.0 is not valid: a number > 0 "
+     "(grid point 3 of 6: network.link_gbps=-5 tcp=newreno name=bad"),
+    (["seed=1,2", "hydra.launcher.max_retries=-1"],
+     "error: hydra.launcher.max_retries=-1 is not valid: an integer >= 0"),
 ])
 def test_a_bad_grid_is_refused_before_anything_runs(tmp_path: Path, overrides: list[str], message: str) -> None:
     """One line naming the point (or the setting), exit code 2, no dataset, no Ray started."""
     env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
-    refused = subprocess.run([sys.executable, "-m", "sweep", "-m", *overrides, "name=bad", f"results_dir={tmp_path / 'results'}"],
+    refused = subprocess.run([sys.executable, "-m", "sweep", "-m", *overrides, "name=bad",
+                              f"results_dir={tmp_path / 'results'}"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert refused.stderr.startswith(message)
@@ -200,7 +203,8 @@ def test_a_launcher_of_an_extra_not_installed_names_the_extra() -> None:
     from sweep.plan import hydra_error
 
     missing = MissingConfigException("Could not find 'hydra/launcher/submitit_slurm'",
-                                     missing_cfg_file="hydra/launcher/submitit_slurm", options=["basic", "ray_netsweep"])
+                                     missing_cfg_file="hydra/launcher/submitit_slurm",
+                                     options=["basic", "ray_netsweep"])
     error = hydra_error(missing, ["hydra/launcher=submitit_slurm", "seed=1,2"])
     assert str(error) == ("hydra/launcher='submitit_slurm' is not valid: installed with an extra: "
                           "pip install 'netsweep[slurm]' (presets here: basic, ray_netsweep)")

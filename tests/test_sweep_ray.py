@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from sweep_support import compose_config
 
 from sweep.cluster import _ONE_MACHINE_ENV, CLIENT_CONNECT_ATTEMPTS, RayExecutor, _join, is_loopback
 from sweep.driver import run_sweep
@@ -30,7 +31,6 @@ from sweep.local_ray import LocalRay, RayStartError
 from sweep.plan import plan
 from sweep.runner import PRESET_COLUMNS, measure
 from sweep.store import arrow_dataset, part_files, read_table
-from sweep_support import compose_config
 
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # every Ray service binds to 127.0.0.1 only
@@ -269,7 +269,7 @@ def _misbehaving_execute(marker_dir: str) -> Any:
     process every time, 3 kills it once (then runs), 4 outlives the wall-time budget."""
     def run_fn(config: Any, max_wall_time_s: float | None = None) -> Any:
         import engine
-        from sweep.runner import PRESET_COLUMNS, measure
+        from sweep.runner import measure
 
         seed = config.seed
         marker = os.path.join(marker_dir, "seed-3-crashed")
@@ -329,7 +329,7 @@ def _killable_execute(marker_dir: str, lives: dict[int, int]) -> Any:
     """`measure` on a worker that first writes `seed-<seed>-pid-<its pid>` into `marker_dir`; the
     first `lives[seed]` executions of a seed then wait (to be killed from outside), later ones run."""
     def run_fn(config: Any, max_wall_time_s: float | None = None) -> Any:
-        from sweep.runner import PRESET_COLUMNS, measure
+        from sweep.runner import measure
 
         seed = config.seed
         prefix = f"seed-{seed}-pid-"

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sweep_support import compose_config, small_config
 
 import engine
 from sweep.runner import execute, flatten, point_id, repro_command, run_id
-from sweep_support import compose_config, small_config
 
 
 def test_run_id_ignores_where_and_how_a_run_executes(tmp_path: Path) -> None:

@@ -9,13 +9,13 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from sweep_support import small_config
 
 from sweep import store as store_module
 from sweep.compact import compact
-from sweep.schema import DECLARED_COLUMNS
 from sweep.runner import execute
+from sweep.schema import DECLARED_COLUMNS
 from sweep.store import ColumnRows, ResultStore, load_table, part_files, read_table, write_part
-from sweep_support import small_config
 
 
 def _files(directory: Path) -> list[str]:
@@ -41,7 +41,8 @@ def test_write_part_keeps_columns_the_first_row_lacks(tmp_path: Path) -> None:
         {"run_id": "a", "status": "error", "iteration_time_s": None, "flows": None, "extra": None},
         {"run_id": "b", "status": "ok", "iteration_time_s": 0.5, "flows": None, "extra": None},
         {"run_id": "c", "status": "ok", "iteration_time_s": None, "flows": 3, "extra": "x"}]
-    assert str(table.schema.field("flows").type) == "int64" and str(table.schema.field("tcp.min_rto_ms").type) == "double"
+    assert (str(table.schema.field("flows").type) == "int64"
+            and str(table.schema.field("tcp.min_rto_ms").type) == "double")
 
 
 def test_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,8 +169,9 @@ def test_column_rows_read_and_store_as_the_rows_they_hold(tmp_path: Path) -> Non
 
 def test_the_links_table_resumes_and_compacts_like_the_others(tmp_path: Path) -> None:
     """Runs with and without `engine.link_stats`, one stored twice: a run without links writes an
-    empty links part (the table reads, with its schema); each run with links has them once (its newest attempt) before and after
-    compaction; both runs count as done; a links part lost to corruption makes its run run again."""
+    empty links part (the table reads, with its schema); each run with links has them once (its
+    newest attempt) before and after compaction; both runs count as done; a links part lost to
+    corruption makes its run run again."""
     with_links = small_config(tmp_path, ["engine.link_stats=all"])
     without = small_config(tmp_path, ["seed=1"])
     dataset = tmp_path / "results" / "test"

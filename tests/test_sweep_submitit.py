@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from sweep_support import compose_config
 
 from sweep.plan import plan
 from sweep.runner import execute
 from sweep.store import part_files, read_table
-from sweep_support import compose_config
 
 pytestmark = [
     pytest.mark.slurm,

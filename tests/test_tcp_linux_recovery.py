@@ -9,8 +9,9 @@ import math
 import pytest
 from scenario import build_path, drop_segment_and_its_first_retransmission
 
-from engine.transport.cc import NewReno, HyStartPlusPlus
+from engine.transport.cc import HyStartPlusPlus, NewReno
 from engine.transport.recovery import ProportionalRateReduction, RackState
+from engine.transport.sack import SackScoreboard
 from engine.units import PS_PER_MS
 
 MSS = 1460
@@ -207,9 +208,12 @@ def test_rack_update_and_detect_loss_by_hand(retransmission_out: bool) -> None:
         rack.on_transmit(index * 1000, (index + 1) * 1000, index * us, False)
     if retransmission_out:
         rack.on_transmit(8000, 9000, 20 * us, True)
-    delivered = rack.on_delivery(3000, [[5000, 7000]], 30 * us, 30 * us)
+    sacked = SackScoreboard()
+    sacked.add(5000, 7000)
+    delivered = rack.on_delivery(3000, sacked, 30 * us, 30 * us)
     assert delivered == 5000
-    assert (rack.xmit_ps, rack.end_seq, rack.rtt_ps, rack.fack, rack.min_rtt_ps) == (6 * us, 7000, 24 * us, 7000, 24 * us)
+    assert ((rack.xmit_ps, rack.end_seq, rack.rtt_ps, rack.fack, rack.min_rtt_ps)
+            == (6 * us, 7000, 24 * us, 7000, 24 * us))
     left = [3, 4, 7, 9, 8] if retransmission_out else [3, 4, 7, 8, 9]
     assert [segment.start // 1000 for segment in rack.outstanding] == left
     assert rack.detect_losses(30 * us, 0) == (2, 0)
@@ -336,7 +340,7 @@ def test_hystart_threshold_is_clamped_to_16_ms_and_css_lasts_five_rounds():
     cwnd_at_css = cc.cwnd_bytes
     assert cwnd_at_css == (10 + 18) * MSS
     # four more rounds of 8 ACKs at the same RTT (not below the baseline: no return to slow start)
-    for round_index in range(4):
+    for _ in range(4):
         seq = _hystart_round(hystart, cc, 216 * PS_PER_MS, 8, seq, seq + 8 * MSS)
         assert cc.ssthresh_bytes == math.inf
     assert cc.cwnd_bytes == cwnd_at_css + 4 * 8 * MSS / 4

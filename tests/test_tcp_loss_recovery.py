@@ -231,7 +231,8 @@ SEG = 1000
 
 def _scripted_sender(sack: bool = True, writes: tuple[int, ...] = (30 * SEG,)) -> tuple[TcpSender, Wire]:
     wire = Wire()
-    sender = TcpSender(EventList(), replace(HAND_BUILT_SETTINGS, mss_bytes=SEG, sack=sack), make_congestion_control("newreno", SEG, 10))
+    sender = TcpSender(EventList(), replace(HAND_BUILT_SETTINGS, mss_bytes=SEG, sack=sack),
+                       make_congestion_control("newreno", SEG, 10))
     sender.data_route = (wire,)
     for nbytes in writes:
         sender.write(nbytes)
@@ -357,7 +358,8 @@ def test_a_cumulative_ack_that_sacks_new_data_is_a_duplicate_ack_too():
 def test_only_retransmissions_sent_before_a_delivered_segment_are_found_lost():
     # Lost-retransmission detection (test_a_lost_retransmission_is_resent_without_waiting_for_the_rto)
     # scripted at microsecond steps, to pin down which retransmissions a delivery condemns: those
-    # sent strictly before the delivered segment, and only if still neither ACKed nor SACKed. Segments 0..9 go at t = 0; 0 and 4 are lost.
+    # sent strictly before the delivered segment, and only if still neither ACKed nor SACKed.
+    # Segments 0..9 go at t = 0; 0 and 4 are lost.
     # t = 1 us, ACK 0 SACK 1-3: 3,000 > 2 SMSS bytes SACKed above 0 (IsLost): fast recovery,
     #   ssthresh = cwnd = pipe / 2 = (10 - 4) / 2 = 3 segments; 0 is resent at once (pipe 7).
     # t = 2 us, ACK 0 SACK 1-3, 5-9 (echoing t = 0): pipe = 1 (the resent 0), nothing was sent

@@ -121,7 +121,8 @@ def test_loss_free_flows_through_one_fifo_share_it_in_proportion_to_their_window
     prepared = engine.prepare({
         "network": {"topology": "switch", "npus": 3, "link_gbps": 100, "link_latency_us": 1, "buffer_kb": 16384},
         "tcp": {"timestamps": False},  # 1460-byte segments, 40-byte headers, as computed above
-        "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 2**24}, {"src": 0, "dst": 2, "bytes": 2**24}]},
+        "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 2**24},
+                                                {"src": 0, "dst": 2, "bytes": 2**24}]},
     })
     prepared.start()
     eventlist = prepared.sim.eventlist

@@ -177,7 +177,7 @@ def test_ring_takes_the_shorter_direction(n):
                 hops = _ring_hops(topo.path(src, dst, flow_id))
                 assert len(hops) == min(d, n - d), (src, dst)
                 assert hops[0][0] == src and hops[-1][1] == dst
-                for (a, b), (c, _) in zip(hops, hops[1:]):
+                for (_, b), (c, _) in zip(hops, hops[1:]):
                     assert b == c
                 for a, b in hops:
                     assert (b - a) % n in (1, n - 1)
@@ -306,7 +306,7 @@ def test_leaf_spine_ecmp_spreads_and_is_symmetric():
     assert set(counts) == {0, 1, 2, 3}
     total = sum(counts.values())
     assert total == 960
-    for spine, count in counts.items():
+    for count in counts.values():
         assert abs(count - total / 4) <= 0.2 * total / 4, counts
 
 

@@ -22,7 +22,8 @@ from ..system.messages import MessageLog
 from ..transport import TcpConnection
 from .base import MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
 
-BYTES_PER_CONNECTION = 1_536  # a persistent TCP connection (1,016 bytes idle with the host stack), its routes and timers
+# a persistent TCP connection (1,016 bytes idle with the host stack), its routes and timers
+BYTES_PER_CONNECTION = 1_536
 
 
 class PacketBackend(NetworkBackend):

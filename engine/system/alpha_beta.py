@@ -326,7 +326,8 @@ class AlphaBetaSystemLayer(SystemLayer):
                         peer_step = send.peer_step
                         arrived[peer][peer_step] += 1
                         latest_ps[peer][peer_step] = max(latest_ps[peer][peer_step], arrival_ps)
-                        if position[peer] == peer_step and arrived[peer][peer_step] == program[peer][peer_step].receives:
+                        if (position[peer] == peer_step
+                                and arrived[peer][peer_step] == program[peer][peer_step].receives):
                             ready.append(peer)
                     issued[rank] = index + 1
                 if arrived[rank][index] < step.receives:

@@ -73,7 +73,7 @@ class _ProgramRun:
     __slots__ = ("system", "group", "program", "position", "issued", "received", "ranks_left", "on_done",
                  "issuers")
 
-    def __init__(self, system: "SystemLayer", group: tuple[int, ...], program: Program,
+    def __init__(self, system: SystemLayer, group: tuple[int, ...], program: Program,
                  on_done: Callable[[], None]) -> None:
         self.system = system
         self.group = group
@@ -178,7 +178,7 @@ class Chunk:
 
     __slots__ = ("collective", "phases", "next_phase", "issued_seq")
 
-    def __init__(self, collective: "_Collective", phases: list[CollectivePhase], issued_seq: int) -> None:
+    def __init__(self, collective: _Collective, phases: list[CollectivePhase], issued_seq: int) -> None:
         self.collective = collective
         self.phases = phases
         self.next_phase = 0
@@ -238,7 +238,8 @@ class SystemLayer:
         if dimensions is None:
             dimensions = tuple(range(real))
             if op == "all_to_all":  # over the whole network: flat, in its own queue or (astra_compat) the first's
-                return [CollectivePhase(self.flat_index, op, chunk_bytes, queue=0 if self.astra_compat else self.flat_index)]
+                return [CollectivePhase(self.flat_index, op, chunk_bytes,
+                                        queue=0 if self.astra_compat else self.flat_index)]
         if len(dimensions) == 1:
             return [CollectivePhase(dimensions[0], op, chunk_bytes)]
         dims = list(dimensions)

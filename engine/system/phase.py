@@ -554,7 +554,8 @@ class FluidPhases:
                 pieces = [[(counts, wire, 1, opening) for counts, wire, opening, _ in sized]]
                 steps_of = [longest]
                 for counts, _, _, size_bytes in sized:
-                    slow, messages = slow + self._slow_starts(counts, size_bytes), messages + sum(counts.routes.values())
+                    slow += self._slow_starts(counts, size_bytes)
+                    messages += sum(counts.routes.values())
             else:
                 # consecutive steps of one pattern: their sizes
                 runs: list[tuple[str, int, list[int]]] = []
@@ -757,7 +758,8 @@ class FluidPhases:
             result[tuple(digits)] = int(tally[value])
         return result
 
-    def _program_counts(self, group: tuple[int, ...], programs: list[Program]) -> list[tuple[LinkCounts, int, int, int]]:
+    def _program_counts(self, group: tuple[int, ...],
+                        programs: list[Program]) -> list[tuple[LinkCounts, int, int, int]]:
         """Link counts of every message of step programs whose ranks differ (double binary tree), one
         piece per message size: (counts, its wire bytes, its opening, its size); O(messages), which
         such programs keep to O(p x blocks)."""

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
+from .sack import SackScoreboard
+
 _NONE: Final = -1  # a sequence number or time that is not set
 
 DUPTHRESH_SEGMENTS: Final = 3  # RFC 8985 6.2: SACKed segments beyond which reo_wnd is 0 (no reordering seen)
@@ -121,7 +123,7 @@ class RackState:
         else:
             starts.insert(bisect.bisect_left(starts, start), start)
 
-    def on_delivery(self, snd_una: int, sacked: list[list[int]] | None, now_ps: int, echoed_sent_ps: int) -> int:
+    def on_delivery(self, snd_una: int, sacked: SackScoreboard | None, now_ps: int, echoed_sent_ps: int) -> int:
         """RACK_update (RFC 8985 6.2 steps 1-3) for the segments this ACK shows delivered
         (cumulatively acknowledged, or inside a SACK block), which leave `outstanding`, taken in
         their order there; `echoed_sent_ps` is the send time the ACK echoes (the engine's
@@ -134,12 +136,12 @@ class RackState:
         index = 0
         while index < count and starts[index] < snd_una:  # the segments that start below snd_una
             segment = by_start[starts[index]]
-            if segment.end <= snd_una or _covered(segment.start, segment.end, sacked):
+            if segment.end <= snd_una or (sacked is not None and sacked.covers(segment.start, segment.end)):
                 delivered_indices.append(index)
             index += 1
         if sacked is not None:
             above_snd_una = index
-            for block_start, block_end in sacked:  # the segments inside each block (disjoint blocks)
+            for block_start, block_end in sacked.blocks:  # the segments inside each block (disjoint blocks)
                 index = bisect.bisect_left(starts, block_start, above_snd_una)
                 while index < count and starts[index] < block_end:
                     if by_start[starts[index]].end <= block_end:
@@ -268,15 +270,6 @@ def _delete_positions(items: list[Any], positions: list[int]) -> None:
             first -= 1
         del items[positions[first]:positions[stop - 1] + 1]
         stop = first
-
-
-def _covered(start: int, end: int, sacked: list[list[int]] | None) -> bool:
-    """Is [start, end) inside one SACK block?"""
-    if sacked is not None:
-        for block_start, block_end in sacked:
-            if block_start <= start and end <= block_end:
-                return True
-    return False
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # tests record its inputs; called only in recovery

@@ -29,14 +29,15 @@ from ..network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES, HostNic, 
 from ..units import BYTES_PER_KB, PS_PER_S, ms_to_ps, s_to_ps, us_to_ps
 from .cc import UNSET_SSTHRESH, CongestionControl, HyStartPlusPlus
 from .recovery import ProportionalRateReduction, RackState
+from .sack import SackScoreboard
 
 _NO_EVENT: Final = -1  # `timer_event_ps` when the endpoint has no wake-up in the heap
 _DUPACK_THRESHOLD: Final = 3  # RFC 5681 DupThresh
-_MAX_SACK_BLOCKS: Final = 3  # what fits in the TCP option space next to nothing else (RFC 2018)
 # `rwnd_bytes` without a receive window: far above any window, and below 2**62 so that compiled code
 # keeps it unboxed (a larger int would be an object of its own in every sender)
 _NO_RWND_LIMIT: Final = 1 << 61
 _NO_PROBE: Final = -1  # `RackState.probe_end_seq` with no tail loss probe episode in progress
+_NO_SEQ: Final = -1  # a sequence number that is not set
 _QUICK_ACKS: Final = 16  # Linux TCP_MAX_QUICKACKS: segments ACKed at once in quick-ACK mode
 # RFC 6298 5.7 (Linux TCP_TIMEOUT_FALLBACK): the RTO when data starts after a handshake that gave no sample
 RTO_FALLBACK_PS: Final = 3 * PS_PER_S
@@ -198,8 +199,8 @@ class TcpSender(HostSender):
 
     Sequence space: [snd_una, snd_max) is sent and unacknowledged, snd_nxt the next byte to send
     (below snd_max after a timeout: go-back-N), stream_end the end of what the application wrote.
-    `sacked` is the SACK scoreboard, a sorted list of disjoint [start, end) blocks above snd_una
-    (None when empty, as are the recovery's lists). `rto_recovery` marks the loss recovery that
+    `sacked` is the SACK scoreboard, what ACKs reported SACKed above snd_una (None when empty, as
+    are the recovery's lists). `rto_recovery` marks the loss recovery that
     follows an RTO which kept the scoreboard (`keep_sack_after_rto`, without RACK): everything sent
     before the RTO (below recover_seq) and not SACKed is lost and resent in order, high_rxt being
     how far that has gone.
@@ -245,7 +246,7 @@ class TcpSender(HostSender):
         self.rto_recovery = False
         self.recover_seq = 0
         self.dupacks = 0
-        self.sacked: list[list[int]] | None = None
+        self.sacked: SackScoreboard | None = None
         self.high_rxt = 0
         # (start, end, sent_ps) of the recovery's retransmissions, in the order sent; and the
         # retransmissions known lost, to resend. Queues: a recovery may hold hundreds of thousands
@@ -441,18 +442,9 @@ class TcpSender(HostSender):
                 if segment is not None:
                     self._retransmit(segment.start, segment.end - segment.start)
                     continue
-            elif self.rto_recovery:
-                hole_start, hole_end = self._next_hole_after_rto()
-                if hole_start < hole_end:
-                    length = min(mss, hole_end - hole_start)
-                    # sent as after any RTO, without watching for its loss (`_retransmit`): as in
-                    # ns-3 and RFC 6675, a retransmission lost again waits for the next RTO
-                    self._transmit(hole_start, length)
-                    self.high_rxt = hole_start + length
-                    continue
             else:
                 lost = self.lost_retransmits
-                if lost:
+                if lost:  # a retransmission of this recovery found lost (none after an RTO)
                     start, end = lost.popleft()
                     if not lost:
                         self.lost_retransmits = None
@@ -461,7 +453,12 @@ class TcpSender(HostSender):
                 hole_start, hole_end = self._next_hole()
                 if hole_start < hole_end:
                     length = min(mss, hole_end - hole_start)
-                    self._retransmit(hole_start, length)
+                    if self.rto_recovery:
+                        # sent as after any RTO, without watching for its loss (`_retransmit`): as in
+                        # ns-3 and RFC 6675, a retransmission lost again waits for the next RTO
+                        self._transmit(hole_start, length)
+                    else:
+                        self._retransmit(hole_start, length)
                     self.high_rxt = hole_start + length
                     continue
             length = min(mss, self.stream_end - self.snd_max)
@@ -506,51 +503,24 @@ class TcpSender(HostSender):
             self.recovery_retransmits = None
 
     def _is_sacked(self, start: int, end: int) -> bool:
-        if self.sacked is not None:
-            for block_start, block_end in self.sacked:
-                if block_start <= start and end <= block_end:
-                    return True
-        return False
+        return self.sacked is not None and self.sacked.covers(start, end)
 
     def _next_hole(self) -> tuple[int, int]:
-        """First un-SACKed range at or above max(snd_una, high_rxt) and below the highest SACK."""
+        """The next hole to resend: the first un-SACKed range at or above max(snd_una, high_rxt) and
+        below the highest SACK; in `rto_recovery` below recover_seq (all that the RTO found unSACKed
+        is lost, above the highest SACK too). Empty (start == end) if there is none."""
         start = self.high_rxt if self.high_rxt > self.snd_una else self.snd_una
-        if self.sacked is not None:
-            for block_start, block_end in self.sacked:
-                if start < block_start:
-                    return start, block_start
-                if start < block_end:
-                    start = block_end
-        return start, start
-
-    def _next_hole_after_rto(self) -> tuple[int, int]:
-        """In `rto_recovery`: the first un-SACKed range at or above max(snd_una, high_rxt) and below
-        recover_seq (all that the RTO found unSACKed is lost, above the highest SACK too)."""
-        start = self.high_rxt if self.high_rxt > self.snd_una else self.snd_una
-        end = self.recover_seq
-        if self.sacked is not None:
-            for block_start, block_end in self.sacked:
-                if start >= end:
-                    break
-                if start < block_start:
-                    return start, (block_start if block_start < end else end)
-                if start < block_end:
-                    start = block_end
-        return (start, end) if start < end else (start, start)
+        sacked = self.sacked
+        if self.rto_recovery:
+            return sacked.next_hole(start, self.recover_seq) if sacked is not None else (
+                (start, self.recover_seq) if start < self.recover_seq else (start, start))
+        return sacked.next_hole(start, sacked.highest) if sacked is not None else (start, start)
 
     def _unsacked_bytes(self, start: int, end: int) -> int:
         """Bytes of [start, end) that the SACK scoreboard does not hold (0 if end <= start)."""
         if end <= start:
             return 0
-        total = end - start
-        if self.sacked is not None:
-            for block_start, block_end in self.sacked:
-                if block_start >= end:
-                    break
-                if block_end > start:
-                    overlap_end = block_end if block_end < end else end
-                    total -= overlap_end - (block_start if block_start > start else start)
-        return total
+        return end - start - (self.sacked.held_in(start, end) if self.sacked is not None else 0)
 
     def _pipe_bytes(self) -> int:
         """Bytes estimated in the network (RFC 6675 'pipe'): everything sent above the highest SACK,
@@ -564,25 +534,15 @@ class TcpSender(HostSender):
             return (self._unsacked_bytes(self.snd_una, self.high_rxt)
                     + self._unsacked_bytes(self.recover_seq, self.snd_max))
         sacked = self.sacked
-        if not sacked:
+        if sacked is None:
             return self.snd_max - self.snd_una
-        pipe = self.snd_max - sacked[-1][1]
-        hole_start = self.snd_una
-        high_rxt = self.high_rxt
-        for block_start, block_end in sacked:
-            retransmitted_end = block_start if block_start < high_rxt else high_rxt
-            if retransmitted_end > hole_start:
-                pipe += retransmitted_end - hole_start
-            hole_start = block_end
-        return pipe
+        # above the highest SACK, and the holes below it resent (below high_rxt)
+        highest = sacked.highest
+        return self.snd_max - highest + self._unsacked_bytes(self.snd_una, min(self.high_rxt, highest))
 
     def _sacked_bytes(self) -> int:
         """Bytes the SACK scoreboard holds above snd_una."""
-        total = 0
-        if self.sacked is not None:
-            for block_start, block_end in self.sacked:
-                total += block_end - block_start
-        return total
+        return self.sacked.held_bytes if self.sacked is not None else 0
 
     # -- receiving ACKs ---------------------------------------------------------------------
 
@@ -609,7 +569,7 @@ class TcpSender(HostSender):
             self.snd_una = ack
             if self.snd_nxt < ack:
                 self.snd_nxt = ack
-            if self.sacked:
+            if self.sacked is not None:
                 self._forget_sacked_below(ack)
             newly_sacked = self._merge_sack(pkt.sack_blocks) if pkt.sack_blocks else 0
             if cc.wants_ecn_feedback:
@@ -634,7 +594,7 @@ class TcpSender(HostSender):
                     # the window by the amount acknowledged, adding back one MSS.
                     cc.cwnd_bytes = max(cc.cwnd_bytes - acked + self.mss_bytes, float(self.mss_bytes))
                     self._transmit(ack, min(self.mss_bytes, self.snd_max - ack))
-                elif not self.sacked and self.high_rxt <= ack:
+                elif self.sacked is None and self.high_rxt <= ack:
                     # With no SACK block above it the scoreboard shows no hole, but a partial ACK
                     # still says the segment at snd_una is lost (RFC 6582's rule; without it a lost
                     # tail segment would wait for the RTO).
@@ -721,8 +681,8 @@ class TcpSender(HostSender):
         sacked = self.sacked
         if sacked is None:
             return False
-        return (len(sacked) >= _DUPACK_THRESHOLD
-                or self._sacked_bytes() > (_DUPACK_THRESHOLD - 1) * self.mss_bytes)
+        return (len(sacked.blocks) >= _DUPACK_THRESHOLD
+                or sacked.held_bytes > (_DUPACK_THRESHOLD - 1) * self.mss_bytes)
 
     def _limited_transmit(self) -> None:
         """RFC 3042: each of the first two duplicate ACKs may send one new segment, keeping the data
@@ -783,7 +743,6 @@ class TcpSender(HostSender):
         rack = self.rack
         assert rack is not None
         cc = self.cc
-        mss = self.mss_bytes
         delivered_bytes = rack.on_delivery(self.snd_una, self.sacked, now_ps, pkt.sent_ps)
         if rack.probe_end_seq != _NO_PROBE and self.snd_una >= rack.probe_end_seq:
             # RFC 8985 7.4: the probe episode ends. If the probe was a retransmission and this ACK
@@ -914,46 +873,23 @@ class TcpSender(HostSender):
         """Add an ACK's SACK blocks to the scoreboard; return how many bytes above snd_una they
         SACK that it did not hold (0: the ACK reports nothing new)."""
         snd_una = self.snd_una
-        sacked = self.sacked if self.sacked is not None else []
+        sacked = self.sacked
         newly_sacked = 0
         for start, end in blocks:
             if end <= snd_una:
                 continue
-            if start < snd_una:
-                start = snd_una
-            merged: list[list[int]] = []
-            placed = False
-            absorbed = 0  # bytes of the scoreboard's blocks that the new one overlaps or touches
-            for block in sacked:
-                if block[1] < start:
-                    merged.append(block)
-                elif end < block[0]:
-                    if not placed:
-                        merged.append([start, end])
-                        placed = True
-                    merged.append(block)
-                else:
-                    absorbed += block[1] - block[0]
-                    start = min(start, block[0])
-                    end = max(end, block[1])
-            if not placed:
-                merged.append([start, end])
-            # the union is one contiguous range, so what it adds is its length minus what was held
-            newly_sacked += end - start - absorbed
-            sacked = merged
-        self.sacked = sacked or None
+            if sacked is None:
+                sacked = self.sacked = SackScoreboard()
+            newly_sacked += sacked.add(start if start > snd_una else snd_una, end)
         return newly_sacked
 
     def _forget_sacked_below(self, ack: int) -> None:
         """Drop what the cumulative ACK `ack` now covers (called while there are SACK blocks)."""
         sacked = self.sacked
         assert sacked is not None
-        while sacked and sacked[0][1] <= ack:
-            sacked.pop(0)
-        if not sacked:
+        sacked.trim_below(ack)
+        if not sacked.blocks:
             self.sacked = None
-        elif sacked[0][0] < ack:
-            sacked[0][0] = ack
 
     # -- retransmission timer ---------------------------------------------------------------
 
@@ -1054,7 +990,9 @@ class TcpReceiver(PacketSink):
     after a silence longer than the minimum RTO, are ACKed at once (quick-ACK mode), and so is a
     segment shorter than the MSS (the end of a write: Linux ACKs it once the application has read
     everything, which ours does at once); so only full segments wait, and an ACK covers two.
-    `out_of_order` is None when empty. The oldest message awaiting delivery is held in
+    `out_of_order` is the data held above rcv_nxt (None when empty), `latest_out_of_order_seq` where
+    the latest segment stored there starts (its block is the first SACK block; `_NO_SEQ` once data in
+    order has taken the blocks). The oldest message awaiting delivery is held in
     `next_message_end_seq` / `on_next_message` (None: no message), any later ones in
     `later_messages` (None when empty): a message costs no container while it is alone.
     With `timestamps`, the TSecr of each ACK follows RFC 7323 section 4.3: `ts_recent_ps` takes the
@@ -1067,7 +1005,7 @@ class TcpReceiver(PacketSink):
     __slots__ = (
         "eventlist", "settings", "ack_route", "rcv_nxt", "out_of_order", "unacked_segments",
         "delack_deadline_ps", "timer_event_ps", "ce_state", "ece_latched", "echo_sent_ps",
-        "echo_retransmit", "last_block", "next_message_end_seq", "on_next_message", "later_messages",
+        "echo_retransmit", "latest_out_of_order_seq", "next_message_end_seq", "on_next_message", "later_messages",
         "ce_received", "acks_sent",
         "segments_received", "quick_acks_left", "last_data_ps", "ts_recent_ps", "last_ack_sent",
     )
@@ -1077,7 +1015,7 @@ class TcpReceiver(PacketSink):
         self.settings = settings
         self.ack_route: tuple[PacketSink, ...] = ()
         self.rcv_nxt = 0
-        self.out_of_order: list[list[int]] | None = None  # sorted disjoint [start, end) above rcv_nxt
+        self.out_of_order: SackScoreboard | None = None
         self.unacked_segments = 0
         self.delack_deadline_ps = 0
         self.timer_event_ps = _NO_EVENT
@@ -1085,7 +1023,7 @@ class TcpReceiver(PacketSink):
         self.ece_latched = False
         self.echo_sent_ps = 0
         self.echo_retransmit = False
-        self.last_block: list[int] | None = None
+        self.latest_out_of_order_seq = _NO_SEQ
         self.next_message_end_seq = 0
         self.on_next_message: Callable[[], None] | None = None
         self.later_messages: list[tuple[int, Callable[[], None]]] | None = None  # (end_seq, callback), in order
@@ -1123,16 +1061,13 @@ class TcpReceiver(PacketSink):
         if seq <= rcv_nxt < end:
             rcv_nxt = end
             immediate = False
-            ooo = self.out_of_order
-            if ooo is not None:
+            held = self.out_of_order
+            if held is not None:
                 immediate = True  # RFC 5681: ACK at once when a segment fills (part of) a hole
-                while ooo and ooo[0][0] <= rcv_nxt:
-                    block_end = ooo.pop(0)[1]
-                    if block_end > rcv_nxt:
-                        rcv_nxt = block_end
-                if not ooo:
+                rcv_nxt = held.take_from(rcv_nxt)
+                if not held.blocks:
                     self.out_of_order = None
-                self.last_block = None
+                self.latest_out_of_order_seq = _NO_SEQ
             self.rcv_nxt = rcv_nxt
             on_delivered = self.on_next_message
             while on_delivered is not None and self.next_message_end_seq <= rcv_nxt:
@@ -1190,36 +1125,15 @@ class TcpReceiver(PacketSink):
                 self.ece_latched = True
 
     def _store_out_of_order(self, start: int, end: int) -> None:
-        ooo = self.out_of_order
-        if ooo is None:
-            ooo = self.out_of_order = []
-        index = 0
-        while index < len(ooo) and ooo[index][1] < start:
-            index += 1
-        block = [start, end]
-        while index < len(ooo) and ooo[index][0] <= end:
-            neighbour = ooo.pop(index)
-            block[0] = min(block[0], neighbour[0])
-            block[1] = max(block[1], neighbour[1])
-        ooo.insert(index, block)
-        self.last_block = block
-
-    def _sack_blocks(self) -> tuple:
-        """Up to three SACK blocks, the one holding the latest segment first (RFC 2018); called
-        while there are out-of-order blocks."""
-        ooo = self.out_of_order
-        assert ooo is not None
-        first = self.last_block
-        blocks = [] if first is None else [(first[0], first[1])]
-        for block in ooo:
-            if len(blocks) == _MAX_SACK_BLOCKS:
-                break
-            if block is not first:
-                blocks.append((block[0], block[1]))
-        return tuple(blocks)
+        held = self.out_of_order
+        if held is None:
+            held = self.out_of_order = SackScoreboard()
+        held.add(start, end)
+        self.latest_out_of_order_seq = start
 
     def _send_ack(self) -> None:
-        sack_blocks = self._sack_blocks() if (self.out_of_order and self.settings.sack) else ()
+        held = self.out_of_order
+        sack_blocks = held.announced(self.latest_out_of_order_seq) if (held is not None and self.settings.sack) else ()
         # SACK option: 2 bytes + 8 per block, padded to a multiple of 4 bytes
         option_bytes = (2 + 8 * len(sack_blocks) + 3) // 4 * 4 if sack_blocks else 0
         pkt = Packet(self.ack_route, TCP_IP_HEADER_BYTES + option_bytes, 0, 0, self.rcv_nxt,

@@ -105,7 +105,8 @@ def trace_files(path: str) -> list[Path]:
         raise ConfigError("workload.path", path, "a Chakra trace: a prefix P with files P.0.et, P.1.et, ... (one "
                           "per NPU), or a folder holding one such set; found no such file")
     if len(by_prefix) > 1:
-        raise ConfigError("workload.path", path, f"one trace, but the folder holds several: {', '.join(sorted(by_prefix))}"
+        raise ConfigError("workload.path", path,
+                          f"one trace, but the folder holds several: {', '.join(sorted(by_prefix))}"
                           " (name the prefix)")
     (name, ranks), = by_prefix.items()
     for rank in range(max(ranks) + 1):
@@ -183,7 +184,8 @@ def read_rank(file: Path, rank: int, npus: int) -> RankTrace:
     position: dict[int, int] = {}
     for index, node in enumerate(raw):
         if node.id in position:
-            raise ConfigError("workload.path", str(file), f"distinct node ids; node {node.id} ({node.name}) appears twice")
+            raise ConfigError("workload.path", str(file),
+                              f"distinct node ids; node {node.id} ({node.name}) appears twice")
         position[node.id] = index
     nodes = []
     for node in raw:
@@ -203,11 +205,12 @@ def read_rank(file: Path, rank: int, npus: int) -> RankTrace:
             nodes.append(TraceNode(node.id, node.name, COMPUTE, tuple(parents), duration=node.duration_micros))
         elif type_name == "COMM_COLL_NODE":
             code = attributes.get("comm_type")
-            if COLLECTIVE_COMM_TYPES.get(code) not in COLLECTIVES:
-                raise refuse(f"collective comm_type {COLLECTIVE_COMM_TYPES.get(code, code)!r} is not one of "
-                             f"{', '.join(COLLECTIVES)}")
+            comm_type = COLLECTIVE_COMM_TYPES.get(code) if isinstance(code, int) else None
+            if comm_type not in COLLECTIVES:
+                raise refuse(f"collective comm_type {comm_type or code!r} is not one of {', '.join(COLLECTIVES)}")
+            assert comm_type is not None
             nodes.append(TraceNode(node.id, node.name, COLLECTIVE, tuple(parents),
-                                   op=COLLECTIVES[COLLECTIVE_COMM_TYPES[code]],
+                                   op=COLLECTIVES[comm_type],
                                    size_bytes=_size(attributes, refuse), group=str(attributes.get("pg_name", WORLD)),
                                    dimensions=_dimensions(attributes, refuse)))
         elif type_name in ("COMM_SEND_NODE", "COMM_RECV_NODE"):

@@ -8,10 +8,11 @@ rounds see the windows (and idle restarts) that earlier rounds left.
 
 from __future__ import annotations
 
+import functools
 from random import Random
 from typing import Callable, Protocol
 
-from ..config import WorkloadConfig
+from ..config import FlowSpec, WorkloadConfig
 from ..eventlist import EventList
 from ..topology import flow_hash
 from ..units import us_to_ps
@@ -64,11 +65,14 @@ class FlowsWorkload:
     def start(self) -> None:
         """Schedule the flows (explicit ones at their start times, or the first round)."""
         for spec in self.workload.flows:
-            self.eventlist.call_at(us_to_ps(spec.start_us), lambda spec=spec: self.sender.send(
-                spec.src, spec.dst, spec.bytes, self._delivered, new_connection=True))
+            self.eventlist.call_at(us_to_ps(spec.start_us), functools.partial(self._send_explicit, spec))
         if self._pairs:
             self.eventlist.call_at(0, self._start_round)
 
+
+    def _send_explicit(self, spec: FlowSpec) -> None:
+        """Send one explicit flow of `workload.flows`, on a connection of its own."""
+        self.sender.send(spec.src, spec.dst, spec.bytes, self._delivered, new_connection=True)
     def _start_round(self) -> None:
         self._round += 1
         self._outstanding = len(self._pairs)

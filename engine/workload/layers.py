@@ -21,7 +21,7 @@ DLRM_PARALLELISM = ("HYBRID_DLRM", "HYBRID_DLRM_ENHANCED")
 # ASTRA-sim 1.0's involved dimensions of each pass's collective (Workload::decode_involved_dimensions)
 # for the model-parallel families: "all" the whole network, "first" its first (local) dimension only,
 # "rest" every other dimension (none at all on a one-dimensional network: no collective is issued).
-MODEL_PARALLEL_DIMENSIONS = {
+MODEL_PARALLEL_DIMENSIONS: dict[str, dict[str, str | None]] = {
     "MODEL": {"fwd": "all", "ig": "all", "wg": None},
     "HYBRID_DATA_MODEL": {"fwd": "first", "ig": "first", "wg": "rest"},
     "HYBRID_MODEL_DATA": {"fwd": "rest", "ig": "rest", "wg": "first"},
@@ -159,35 +159,40 @@ def parse_astra(path: str, cycle_ps: int, dimension_sizes: tuple[int, ...]) -> W
             raise ConfigError("workload.path", path, f"line 1: the last bottom-MLP layer after {parallelism} must be "
                               f"a layer index in 0..{count - 1}, got {header[1]!r}")
         last_bottom_index = int(header[1])
-    layers = []
-    for line_number, fields in body:
-        if len(fields) != 12:
-            raise ConfigError("workload.path", path, f"line {line_number}: 12 fields (name, -1, then three "
-                              f"compute/type/bytes triples and an update delay), found {len(fields)}")
+    layers = tuple(_layer_line(path, line_number, fields, cycle_ps, group_npus) for line_number, fields in body)
+    return WorkloadSpec(parallelism, layers, last_bottom_index)
 
-        def number(index: int, what: str) -> int:
-            text = fields[index]
-            if not text.lstrip("-").isdigit() or int(text) < 0:
-                raise ConfigError("workload.path", path, f"line {line_number}: {what} must be a non-negative "
-                                  f"integer, got {text!r}")
-            return int(text)
 
-        def comm(index: int, pass_name: str) -> Comm:
-            kind = fields[index]
-            if kind not in COMM_TYPES:
-                raise ConfigError("workload.path", path, f"line {line_number}: comm type {kind!r} is not one "
-                                  f"of {', '.join(COMM_TYPES)}")
-            size, op = number(index + 1, "comm bytes"), COMM_TYPES[kind]
-            return Comm(op, system_bytes(op, size, group_npus[pass_name])) if op and size else Comm()
+def _layer_line(path: str, line_number: int, fields: list[str], cycle_ps: int,
+                group_npus: dict[str, int]) -> Layer:
+    """One layer line of an ASTRA-sim 1.0 workload file: name, -1, three compute/comm type/comm bytes
+    triples (forward, input gradient, weight gradient) and an update delay."""
+    if len(fields) != 12:
+        raise ConfigError("workload.path", path, f"line {line_number}: 12 fields (name, -1, then three "
+                          f"compute/type/bytes triples and an update delay), found {len(fields)}")
 
-        layers.append(Layer(
-            name=fields[0],
-            fwd_compute_ps=number(2, "forward compute cycles") * cycle_ps, fwd_comm=comm(3, "fwd"),
-            ig_compute_ps=number(5, "input-grad compute cycles") * cycle_ps, ig_comm=comm(6, "ig"),
-            wg_compute_ps=number(8, "weight-grad compute cycles") * cycle_ps, wg_comm=comm(9, "wg"),
-            update_ps=number(11, "update delay") * cycle_ps,
-        ))
-    return WorkloadSpec(parallelism, tuple(layers), last_bottom_index)
+    def number(index: int, what: str) -> int:
+        text = fields[index]
+        if not text.lstrip("-").isdigit() or int(text) < 0:
+            raise ConfigError("workload.path", path, f"line {line_number}: {what} must be a non-negative "
+                              f"integer, got {text!r}")
+        return int(text)
+
+    def comm(index: int, pass_name: str) -> Comm:
+        kind = fields[index]
+        if kind not in COMM_TYPES:
+            raise ConfigError("workload.path", path, f"line {line_number}: comm type {kind!r} is not one "
+                              f"of {', '.join(COMM_TYPES)}")
+        size, op = number(index + 1, "comm bytes"), COMM_TYPES[kind]
+        return Comm(op, system_bytes(op, size, group_npus[pass_name])) if op and size else Comm()
+
+    return Layer(
+        name=fields[0],
+        fwd_compute_ps=number(2, "forward compute cycles") * cycle_ps, fwd_comm=comm(3, "fwd"),
+        ig_compute_ps=number(5, "input-grad compute cycles") * cycle_ps, ig_comm=comm(6, "ig"),
+        wg_compute_ps=number(8, "weight-grad compute cycles") * cycle_ps, wg_comm=comm(9, "wg"),
+        update_ps=number(11, "update delay") * cycle_ps,
+    )
 
 
 def _roofline_ps(flops: float, memory_bytes: float, tflops: float, hbm_gbps: float) -> int:

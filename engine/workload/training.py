@@ -109,6 +109,7 @@ class TrainingLoop:
             then()
 
     def _issue(self, comm: Comm, layer: int, dimensions: tuple[int, ...] | None = None) -> _Pending:
+        assert comm.op is not None
         pending = _Pending()
         pending.record = self.system.collective(comm.op, comm.size_bytes, pending.finish,
                                                 layer=self.spec.layers[layer].name,
@@ -138,6 +139,7 @@ class TrainingLoop:
         def resume() -> None:
             waited = self.eventlist.now_ps - started
             charge(waited)
+            assert pending.record is not None
             pending.record.exposed_ps += waited
             then()
 

@@ -11,12 +11,12 @@ single-run command) is not called: a run on a worker needs nothing from Hydra. W
 `replicate.until_ci_pct` the grid runs in waves of seeds (`sweep.replicate`); `hydra/sweeper: optuna`
 is a search instead (`sweep.search`), whose batches the launcher runs through `run_points`.
 
-Exit codes: 0 when every run is done with status ok (in a search: whatever its trials' status, a
-failed run being a failed trial); 1 when a run ended with `error` or `timeout`
-(all other runs still ran and are stored); 2 for a grid point that cannot run, a launcher setting
-out of range, or a `ray.address` nothing answers at or that refuses this process (nothing launched); 130 when interrupted by
-Ctrl-C or SIGTERM, at any moment (what finished is stored, a local Ray and every process it started
-are stopped; the same command resumes; `sweep/__main__.py` gives 130 to an interrupt while planning).
+Exit codes: 0 when every run is done with status ok (in a search: whatever its trials' status, a failed
+run being a failed trial); 1 when a run ended with `error` or `timeout` (all other runs still ran and
+are stored); 2 for a grid point that cannot run, a launcher setting out of range, or a `ray.address`
+nothing answers at or that refuses this process (nothing launched); 130 when interrupted by Ctrl-C or
+SIGTERM, at any moment (what finished is stored, a local Ray and every process it started are stopped;
+the same command resumes; `sweep/__main__.py` gives 130 to an interrupt while planning).
 """
 
 # No `from __future__ import annotations`: Hydra executes plugin modules outside sys.modules while
@@ -25,7 +25,7 @@ import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
@@ -45,20 +45,22 @@ class RayNetsweepLauncherConf:
     """`hydra.launcher.*`; where Ray runs is the root config's `ray.address` and `ray.num_cpus`."""
 
     _target_: str = "hydra_plugins.netsweep_ray_launcher.ray_launcher.RayNetsweepLauncher"
-    max_in_flight: Optional[int] = None  # runs submitted and not yet back; null = 16 per CPU
+    max_in_flight: int | None = None  # runs submitted and not yet back; null = 16 per CPU
     max_retries: int = 2  # reruns of a run whose worker process died, before it is an error row
-    max_wall_time_s: Optional[float] = None  # a run still going after this wall time: status timeout
-    run_memory_mb: Optional[float] = None  # memory each run declares to Ray and is held to; null = estimated
+    max_wall_time_s: float | None = None  # a run still going after this wall time: status timeout
+    run_memory_mb: float | None = None  # memory each run declares to Ray and is held to; null = estimated
     flush_rows: int = 10_000  # write Parquet parts once this many rows are buffered ...
     flush_interval_s: float = 10.0  # ... or this many seconds after the last write
     report: bool = False  # at the end, build each dataset's report and print its summary
-    skip_refused: bool = False  # leave out (and list) grid points their engine.backend refuses, instead of refusing the grid
+    # leave out (and list) grid points their engine.backend refuses, instead of refusing the grid
+    skip_refused: bool = False
     # Two-fidelity sweeps (sweep/fidelity.py): every point on screen_backend first, then at most
     # refine_budget of them at the grid's backend: a calibration sample, the top points, the at-risk ones.
-    screen_backend: Optional[str] = None  # analytical, alpha_beta, phase or hybrid; null = hybrid from 256 NPUs, else analytical
-    refine_budget: Optional[int] = None  # refined runs at most; null (and no screen_backend) = one fidelity
+    # screen_backend: analytical, alpha_beta, phase or hybrid; null = hybrid from 256 NPUs, else analytical
+    screen_backend: str | None = None
+    refine_budget: int | None = None  # refined runs at most; null (and no screen_backend) = one fidelity
     refine_top: int = 10  # the fastest points by screened iteration time ...
-    refine_top_per: List[str] = field(default_factory=list)  # ... per value of each of these axes
+    refine_top_per: list[str] = field(default_factory=list)  # ... per value of each of these axes
     refine_sample: int = 0  # points drawn at random to measure the screen's error
     refine_seed: int = 0  # seed of that draw
 
@@ -66,7 +68,7 @@ class RayNetsweepLauncherConf:
 @dataclass
 class NetsweepSweeperConf:
     _target_: str = "hydra_plugins.netsweep_ray_launcher.ray_launcher.NetsweepSweeper"
-    params: Optional[Dict[str, str]] = None  # named sweeps: {key or group: "v1,v2,..."}
+    params: dict[str, str] | None = None  # named sweeps: {key or group: "v1,v2,..."}
 
 
 @dataclass
@@ -82,7 +84,7 @@ class OptunaSweeperConf:
     n_jobs: int = 2  # runs at once, per batch the sampler proposes
     # An Optuna sampler, instantiated by Hydra; a null seed takes the config's `seed`
     sampler: Any = field(default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": None})
-    params: Optional[Dict[str, str]] = None  # the search space: {key or group: "choice/range/interval"}
+    params: dict[str, str] | None = None  # the search space: {key or group: "choice/range/interval"}
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="ray_netsweep", node=RayNetsweepLauncherConf,
@@ -95,10 +97,10 @@ ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSw
 class NetsweepSweeper(BasicSweeper):
     """Hydra's basic sweeper, with the whole grid in one batch and no per-job composition."""
 
-    def __init__(self, params: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, params: dict[str, str] | None = None) -> None:
         super().__init__(max_batch_size=None, params=params)
 
-    def sweep(self, arguments: List[str]) -> Any:
+    def sweep(self, arguments: list[str]) -> Any:
         assert self.hydra_context is not None and self.launcher is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
@@ -110,22 +112,22 @@ class OptunaSweeper(Sweeper):
     """Optuna proposes points of the search space; netsweep's launcher runs them (sweep/search.py)."""
 
     def __init__(self, objective: Any = "iteration_time_s", direction: Any = "minimize", n_trials: int = 20,
-                 n_jobs: int = 2, sampler: Any = None, params: Optional[Dict[str, str]] = None) -> None:
+                 n_jobs: int = 2, sampler: Any = None, params: dict[str, str] | None = None) -> None:
         self.objectives = [objective] if isinstance(objective, str) else list(objective)
         self.directions = [direction] if isinstance(direction, str) else list(direction)
         self.n_trials = n_trials
         self.n_jobs = n_jobs
         self.sampler = sampler
         self.params = params or {}
-        self.config: Optional[DictConfig] = None
-        self.launcher: Optional[Launcher] = None
+        self.config: DictConfig | None = None
+        self.launcher: Launcher | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
                                                                 task_function=task_function, config=config)
 
-    def sweep(self, arguments: List[str]) -> Any:
+    def sweep(self, arguments: list[str]) -> Any:
         import engine
         from sweep.cli import EXIT_BAD_CONFIG
         from sweep.search import SEARCH_EXTRA_HINT, Search, check_objectives, search_space
@@ -187,11 +189,11 @@ def _ray_failures_exit() -> Iterator[None]:
         raise SystemExit(EXIT_RUN_FAILED) from None
 
 
-def _stored_rows(runs: Sequence[Any]) -> Dict[str, Dict[str, Any]]:
+def _stored_rows(runs: Sequence[Any]) -> dict[str, dict[str, Any]]:
     """The stored runs row of each of `runs` (planned runs), by run_id: its newest attempt."""
     from sweep.store import load_table
 
-    stored: Dict[str, Dict[str, Any]] = {}
+    stored: dict[str, dict[str, Any]] = {}
     for dataset in dict.fromkeys(run.dataset for run in runs):
         rows = load_table(dataset, "runs")
         wanted = rows[rows["run_id"].isin({run.run_id for run in runs})]
@@ -219,10 +221,11 @@ class _AlreadyEntered:
 class RayNetsweepLauncher(Launcher):
     """Plan, run on Ray, store, report (see the module docstring)."""
 
-    def __init__(self, max_in_flight: Optional[int] = None, max_retries: int = 2,
-                 max_wall_time_s: Optional[float] = None, run_memory_mb: Optional[float] = None,
-                 flush_rows: int = 10_000, flush_interval_s: float = 10.0, report: bool = False, skip_refused: bool = False,
-                 screen_backend: Optional[str] = None, refine_budget: Optional[int] = None, refine_top: int = 10,
+    def __init__(self, max_in_flight: int | None = None, max_retries: int = 2,
+                 max_wall_time_s: float | None = None, run_memory_mb: float | None = None,
+                 flush_rows: int = 10_000, flush_interval_s: float = 10.0, report: bool = False,
+                 skip_refused: bool = False,
+                 screen_backend: str | None = None, refine_budget: int | None = None, refine_top: int = 10,
                  refine_top_per: Sequence[str] = (), refine_sample: int = 0, refine_seed: int = 0) -> None:
         self.max_in_flight = max_in_flight
         self.max_retries = max_retries
@@ -238,10 +241,10 @@ class RayNetsweepLauncher(Launcher):
         self.refine_top_per = tuple(refine_top_per)
         self.refine_sample = refine_sample
         self.refine_seed = refine_seed
-        self.config: Optional[DictConfig] = None
-        self.hydra_context: Optional[HydraContext] = None
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
         self._composer: Any = None  # sweep.plan.GridComposer of this multirun, made on first use
-        self._held: Optional[contextlib.ExitStack] = None  # within `ray_kept_up`: what keeps Ray up
+        self._held: contextlib.ExitStack | None = None  # within `ray_kept_up`: what keeps Ray up
         self._held_executor: Any = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -273,13 +276,19 @@ class RayNetsweepLauncher(Launcher):
         from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
         from sweep.cluster import check_local_run_memory
         from sweep.driver import run_sweep
+        from sweep.fidelity import (
+            RefinePolicy,
+            default_screen_backend,
+            format_refusals,
+            format_selection,
+            plan_screens,
+            run_two_fidelity,
+            screen_refusals,
+        )
         from sweep.interrupts import EXIT_INTERRUPTED
         from sweep.plan import GridError, format_refused, plan
         from sweep.progress import format_summary
         from sweep.replicate import ReplicatePolicy, check_one_seed_per_point, format_replicated
-
-        from sweep.fidelity import (RefinePolicy, default_screen_backend, format_refusals, format_selection,
-                                    plan_screens, run_two_fidelity, screen_refusals)
 
         start = time.perf_counter()
         composer = self._grid_composer()
@@ -415,7 +424,7 @@ class RayNetsweepLauncher(Launcher):
             return str(exc)
         return run
 
-    def stored_rows(self, overrides: Sequence[str]) -> List[Dict[str, Any]]:
+    def stored_rows(self, overrides: Sequence[str]) -> list[dict[str, Any]]:
         """`sweep.search.TrialLauncher.stored_rows`: the runs rows of the dataset of this point. The
         search's fixed part is checked here, once: what makes no point of it runnable ends the command
         (one line, exit 2)."""
@@ -442,12 +451,12 @@ class RayNetsweepLauncher(Launcher):
             return []
         return load_table(run.dataset, "runs").to_dict("records")
 
-    def run_ids(self, points: Sequence[Sequence[str]]) -> List[Optional[str]]:
+    def run_ids(self, points: Sequence[Sequence[str]]) -> list[str | None]:
         """`sweep.search.TrialLauncher.run_ids`."""
         planned = [self._plan_one(overrides) for overrides in points]
         return [None if isinstance(run, str) else run.run_id for run in planned]
 
-    def run_points(self, points: Sequence[Sequence[str]]) -> List[Dict[str, Any]]:
+    def run_points(self, points: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
         """`sweep.search.TrialLauncher.run_points`: plan each point on its own (one that cannot run is
         a failed trial, not the search's end), run the new ones on the Ray kept up by `searching`,
         and read back every point's runs row. Ctrl-C ends the search (exit 130) with what finished stored."""
@@ -473,7 +482,7 @@ class RayNetsweepLauncher(Launcher):
 
         total = SweepSummary(grid_points=len(runs), datasets=list(dict.fromkeys(run.dataset for run in runs)))
 
-        def run_wave(wave: List[Any]) -> Optional[Dict[str, Dict[str, Any]]]:
+        def run_wave(wave: list[Any]) -> dict[str, dict[str, Any]] | None:
             summary = run_sweep(wave, self._executor(wave), self.flush_rows, self.flush_interval_s)
             total.add(summary)
             return None if summary.interrupted else _stored_rows(wave)

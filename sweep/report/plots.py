@@ -316,9 +316,9 @@ def _bar_figure(bars: int) -> tuple[Figure, Any, Any]:
 
 
 def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "") -> Figure:
-    """Per run (`title_end` added to the title): the iteration time (ms; bars from zero, or dots on a log axis where the runs span
-    `LOG_RATIO` or more, so that no run is invisible and no length is implied) beside its split into
-    compute / exposed all-to-all / exposed all-reduce as shares of the iteration."""
+    """Per run (`title_end` added to the title): the iteration time (ms; bars from zero, or dots on a log
+    axis where the runs span `LOG_RATIO` or more, so that no run is invisible and no length is implied)
+    beside its split into compute / exposed all-to-all / exposed all-reduce as shares of the iteration."""
     parts = [(c, label, colour) for c, label, colour in BREAKDOWN
              if c in ("compute_s", "exposed_all_to_all_s", "exposed_all_reduce_s")
              or (frame[c].abs() > 1e-3 * frame["iteration_time_s"]).any()]
@@ -380,7 +380,8 @@ def plot_counters(frame: pd.DataFrame, axes: Sequence[Axis], kind: str) -> Figur
     left.invert_yaxis()
     quiet = len(frame) - len(lossy)
     backends = sorted(frame["engine.backend"].unique())
-    _title(fig, f"TCP loss recovery ({', '.join(backends)} backend{'s' if len(backends) > 1 else ''}): the {len(lossy)} {kind} runs that retransmitted"
+    _title(fig, f"TCP loss recovery ({', '.join(backends)} backend{'s' if len(backends) > 1 else ''}): "
+                f"the {len(lossy)} {kind} runs that retransmitted"
                  + (f"; the other {quiet} retransmitted nothing" if quiet else "") + note)
     return fig
 
@@ -425,7 +426,7 @@ def plot_calibration(two: TwoFidelity) -> Figure:
     ax = fig.subplots()
     groups = [("calibration sample", two.sample_errors * 100, "#4c72b0"),
               ("all refined points", two.points["error"].dropna() * 100, "#888888")]
-    for row, (label, values, colour) in enumerate(groups):
+    for row, (_label, values, colour) in enumerate(groups):
         jitter = np.random.default_rng(row).uniform(-0.15, 0.15, len(values))  # fixed: same plot every time
         ax.scatter(values, np.full(len(values), row) + jitter, s=18, color=colour, alpha=0.8)
     band = two.band

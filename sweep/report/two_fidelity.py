@@ -119,7 +119,8 @@ def section(two: TwoFidelity, axes: Sequence[Axis], points_csv: Path) -> list[st
                 f"as `{screen}` refuses them)" if two.fallback_points else "")
              + f"; **{len(refined)} refined** on `{fine}` "
              f"({len(refined) / len(points):.1%} of the points): calibration sample {reasons.count(SAMPLE)}, "
-             f"top {reasons.count(TOP)}, at risk {sum(1 for text in refined['reasons'].dropna() if set(text.split(',')) & set(RISKS))}"
+             f"top {reasons.count(TOP)}, "
+             f"at risk {sum(1 for text in refined['reasons'].dropna() if set(text.split(',')) & set(RISKS))}"
              " (a point can be chosen for several reasons). Both runs of a point share its `point_id`.",
              "", f"The screen marks {int((points['at_risk'] != '').sum())} points at risk"
              + (": " + "; ".join(f"{RISKS[name]}: {number}" for name, number in risk_counts.items()) if len(risk_counts)
@@ -152,11 +153,12 @@ def section(two: TwoFidelity, axes: Sequence[Axis], points_csv: Path) -> list[st
     estimated = _estimate(points, band, fine).sort_values(["estimate_s", "point_id"], kind="stable")
     columns = ["point_id", *(a.key for a in axes), "screen_s", "fine_s", "refined", "reasons", "at_risk", "fidelity"]
     estimated[[c for c in dict.fromkeys(columns) if c in estimated]].to_csv(points_csv, index=False)
-    lines += ["", f"### Every point by its best estimate ({len(estimated)}; the first {min(len(estimated), 2 * TOP_LISTED)} "
-              f"here, all in `{points_csv.name}`)", "",
+    lines += ["", f"### Every point by its best estimate ({len(estimated)}; "
+              f"the first {min(len(estimated), 2 * TOP_LISTED)} here, all in `{points_csv.name}`)", "",
               "The estimate is the refined time where there is one, else the screen's, labelled with the band the "
               "calibration gives it:", "",
               *table(["#", "estimate (ms)", "fidelity", "at risk", "configuration", "point_id"],
                      [[i + 1, ms(row["estimate_s"]), row["fidelity"], row["at_risk"] or "", describe(row, axes),
-                       f"`{row['point_id']}`"] for i, (_, row) in enumerate(estimated.head(2 * TOP_LISTED).iterrows())])]
+                       f"`{row['point_id']}`"]
+                      for i, (_, row) in enumerate(estimated.head(2 * TOP_LISTED).iterrows())])]
     return lines

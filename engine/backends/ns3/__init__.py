@@ -20,8 +20,8 @@ from ...simulation import Simulation
 from ...system.collectives import SystemLayer
 from ...system.messages import MessageLog
 from ...units import s_to_ps
-from ..names import BACKEND_NAMES
 from ..base import MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
+from ..names import BACKEND_NAMES
 from . import build
 from .helper import Ns3Messages
 

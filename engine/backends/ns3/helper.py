@@ -25,8 +25,15 @@ from ...config import SimConfig
 from ...eventlist import EventList
 from ...network import Link
 from ...system.messages import MessageLog
-from ...topology import (DumbbellTopology, FatTreeTopology, HierarchicalTopology, LeafSpineTopology, RingTopology,
-                        SwitchTopology, Topology)
+from ...topology import (
+    DumbbellTopology,
+    FatTreeTopology,
+    HierarchicalTopology,
+    LeafSpineTopology,
+    RingTopology,
+    SwitchTopology,
+    Topology,
+)
 from ...units import ms_to_ps, us_to_ps
 from .build import helper_path
 
