@@ -29,6 +29,7 @@ import engine
 from engine.backends import backend_class
 
 from .driver import InProcessExecutor, run_sweep
+from .internals import HYDRA_OPTIONS
 from .plan import check_dataset, check_overrides_apply, config_error, hydra_error, planned_run, pop_force
 from .schema import PRESET_COLUMNS
 
@@ -42,11 +43,6 @@ CONF_DIR = str(importlib.resources.files("sweep.conf"))
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_BAD_CONFIG = 2
-# Hydra's own command-line options (`hydra/_internal/utils.py`'s argument parser): any other `--x` is an
-# override written as an option by mistake
-HYDRA_OPTIONS = frozenset({"--help", "--hydra-help", "--version", "--cfg", "--resolve", "--package", "--run",
-                           "--multirun", "--shell-completion", "--config-path", "--config-name", "--config-dir",
-                           "--experimental-rerun", "--info"})
 
 
 def _number(value: Any, digits: int = 3, scale: float = 1.0) -> str:

@@ -37,6 +37,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TextIO
 
+from .internals import (
+    ask_gcs,
+    client_auth_metadata,
+    driver_messages_to,
+    ping_client_server,
+    send_token_if_available,
+    task_attempt_number,
+)
 from .local_ray import LocalRay, ray_starting, wanted_ray_record
 from .rows import RunResult
 from .runner import ERROR_TAIL_LINES, MIB, failed_result, measure, measure_within_limits
@@ -114,10 +122,7 @@ def _on_worker(run_fn: Callable[[Any, float | None], RunResult], config: Any,
         node = ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - provenance only: never fail a finished run over it
         node = None
-    try:  # not in Ray's public API (2.60): the number of the current execution of this task
-        attempt = int(ray._private.worker.global_worker.core_worker.get_current_task_attempt_number())
-    except Exception:  # noqa: BLE001
-        attempt = None
+    attempt = task_attempt_number(ray)
     result.measured.update(worker_node=node, worker=f"{socket.gethostname()}:{os.getpid()}", attempt=attempt)
     return result
 
@@ -158,15 +163,9 @@ def _auth_refused(address: str, token_sent: bool) -> str:
 
 def _client_ping(address: str, metadata: tuple[tuple[str, str], ...] = ()) -> None:
     """One PING of a Ray client server at `address` (`host:port` or `ray://host:port`); raises what
-    gRPC raises if none answers. Ray's generated client protocol (2.60)."""
-    import grpc  # noqa: PLC0415 - Ray's dependency
-    from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc  # noqa: PLC0415
-
+    gRPC raises if none answers (`sweep.internals.ping_client_server`)."""
     host, port = _host_port(address)
-    with grpc.insecure_channel(f"{host}:{port}") as channel:
-        ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
-        ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=AUTH_PROBE_TIMEOUT_S,
-                                                                  metadata=metadata)
+    ping_client_server(host, port, AUTH_PROBE_TIMEOUT_S, metadata)
 
 
 def _check_speaks_ray(address: str) -> None:
@@ -191,22 +190,16 @@ def _check_speaks_ray(address: str) -> None:
 def _check_accepted(ray: Any, address: str) -> None:
     """Raise ConnectionError, in one line, if the cluster at `address` refuses this process's
     authentication (one request: a GCS client for `host:port`, a ping of the Ray client server for
-    `ray://`); any other failure is left to `ray.init` to report. Ray's internals (2.60): if they are
-    gone, nothing is checked."""
+    `ray://`); any other failure is left to `ray.init` to report (`sweep.internals`: if Ray's
+    internals are gone, nothing is checked)."""
     try:
         if address.startswith("ray://"):
             metadata: tuple[tuple[str, str], ...] = ()
-            if _token_mode():  # the token, as Ray's client sends it (its own interceptor's metadata)
-                from ray._private.authentication.grpc_authentication_client_interceptor import (  # noqa: PLC0415
-                    _get_authentication_metadata_tuple,
-                )
-
-                metadata = _get_authentication_metadata_tuple()
+            if _token_mode():  # the token, as Ray's client sends it
+                metadata = client_auth_metadata()
             _client_ping(address, metadata)
         else:
-            from ray._raylet import GcsClient  # noqa: PLC0415
-
-            GcsClient(address=address)  # asks the cluster's id: refused without the token it expects
+            ask_gcs(address)  # asks the cluster's id: refused without the token it expects
     except ray.exceptions.AuthenticationError:
         raise ConnectionError(_auth_refused(address, _token_mode())) from None
     except Exception as exc:  # noqa: BLE001 - only a refusal is reported here
@@ -220,13 +213,7 @@ def _send_token_to_loopback(address: str) -> None:
     own loopback, as Ray does for `auto`: `ray start --head` here made that cluster require it."""
     if not is_loopback(address) or _AUTH_MODE_ENV in os.environ:
         return
-    try:
-        from ray._private.authentication.authentication_token_setup import (  # noqa: PLC0415
-            maybe_enable_token_auth_if_token_available,
-        )
-    except ImportError:  # a Ray without token authentication
-        return
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    send_token_if_available()
 
 
 def _join(ray: Any, address: str, settings: dict[str, Any]) -> None:
@@ -287,29 +274,6 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
         log.close()
         if logged:
             print(f"ray: Ray's own messages of this sweep are in {log_path}", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def driver_messages_to(ray: Any, log: TextIO) -> Iterator[None]:
-    """Write the messages Ray's driver prints about the cluster (a task failed and is retried, a
-    node was marked dead) to `log` instead of `sys.stdout`. They go
-    through `ray._private.worker.print_to_stdstream` (Ray 2.60, not public: if it is gone, they
-    stay on the terminal)."""
-    worker: Any = getattr(getattr(ray, "_private", None), "worker", None)
-    original = getattr(worker, "print_to_stdstream", None)
-    print_worker_logs = getattr(worker, "print_worker_logs", None)
-    if original is None or print_worker_logs is None:
-        yield
-        return
-
-    def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
-        print_worker_logs(data, log, ignore_prefix)
-
-    worker.print_to_stdstream = to_log
-    try:
-        yield
-    finally:
-        worker.print_to_stdstream = original
 
 
 @dataclass

@@ -34,22 +34,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from .internals import RAY_UNWANTED_WARNINGS, ray_sets_no_sigterm_handler
 from .interrupts import interrupts_deferred
 
 # Seconds a process of the local Ray has to exit after SIGTERM before it gets SIGKILL (Ray itself
 # gives each of its processes 1 s), and to vanish after SIGKILL.
 STOP_GRACE_S = 2.0
 KILL_WAIT_S = 5.0
-# Warnings of `ray.init` that are wrong for a sweep, by logger (Ray 2.5x-2.60): that it turned token
-# authentication on by default, and that it set no SIGTERM handler of its own (which `ray_starting`
-# keeps from being set anyway): a `ray://` address's server-side `ray.init` runs in a thread, and
-# the client relays its log.
-_NO_SIGTERM_HANDLER = "SIGTERM handler is not set because current thread is not the main thread."
-_UNWANTED_WARNINGS = {
-    "ray._private.authentication.authentication_token_setup": "Token authentication is enabled for this Ray cluster.",
-    "ray._private.worker": _NO_SIGTERM_HANDLER,
-    "ray.util.client.logsclient": _NO_SIGTERM_HANDLER,
-}
 # What `ray.init` raises when its raylet has not registered within Ray's fixed 30 s (a busy machine: seen
 # with sixteen CPU-bound processes on 2 cores, and at load 5-7); `LocalRay.start` then tries once more.
 RAY_START_TIMEOUT = "timed out during startup"
@@ -148,8 +139,8 @@ class ProcessTree:
 
 
 def wanted_ray_record(record: logging.LogRecord) -> bool:
-    """A logging filter: False for the warnings of `_UNWANTED_WARNINGS`."""
-    unwanted = _UNWANTED_WARNINGS.get(record.name)
+    """A logging filter: False for the warnings of `RAY_UNWANTED_WARNINGS`."""
+    unwanted = RAY_UNWANTED_WARNINGS.get(record.name)
     return unwanted is None or not record.getMessage().startswith(unwanted)
 
 
@@ -157,25 +148,17 @@ def wanted_ray_record(record: logging.LogRecord) -> bool:
 def ray_starting(ray: Any) -> Iterator[None]:
     """Around `ray.init`: SIGINT and SIGTERM stop the sweep once Ray is up (a second one at once;
     see `interrupts_deferred`), this process's SIGTERM handler stays in place, and Ray's warnings
-    that do not apply to a sweep (`_UNWANTED_WARNINGS`) are not printed. `ray.init` would set a SIGTERM handler of its
-    own, raising SystemExit at whatever point of its start-up it is in (it does so through
-    `ray._private.utils`, not public: if that is gone, Ray's handler is in place during `ray.init`
-    only)."""
-    utils: Any = getattr(getattr(ray, "_private", None), "utils", None)
-    set_sigterm_handler = getattr(utils, "set_sigterm_handler", None)
-    loggers = [logging.getLogger(name) for name in _UNWANTED_WARNINGS]
+    that do not apply to a sweep (`RAY_UNWANTED_WARNINGS`) are not printed. `ray.init` would set a
+    SIGTERM handler of its own, raising SystemExit at whatever point of its start-up it is in
+    (`sweep.internals.ray_sets_no_sigterm_handler`)."""
+    loggers = [logging.getLogger(name) for name in RAY_UNWANTED_WARNINGS]
     for logger in loggers:
         logger.addFilter(wanted_ray_record)
     try:
         with interrupts_deferred(second_interrupts=True,
-                                 notice="interrupted: stopping once Ray is up (Ctrl-C again: now)"):
-            if set_sigterm_handler is not None:
-                utils.set_sigterm_handler = lambda handler: None
-            try:
-                yield
-            finally:
-                if set_sigterm_handler is not None:
-                    utils.set_sigterm_handler = set_sigterm_handler
+                                 notice="interrupted: stopping once Ray is up (Ctrl-C again: now)"), \
+                ray_sets_no_sigterm_handler(ray):
+            yield
     finally:
         for logger in loggers:
             logger.removeFilter(wanted_ray_record)

@@ -16,14 +16,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -34,9 +32,10 @@ from omegaconf.errors import OmegaConfBaseException
 import engine
 from engine.keys import KEY_CONDITIONS, holds_default, unused_key_error, unused_keys
 
+from .internals import SIMPLE_OVERRIDE, apply_value_overrides, child_node, is_interpolation, simple_override_value
 from .replicate import ReplicatePolicy
 from .rows import RunResult, TableRows
-from .runner import HYDRA_WORDS, MIB, point_id, run_id, stored_rows
+from .runner import MIB, point_id, run_id, stored_rows
 from .schema import PRESET_COLUMNS
 
 
@@ -323,8 +322,8 @@ class GridComposer:
     overrides choose), then the remaining overrides applied as values to the merged config. The
     first step is the slow one and depends only on the group choices, so it runs once per distinct
     combination of them (`compositions` counts them); the second reuses Hydra's override parser and
-    its own value-override code (`ConfigLoaderImpl._apply_overrides_to_config`, the very function
-    its composition calls) on a copy, so the result is identical, including type checks and errors.
+    its own value-override code (`sweep.internals.apply_value_overrides`, the very function its
+    composition calls) on a copy, so the result is identical, including type checks and errors.
     """
 
     def __init__(self, config_loader: ConfigLoader, master_config: DictConfig) -> None:
@@ -384,9 +383,9 @@ class GridComposer:
         simple = {}  # line -> (key, value) of `key=<number or word>` lines not parsed by Hydra (yet)
         for line in overrides:
             if line not in self._parsed:
-                match = _SIMPLE_VALUE.fullmatch(line)
+                match = SIMPLE_OVERRIDE.fullmatch(line)
                 if match and not match["key"].startswith("hydra.") and not self._is_group(match["key"]):
-                    simple[line] = (match["key"], _simple_value(match["value"]))
+                    simple[line] = (match["key"], simple_override_value(match["value"]))
                     continue
                 (self._parsed[line],) = self._parser.parse_overrides([line])
         parsed = [self._parsed[line] for line in overrides if line not in simple]
@@ -414,28 +413,10 @@ class GridComposer:
             (self._parsed[line],) = self._parser.parse_overrides([line])
         values = [self._parsed[line] for line in overrides if not self._composes(self._parsed[line])]
         composed = copy.deepcopy(self._base(choices))
-        ConfigLoaderImpl._apply_overrides_to_config(values, composed)
+        apply_value_overrides(values, composed)
         resolved = OmegaConf.to_container(composed, resolve=True)
         assert isinstance(resolved, dict)  # the root config is a mapping
         return resolved
-
-
-# `key=value` lines whose value Hydra's grammar reads as an int, a float written with a point, or
-# an unquoted word (a string unless it is one of Hydra's keywords): read here without its parser
-# (ANTLR: about a millisecond a line, and a `seed=range(1000)` sweep has a thousand distinct lines).
-_SIMPLE_VALUE = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)="
-                           r"(?P<value>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?|[A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _simple_value(text: str) -> Any:
-    """The value Hydra's grammar gives a `_SIMPLE_VALUE` value: a keyword's value, an int, a float
-    or the word itself."""
-    lowered = text.lower()
-    if lowered in HYDRA_WORDS:
-        return {"true": True, "false": False, "null": None, "inf": math.inf, "nan": math.nan}[lowered]
-    if text[0] == "-" or text[0].isdigit():
-        return float(text) if "." in text else int(text)
-    return text
 
 
 @dataclass(frozen=True)
@@ -449,12 +430,12 @@ class _PlainBase:
 
 def _interpolation_free(node: Any) -> bool:
     """Whether no node in this OmegaConf node (a container, or a value node) is an interpolation."""
-    if node._is_interpolation():
+    if is_interpolation(node):
         return False
     if isinstance(node, DictConfig):
-        return all(_interpolation_free(node._get_node(key)) for key in node.keys())
+        return all(_interpolation_free(child_node(node, key)) for key in node.keys())
     if isinstance(node, ListConfig):
-        return all(_interpolation_free(node._get_node(index)) for index in range(len(node)))
+        return all(_interpolation_free(child_node(node, index)) for index in range(len(node)))
     return True
 
 
@@ -462,7 +443,7 @@ def _plain_leaves(node: DictConfig, prefix: str = "") -> set[str]:
     """The dotted keys of the untyped value leaves (AnyNode) below `node`."""
     leaves = set()
     for key in node.keys():
-        child = node._get_node(key)
+        child = child_node(node, key)
         if isinstance(child, DictConfig):
             leaves |= _plain_leaves(child, f"{prefix}{key}.")
         elif isinstance(child, AnyNode):

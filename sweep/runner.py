@@ -36,6 +36,7 @@ import engine
 from engine.backends import DEFAULT_BACKEND
 from engine.keys import identity_mapping
 
+from .internals import HYDRA_WORDS
 from .rows import ColumnRows, RunResult, TableRows
 
 # Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
@@ -50,7 +51,6 @@ PRESET_COLUMNS = CONFIG_GROUPS
 ERROR_TAIL_LINES = 12
 
 _PLAIN_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
-HYDRA_WORDS = {"true", "false", "null", "inf", "nan"}  # Hydra parses these, unquoted (any case), as non-strings
 
 
 def _canonical(value: Any) -> Any:

@@ -22,17 +22,18 @@ the same command resumes; `sweep/__main__.py` gives 130 to an interrupt while pl
 # No `from __future__ import annotations`: Hydra executes plugin modules outside sys.modules while
 # it scans them, where dataclasses cannot resolve string annotations.
 import contextlib
+import itertools
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.errors import OverrideParseException
+from hydra.errors import HydraException, OverrideParseException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
@@ -94,38 +95,62 @@ ConfigStore.instance().store(group="hydra/sweeper", name="netsweep", node=Netswe
 ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="netsweep")
 
 
-class NetsweepSweeper(BasicSweeper):
-    """Hydra's basic sweeper, with the whole grid in one batch and no per-job composition."""
+def grid_points(overrides: Sequence[Override]) -> list[list[str]]:
+    """Every combination of the overrides' values, as the override lines of each point, in the order
+    of Hydra's basic sweeper: the first override's values vary slowest; a key given twice keeps its
+    first place and its last values. A sweep must list its values (comma-separated, `choice`,
+    `range`): an `interval` has none to list (`hydra/sweeper=optuna` searches one)."""
+    lines: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            lines[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            lines[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise HydraException(f"{override.input_line}: a grid lists its values (a,b,c, choice or range); an "
+                                 "interval has none to list (hydra/sweeper=optuna searches intervals)")
+    return [list(point) for point in itertools.product(*lines.values())]
+
+
+class LaunchingSweeper(Sweeper):
+    """A sweeper that hands its points to the configured launcher (what `setup` keeps)."""
 
     def __init__(self, params: dict[str, str] | None = None) -> None:
-        super().__init__(max_batch_size=None, params=params)
+        self.params = params or {}
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher: Launcher | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
+
+
+class NetsweepSweeper(LaunchingSweeper):
+    """A grid as Hydra's basic sweeper expands it (`hydra.sweeper.params`, then the command line's
+    overrides), launched whole in one batch: the launcher composes the points itself."""
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.hydra_context is not None and self.launcher is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides([*self._parse_config(), *arguments])
-        (grid,) = self.split_arguments(overrides, max_batch_size=None)
-        return [self.launcher.launch(grid, initial_job_idx=0)]
+        overrides = parser.parse_overrides([*(f"{key}={value}" for key, value in self.params.items()), *arguments])
+        return [self.launcher.launch(grid_points(overrides), initial_job_idx=0)]
 
 
-class OptunaSweeper(Sweeper):
+class OptunaSweeper(LaunchingSweeper):
     """Optuna proposes points of the search space; netsweep's launcher runs them (sweep/search.py)."""
 
     def __init__(self, objective: Any = "iteration_time_s", direction: Any = "minimize", n_trials: int = 20,
                  n_jobs: int = 2, sampler: Any = None, params: dict[str, str] | None = None) -> None:
+        super().__init__(params)
         self.objectives = [objective] if isinstance(objective, str) else list(objective)
         self.directions = [direction] if isinstance(direction, str) else list(direction)
         self.n_trials = n_trials
         self.n_jobs = n_jobs
         self.sampler = sampler
-        self.params = params or {}
-        self.config: DictConfig | None = None
-        self.launcher: Launcher | None = None
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config = config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> Any:
         import engine
