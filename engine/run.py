@@ -12,6 +12,7 @@ from .backends import backend_class
 from .backends.base import BACKEND_COLUMNS, NetworkBackend
 from .checks import check_backend
 from .config import SimConfig, load_config
+from .metrics import RunMetrics
 from .simulation import Simulation
 from .system import SystemLayer
 from .system.messages import flow_rows
@@ -59,26 +60,25 @@ class PreparedRun:
         """Result rows per table; `wall_s` is the wall time the caller measured. With
         `flow_columns` the `flows` table comes as `MessageLog.columns()` (a dict of typed arrays)."""
         tables: dict[str, Any] = {"collectives": [], "layers": []}
-        workload_summary: dict = {}
+        flows = self.backend.message_log().columns()
+        tables["flows"] = flows if flow_columns else flow_rows(flows)
+        status, error, metrics = engine_metrics(self.sim, self.finished, wall_s, flows)
         if self.training is not None and self.system is not None:
             tables["collectives"] = [record.row() for record in self.system.records]
             tables["layers"] = self.training.layer_rows()
-            workload_summary = self.training.summary()
-        flows = self.backend.message_log().columns()
-        tables["flows"] = flows if flow_columns else flow_rows(flows)
-        run_row = {**summary_row(self.sim, self.finished, wall_s, flows), **workload_summary}
-        end_ps = s_to_ps(run_row["sim_time_s"])
+            metrics.fill(self.training.summary())
+        assert metrics.sim_time_s is not None
         if self.config.engine.link_stats != "none":  # else no links table at all (and nothing collected)
-            tables["links"] = self.backend.link_rows(self.config.engine.link_stats, end_ps)
-        # what the backend does not know is null, never zero (the summary sums the packet engine's
+            tables["links"] = self.backend.link_rows(self.config.engine.link_stats, s_to_ps(metrics.sim_time_s))
+        # what the backend does not know is null, never zero (the engine sums the packet engine's
         # counters, zero where it sent no packet); then what it counted itself
-        unknown = [column for column in BACKEND_COLUMNS if column in run_row and column not in self.backend.FILLS]
-        run_row.update(dict.fromkeys(unknown))
+        metrics.fill(dict.fromkeys(column for column in BACKEND_COLUMNS
+                                   if column in metrics.filled and column not in self.backend.FILLS))
         counters = self.backend.counters()
-        run_row.update(counters)
-        if "events" in counters:  # the backend's own events (ns-3's)
-            run_row["events_per_s"] = run_row["events"] / wall_s if wall_s > 0 else None
-        return {"runs": [run_row], **tables}
+        metrics.fill(counters)
+        if "events" in counters and metrics.events is not None:  # the backend's own events (ns-3's)
+            metrics.fill({"events_per_s": metrics.events / wall_s if wall_s > 0 else None})
+        return {"runs": [{"status": status, "error": error, **metrics.row()}], **tables}
 
 
 def estimate_run_bytes(config: SimConfig) -> int:
@@ -152,9 +152,11 @@ def cyclic_collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def summary_row(sim: Simulation, finished: bool, wall_s: float, flows: Mapping[str, Sequence]) -> dict:
-    """The engine's part of a `runs` row: counters summed over links and connections; `flows` is
-    the flows table by column (`MessageLog.columns`)."""
+def engine_metrics(sim: Simulation, finished: bool, wall_s: float,
+                   flows: Mapping[str, Sequence]) -> tuple[str, str | None, RunMetrics]:
+    """The run's status and error, and its metrics as the engine fills them: the simulated time and
+    events, the messages, and the counters summed over links and connections; `flows` is the flows
+    table by column (`MessageLog.columns`)."""
     links = sim.topology.links
     senders = [connection.sender for connection in sim.connections]
     events = sim.eventlist.events_run
@@ -167,9 +169,8 @@ def summary_row(sim: Simulation, finished: bool, wall_s: float, flows: Mapping[s
     else:  # nothing left to happen, yet work is missing: a bug, never a result
         status, error = "error", "the event list ran empty before the workload finished"
         sim_time_s = ps_to_s(sim.eventlist.now_ps)
-    return {
-        "status": status,
-        "error": error,
+    metrics = RunMetrics()
+    metrics.fill({
         "sim_time_s": sim_time_s,
         "flows": len(flows["flow_id"]),
         "flows_completed": len(fcts),
@@ -187,4 +188,5 @@ def summary_row(sim: Simulation, finished: bool, wall_s: float, flows: Mapping[s
         "events": events,
         "wall_s": wall_s,
         "events_per_s": events / wall_s if wall_s > 0 else None,
-    }
+    })
+    return status, error, metrics

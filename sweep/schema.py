@@ -2,12 +2,12 @@
 same order, with the same types: `pd.read_parquet(dir)`, `pyarrow.dataset`, DuckDB (which binds the
 files of a glob by position unless told `union_by_name`) and Polars read a dataset directory as it is.
 
-Config leaves take the type the engine declares for them (`engine.config`'s dataclasses: a
-`float | None` leaf is float64 even in a part where every value is null or was written `200`);
-list-valued leaves are JSON text. The engine's metrics and the sweep's provenance columns are listed
-here; a test runs every workload type on every backend and checks each column it produces is
-declared. A column nobody declared (a test's, a later version's) is kept after the declared ones,
-with the type its values give it.
+Config leaves take the type the engine declares for them (`engine.config`'s dataclasses: a `float |
+None` leaf is float64 even in a part where every value is null or was written `200`); list-valued
+leaves are JSON text. The engine's metrics take the types `engine.metrics.RunMetrics` declares; the
+sweep's provenance columns are listed here; a test runs every workload type on every backend and
+checks each column it produces is declared. A column nobody declared (a test's, a later version's)
+is kept after the declared ones, with the type its values give it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from engine.config import SimConfig
+from engine.metrics import COLUMN_TYPES
 
 from .runner import PRESET_COLUMNS
 
@@ -30,21 +31,8 @@ _SWEEP_LEAVES = {"name": _TEXT, "results_dir": _TEXT, "ray.address": _TEXT, "ray
                  "replicate.until_ci_pct": _FLOAT, "replicate.metric": _TEXT, "replicate.min_seeds": _INT,
                  "replicate.max_seeds": _INT}
 
-# What the engine measures for a run (engine.run and the training loop's summary).
-_RUN_METRICS = {
-    "sim_time_s": _FLOAT, "flows": _INT, "flows_completed": _INT, "mean_fct_s": _FLOAT, "max_fct_s": _FLOAT,
-    "bytes_sent": _INT, "packets_sent": _INT, "retransmits": _INT, "timeouts": _INT,
-    "loss_probes": _INT, "rack_lost_segments": _INT, "drops": _INT,
-    "ecn_marks": _INT, "max_queue_kb": _FLOAT, "events": _INT, "wall_s": _FLOAT, "events_per_s": _FLOAT,
-    "iterations_done": _INT, "iteration_time_s": _FLOAT, "compute_s": _FLOAT, "comm_s": _FLOAT,
-    "exposed_comm_s": _FLOAT, "all_to_all_s": _FLOAT, "all_reduce_s": _FLOAT,
-    # the analytical backend's signals of where TCP would part from it (screening: `sweep.fidelity`)
-    "max_link_utilisation": _FLOAT, "max_port_flows": _INT, "slow_start_share": _FLOAT,
-    # the phase backend's: phases whose messages' opening windows overflow a switch port's buffer
-    "incast_phases": _INT,
-    # the hybrid backend's: episodes simulated at packet level on its reduced network, and their wall time
-    "hybrid_packet_sims": _INT, "hybrid_packet_wall_s": _FLOAT,
-}
+# What the engine measures for a run: the fields of `engine.metrics.RunMetrics`, typed as declared there.
+_RUN_METRICS = {column: _ARROW_TYPES[kind] for column, kind in COLUMN_TYPES.items()}
 # A two-fidelity sweep (`sweep.fidelity`): the grid point a run belongs to (its config but
 # `engine.backend`: shared by the screening and the refined run) and why a point was refined.
 _FIDELITY = {"point_id": _TEXT, "refine_reason": _TEXT}

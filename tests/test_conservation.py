@@ -175,7 +175,7 @@ def test_two_simulations_in_one_process_do_not_interact():
     # DESIGN: the event list is an instance, never a global. Interleave two simulations step by step:
     # the results must equal those of running each alone.
     alone = _stable(engine.run(_incast_mapping(seed=5)))
-    from engine.run import summary_row
+    from engine.run import engine_metrics
 
     sims = []
     for seed in (5, 6):
@@ -190,8 +190,8 @@ def test_two_simulations_in_one_process_do_not_interact():
             if not workload.finished:
                 sim.eventlist.run(horizon)
     sim, workload, records = sims[0]
-    interleaved = _stable({"runs": [summary_row(sim, workload.finished, 1.0, records.columns())],
-                           "flows": records.rows()})
+    status, error, metrics = engine_metrics(sim, workload.finished, 1.0, records.columns())
+    interleaved = _stable({"runs": [{"status": status, "error": error, **metrics.row()}], "flows": records.rows()})
     # the stepped run stops at slice boundaries, so only the simulated end time may differ; compare
     # everything else
     for row in (alone["runs"][0], interleaved["runs"][0]):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
+from ..metrics import MESSAGE, PACKET, SCREEN_RISK, columns_of
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseTimer
 from ..system.collectives import Dimension, MessageSender, SystemLayer
 from ..system.messages import MessageLog
@@ -26,13 +27,12 @@ if TYPE_CHECKING:
     from ..simulation import Simulation
     from ..workload.flows import FlowSender
 
-# `runs` columns that depend on the backend: a backend fills some (`NetworkBackend.FILLS`), and the
-# others are null in its rows (the counters `engine.run.summary_row` sums) or absent (the screen risks),
-# never zero.
-PACKET_COLUMNS = ("bytes_sent", "packets_sent", "retransmits", "timeouts", "loss_probes", "rack_lost_segments",
-                  "drops", "ecn_marks", "max_queue_kb")
-MESSAGE_COLUMNS = ("flows", "flows_completed", "mean_fct_s", "max_fct_s")
-SCREEN_RISK_COLUMNS = ("max_link_utilisation", "max_port_flows", "slow_start_share", "incast_phases")
+# `runs` columns that depend on the backend (groups of `engine.metrics.RunMetrics`): a backend fills some
+# (`NetworkBackend.FILLS`), and the others are null in its rows (the counters `engine.run.engine_metrics`
+# sums) or absent (the screen risks), never zero.
+PACKET_COLUMNS = columns_of(PACKET)
+MESSAGE_COLUMNS = columns_of(MESSAGE)
+SCREEN_RISK_COLUMNS = columns_of(SCREEN_RISK)
 BACKEND_COLUMNS = PACKET_COLUMNS + MESSAGE_COLUMNS + SCREEN_RISK_COLUMNS
 
 
@@ -94,7 +94,7 @@ class NetworkBackend:
         self.sim.run()
 
     def counters(self) -> dict[str, Any]:
-        """What the backend counted, for the `runs` row, over what `engine.run.summary_row` sums from
+        """What the backend counted, for the `runs` row, over what `engine.run.engine_metrics` sums from
         the packet engine's links and connections (none by default)."""
         return {}
 
