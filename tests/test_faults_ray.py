@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from test_sweep_ray import RAY_ENV, _free_port, _session_pids, _sweep
+from ray_support import RAY_ENV, free_port, session_pids, sweep_command
 
 from sweep.store import read_table
 
@@ -39,9 +39,9 @@ JOIN_ON_LOOPBACK = [sys.executable, "-c", (
 
 def _node_ports() -> list[str]:
     """Every port a node opens, chosen free: two nodes on one machine must not share one."""
-    return [f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+    return [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
             "--min-worker-port=0", "--max-worker-port=0"]
 
 
@@ -50,7 +50,7 @@ class LoopbackCluster:
 
     def __init__(self) -> None:
         self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: socket paths are limited
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, **RAY_ENV, "RAY_raylet_start_wait_time_s": "120"}
         self.nodes: list[subprocess.Popen[bytes]] = []
@@ -71,7 +71,7 @@ class LoopbackCluster:
         """The head (1 CPU; a node that stops answering is declared dead within a few seconds) and
         `workers` nodes of 1 CPU."""
         self._start(["--head", f"--port={self.port}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}",
-                     f"--ray-client-server-port={_free_port()}",
+                     f"--ray-client-server-port={free_port()}",
                      '--system-config={"health_check_period_ms": 1000, "health_check_timeout_ms": 1000, '
                      '"health_check_failure_threshold": 3}'])
         self._wait(1)
@@ -103,7 +103,7 @@ class LoopbackCluster:
 
     def node_id_of(self, node: subprocess.Popen[bytes]) -> str:
         """The Ray node id of a node started here: read from its raylet's command line."""
-        for pid in _session_pids(node.pid):
+        for pid in session_pids(node.pid):
             with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
                 args = cmdline.read().decode(errors="replace").split("\0")
             if args and args[0].endswith("raylet"):
@@ -114,7 +114,7 @@ class LoopbackCluster:
 
     def listen_addresses(self) -> set[str]:
         """The addresses the cluster's processes accept connections on (`ss`)."""
-        pids = {pid for node in self.nodes for pid in _session_pids(node.pid)}
+        pids = {pid for node in self.nodes for pid in session_pids(node.pid)}
         listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
         return {line.split()[3].rsplit(":", 1)[0] for line in listening.splitlines()
                 if any(f"pid={pid}," in line for pid in pids)}
@@ -123,7 +123,7 @@ class LoopbackCluster:
         """SIGTERM to every process of every node, SIGKILL to any left after a few seconds."""
         for signum, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 10.0)):
             for node in self.nodes:
-                for pid in _session_pids(node.pid):
+                for pid in session_pids(node.pid):
                     try:
                         os.kill(pid, signum)
                     except OSError:
@@ -132,7 +132,7 @@ class LoopbackCluster:
             while time.monotonic() < deadline:
                 for node in self.nodes:
                     node.poll()  # reap our own child, `ray start`: a zombie would still count
-                if not any(_session_pids(node.pid) for node in self.nodes):
+                if not any(session_pids(node.pid) for node in self.nodes):
                     break
                 time.sleep(0.1)
         for node in self.nodes:
@@ -158,7 +158,7 @@ def cluster() -> Iterator[LoopbackCluster]:
     finally:
         started.stop()
         for node in started.nodes:  # nothing of the cluster is left
-            assert _session_pids(node.pid) == [], f"processes left in session {node.pid}"
+            assert session_pids(node.pid) == [], f"processes left in session {node.pid}"
 
 
 def test_a_sweep_spreads_over_three_nodes(cluster: LoopbackCluster, tmp_path: Path) -> None:
@@ -168,7 +168,7 @@ def test_a_sweep_spreads_over_three_nodes(cluster: LoopbackCluster, tmp_path: Pa
     if shutil.which("ss"):  # every service of every node on loopback only
         assert cluster.listen_addresses() <= {"127.0.0.1", "[::ffff:127.0.0.1]"}
     # 1 GB a flow, about 0.5 s a run: every node's worker is up before the runs are all done
-    done = _sweep(tmp_path, "seed=range(12)", "workload=incast", "workload.senders=2",
+    done = sweep_command(tmp_path, "seed=range(12)", "workload=incast", "workload.senders=2",
                   "workload.bytes_per_flow=1000000000", "name=spread", f"results_dir={tmp_path / 'results'}",
                   f"ray.address={cluster.address}")
     assert done.returncode == 0, done.stderr
@@ -195,10 +195,10 @@ def test_a_node_removed_mid_sweep(cluster: LoopbackCluster, tmp_path: Path) -> N
     try:
         # Until a run is going on the worker node: a Ray worker names its process after the task it
         # executes (`ray::_on_worker`) from the task's start to its end, and a run is seconds long.
-        while not any(_cmdline(pid).startswith(b"ray::_on_worker") for pid in _session_pids(node.pid)):
+        while not any(_cmdline(pid).startswith(b"ray::_on_worker") for pid in session_pids(node.pid)):
             assert driver.poll() is None, "the sweep ended before the node could be removed"
             time.sleep(0.05)  # paces the polling only
-        for pid in _session_pids(node.pid):  # the whole node at once, as a machine lost
+        for pid in session_pids(node.pid):  # the whole node at once, as a machine lost
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

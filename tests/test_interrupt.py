@@ -236,19 +236,6 @@ def test_interrupted_during_the_final_writes(tmp_path: Path, sweeps: Any) -> Non
     assert _assert_whole(dataset) == 6
 
 
-@pytest.fixture()
-def default_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM at Python's defaults during the test, whatever this process inherited (a
-    suite run as a background job starts with SIGINT ignored), and as they were after it."""
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, signal.SIG_DFL)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 @pytest.mark.usefixtures("default_signals")
 def test_signals_wait_for_the_end_of_a_deferred_block() -> None:
     reached = []

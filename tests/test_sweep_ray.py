@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from ray_support import RAY_ENV, free_port, stop_session, sweep_command
 from sweep_support import compose_config
 
 from sweep.cluster import _ONE_MACHINE_ENV, CLIENT_CONNECT_ATTEMPTS, RayExecutor, _join, is_loopback
@@ -32,51 +33,9 @@ from sweep.plan import plan
 from sweep.runner import PRESET_COLUMNS, measure
 from sweep.store import arrow_dataset, part_files, read_table
 
-RAY_ENV = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # every Ray service binds to 127.0.0.1 only
-    "RAY_AUTH_MODE": "disabled",  # a throwaway loopback cluster: no token to read or write
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
 # Columns that differ between two executions of the same run: timing and provenance (the commit a
 # process found when it first looked: one made while the tests run moves HEAD).
 TIMING_COLUMNS = {"wall_s", "events_per_s", "started_at", "git_commit"}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _session_pids(session_id: int) -> list[int]:
-    """Processes of a session (Linux /proc)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getsid(int(entry)) == session_id:
-                    pids.append(int(entry))
-            except OSError:  # gone meanwhile
-                pass
-    return pids
-
-
-def _stop_session(head: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the cluster's processes, SIGKILL to any left after a few seconds."""
-    for pid in _session_pids(head.pid):
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
-    deadline = time.monotonic() + 5
-    while _session_pids(head.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in _session_pids(head.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    head.wait(timeout=30)
 
 
 def _head_command(port: int, num_cpus: int, temp_dir: str, client_port: int) -> list[str]:
@@ -84,9 +43,9 @@ def _head_command(port: int, num_cpus: int, temp_dir: str, client_port: int) -> 
     return [sys.executable, "-m", "ray.scripts.scripts",  # `ray`, of this Python
             "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
             f"--num-cpus={num_cpus}", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
-            f"--ray-client-server-port={client_port}", f"--dashboard-agent-listen-port={_free_port()}",
-            f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}"]
+            f"--ray-client-server-port={client_port}", f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+            f"--metrics-export-port={free_port()}"]
 
 
 CLIENT_PORTS: dict[str, int] = {}  # the Ray client server's port of each head `ray_address` started
@@ -100,7 +59,7 @@ def ray_address() -> Iterator[str]:
         for key, value in RAY_ENV.items():
             env.setenv(key, value)
         temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are limited
-        port, client_port = _free_port(), _free_port()
+        port, client_port = free_port(), free_port()
         head = subprocess.Popen(_head_command(port, 2, temp_dir, client_port),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         address = f"127.0.0.1:{port}"
@@ -129,16 +88,8 @@ def ray_address() -> Iterator[str]:
             ray.shutdown()
             yield address
         finally:
-            _stop_session(head)
+            stop_session(head)
             shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _sweep(cwd: Path, *overrides: str, timeout: float = 180,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m sweep -m overrides...` in `cwd`, in this process's environment or `env`."""
-    env = {key: value for key, value in (os.environ if env is None else env).items() if key != "HYDRA_FULL_ERROR"}
-    return subprocess.run([sys.executable, "-m", "sweep", "-m", *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def _grid(tmp_path: Path, address: str | None, name: str) -> list[str]:
@@ -222,7 +173,7 @@ def test_a_local_ray_that_times_out_during_start_up_is_started_once_more(tmp_pat
 
 def test_grid_runs_on_the_cluster_and_again_runs_nothing(ray_address: str, tmp_path: Path) -> None:
     grid = _grid(tmp_path, ray_address, "grid")
-    done = _sweep(tmp_path, *grid)
+    done = sweep_command(tmp_path, *grid)
     assert done.returncode == 0, done.stderr
     assert "planned 6 runs (2 Hydra compositions" in done.stdout  # one per tcp preset
     assert f"ray: the Ray cluster at {ray_address}, 2 CPUs" in done.stderr
@@ -257,7 +208,7 @@ def test_grid_runs_on_the_cluster_and_again_runs_nothing(ray_address: str, tmp_p
         assert remote_flows.drop(columns="run_id").to_dict("records") == [
             {key: value for key, value in row.items() if key != "run_id"} for row in local["flows"]]
 
-    again = _sweep(tmp_path, *grid)
+    again = sweep_command(tmp_path, *grid)
     assert again.returncode == 0, again.stderr
     assert "  skipped          6" in again.stdout and "  ran 0 in " in again.stdout
     assert "ray:" not in again.stderr  # nothing to run: Ray is not even contacted
@@ -407,7 +358,7 @@ def test_a_worker_killed_mid_run_is_retried_then_recorded(ray_address: str, tmp_
 
 def test_a_failed_run_makes_the_command_exit_non_zero(ray_address: str, tmp_path: Path) -> None:
     """A run past its wall-time budget: status timeout, listed with its repro, exit code 1."""
-    done = _sweep(tmp_path, "workload=incast", "workload.bytes_per_flow=20000,5000000000", "name=budget",
+    done = sweep_command(tmp_path, "workload=incast", "workload.bytes_per_flow=20000,5000000000", "name=budget",
                   f"results_dir={tmp_path / 'results'}", f"ray.address={ray_address}",
                   "hydra.launcher.max_wall_time_s=1")
     assert done.returncode == 1, done.stderr
@@ -441,7 +392,7 @@ def test_sigkill_of_the_driver_loses_no_finished_run(ray_address: str, tmp_path:
     assert 3 <= len(before) < 24 and set(before["status"]) == {"ok"}
     assert set(before["run_id"]) <= set(read_table(dataset, "flows")["run_id"])  # runs rows are written last
 
-    again = _sweep(tmp_path, *grid)
+    again = sweep_command(tmp_path, *grid)
     assert again.returncode == 0, again.stderr
     assert f"  skipped{len(before):>11}" in again.stdout
     after = read_table(dataset, "runs")
@@ -454,8 +405,8 @@ def test_sigkill_of_the_driver_loses_no_finished_run(ray_address: str, tmp_path:
 def test_an_address_nothing_answers_at_is_refused_at_once(tmp_path: Path, scheme: str) -> None:
     """Refused by the sweep's own connection attempt, before `ray.init` (which would keep retrying
     for many minutes): its one line, and nothing written."""
-    address = f"{scheme}127.0.0.1:{_free_port()}"
-    refused = _sweep(tmp_path, "seed=0,1", f"ray.address={address}", f"results_dir={tmp_path / 'results'}")
+    address = f"{scheme}127.0.0.1:{free_port()}"
+    refused = sweep_command(tmp_path, "seed=0,1", f"ray.address={address}", f"results_dir={tmp_path / 'results'}")
     assert refused.returncode == 2
     assert refused.stderr.startswith(f"error: no Ray cluster answers at ray.address={address}: ")
     assert len(refused.stderr.splitlines()) == 1
@@ -466,7 +417,7 @@ def test_a_client_server_port_without_ray_scheme_says_to_write_it(ray_address: s
     """`host:port` of Ray's client server (the head's 10001 by default) is not where `ray.init` looks for
     a head without `ray://`: refused at once in one line that says what to write, nothing written."""
     address = f"127.0.0.1:{CLIENT_PORTS[ray_address]}"
-    refused = _sweep(tmp_path, "seed=0,1", f"ray.address={address}", f"results_dir={tmp_path / 'results'}")
+    refused = sweep_command(tmp_path, "seed=0,1", f"ray.address={address}", f"results_dir={tmp_path / 'results'}")
     assert refused.returncode == 2
     assert refused.stderr == f"error: ray.address={address} is a Ray client server's port: write ray://{address}\n"
     assert not (tmp_path / "results").exists()
@@ -474,7 +425,7 @@ def test_a_client_server_port_without_ray_scheme_says_to_write_it(ray_address: s
 
 def test_local_ray_on_loopback(tmp_path: Path) -> None:
     """`ray.address` null: the sweep starts its own Ray on 127.0.0.1 (here with 1 CPU) and stops it."""
-    done = _sweep(tmp_path, *_grid(tmp_path, None, "local")[2:], "seed=0,1")
+    done = sweep_command(tmp_path, *_grid(tmp_path, None, "local")[2:], "seed=0,1")
     assert done.returncode == 0, done.stderr
     assert "ray: a local Ray on 127.0.0.1, 1 CPUs" in done.stderr
     assert len(read_table(tmp_path / "results" / "local", "runs")) == 2
@@ -509,7 +460,7 @@ def token_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     `(host:port, its Ray client server port, the token)`."""
     token = uuid.uuid4().hex
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are limited
-    port, client_port = _free_port(), _free_port()
+    port, client_port = free_port(), free_port()
     env = {**os.environ, **RAY_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     head = subprocess.Popen(_head_command(port, 1, temp_dir, client_port), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -522,7 +473,7 @@ def token_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
             assert head.poll() is None, "ray start --head exited"
         yield address, client_port, token
     finally:
-        _stop_session(head)
+        stop_session(head)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -541,7 +492,7 @@ def test_an_explicit_loopback_address_gets_the_token_its_head_expects(
     error). The terminal shows the sweep's lines only."""
     address, client_port, token = token_head
     target = address if not scheme else f"ray://127.0.0.1:{client_port}"
-    done = _sweep(tmp_path, "seed=0,1", "engine.backend=analytical", "workload=collective", "network.npus=4",
+    done = sweep_command(tmp_path, "seed=0,1", "engine.backend=analytical", "workload=collective", "network.npus=4",
                   f"results_dir={tmp_path / 'results'}", "name=token", f"ray.address={target}",
                   env=_user_env(tmp_path, RAY_AUTH_TOKEN=token))
     assert done.returncode == 0, done.stderr
@@ -566,7 +517,7 @@ def test_a_head_that_refuses_the_sweep_says_what_to_set_in_one_line(
     request, not its 20 retries."""
     address, client_port, _ = token_head
     target = address if not scheme else f"ray://127.0.0.1:{client_port}"
-    refused = _sweep(tmp_path, "seed=0,1", f"results_dir={tmp_path / 'results'}", "name=refused",
+    refused = sweep_command(tmp_path, "seed=0,1", f"results_dir={tmp_path / 'results'}", "name=refused",
                      f"ray.address={target}", env=_user_env(tmp_path, **settings))
     assert refused.returncode == 2
     assert refused.stderr.splitlines() == [
