@@ -200,10 +200,9 @@ class TcpSender(HostSender):
     Sequence space: [snd_una, snd_max) is sent and unacknowledged, snd_nxt the next byte to send
     (below snd_max after a timeout: go-back-N), stream_end the end of what the application wrote.
     `sacked` is the SACK scoreboard, what ACKs reported SACKed above snd_una (None when empty, as
-    are the recovery's lists). `rto_recovery` marks the loss recovery that
-    follows an RTO which kept the scoreboard (`keep_sack_after_rto`, without RACK): everything sent
-    before the RTO (below recover_seq) and not SACKed is lost and resent in order, high_rxt being
-    how far that has gone.
+    are the recovery's lists). `rto_recovery` marks the loss recovery that follows an RTO which kept
+    the scoreboard (`keep_sack_after_rto`, without RACK): everything sent before the RTO (below
+    recover_seq) and not SACKed is lost and resent in order, high_rxt being how far that has gone.
 
     Below TCP, on a host whose interface is a `HostNic` (`host_nic`), the sender keeps what it has
     handed the interface and not yet seen serialised (its packets from `below_head` to `below_tail`,
@@ -512,9 +511,14 @@ class TcpSender(HostSender):
         start = self.high_rxt if self.high_rxt > self.snd_una else self.snd_una
         sacked = self.sacked
         if self.rto_recovery:
-            return sacked.next_hole(start, self.recover_seq) if sacked is not None else (
-                (start, self.recover_seq) if start < self.recover_seq else (start, start))
-        return sacked.next_hole(start, sacked.highest) if sacked is not None else (start, start)
+            limit = self.recover_seq
+        elif sacked is not None:
+            limit = sacked.highest
+        else:
+            return start, start
+        if sacked is None:
+            return (start, limit) if start < limit else (start, start)
+        return sacked.next_hole(start, limit)
 
     def _unsacked_bytes(self, start: int, end: int) -> int:
         """Bytes of [start, end) that the SACK scoreboard does not hold (0 if end <= start)."""
