@@ -1,7 +1,7 @@
 """Two-fidelity sweeps: every grid point on a fast screening backend, then a chosen few again at the
 grid's own backend (packet level).
 
-`hydra.launcher.refine_budget=N` turns a sweep into two phases, screening on
+`hydra.launcher.refine_budget=N` turns a sweep into two stages, screening on
 `hydra.launcher.screen_backend` (`analytical`, `alpha_beta`, `phase` or `hybrid`; by default `hybrid`
 for a grid with runs of 256 NPUs or more, `analytical` below: `default_screen_backend`):
 
@@ -18,8 +18,8 @@ for a grid with runs of 256 NPUs or more, `analytical` below: `default_screen_ba
    - the points the screen marks at risk (`at_risk`), fastest first, while the budget lasts.
 
 Both runs of a point share its `point_id` (`sweep.runner.point_id`: its config without
-`engine.backend`); a refined run's row says why it was chosen (`refine_reason`). Both phases
-resume: finished runs of either phase are skipped by run_id, and the selection depends only on the
+`engine.backend`); a refined run's row says why it was chosen (`refine_reason`). Both stages
+resume: finished runs of either stage are skipped by run_id, and the selection depends only on the
 screen's results, the settings and the seed, so an interrupted sweep picks the same points again.
 """
 
@@ -298,7 +298,7 @@ def screen_frame(screen_runs: Sequence[PlannedRun], load: Any) -> pd.DataFrame:
 
 @dataclass
 class TwoFidelityResult:
-    """What a two-fidelity sweep did: the tally of each phase (`refine` None when the screen was
+    """What a two-fidelity sweep did: the tally of each stage (`refine` None when the screen was
     interrupted: nothing was refined) and the points chosen, {point_id: reasons}."""
 
     screen: SweepSummary
@@ -308,12 +308,12 @@ class TwoFidelityResult:
 
     @property
     def interrupted(self) -> bool:
-        """Whether Ctrl-C or SIGTERM stopped either phase."""
+        """Whether Ctrl-C or SIGTERM stopped either stage."""
         return self.screen.interrupted or self.refine is None or self.refine.interrupted
 
     @property
     def failed(self) -> int:
-        """Runs of either phase that ended `error` or `timeout`."""
+        """Runs of either stage that ended `error` or `timeout`."""
         return self.screen.failed + (self.refine.failed if self.refine is not None else 0)
 
 
@@ -321,7 +321,7 @@ def run_two_fidelity(runs: Sequence[PlannedRun], screens: Sequence[PlannedRun], 
                      executor: Executor, flush_rows: int = 10_000, flush_interval_s: float = 10.0,
                      show_progress: bool | None = None) -> TwoFidelityResult:
     """Screen every point (`screens`, from `plan_screens(runs, ...)`), choose from the stored screen
-    results (`select_refinements`) and run the chosen points of `runs`. Each phase skips what is
+    results (`select_refinements`) and run the chosen points of `runs`. Each stage skips what is
     done already; an interrupted screen refines nothing (the next invocation finishes the screen,
     then chooses)."""
     screen_summary = run_sweep(screens, executor, flush_rows, flush_interval_s, show_progress=show_progress)

@@ -12,7 +12,7 @@ import pytest
 from engine.backends.analytical import FluidMessages
 from engine.config import NetworkConfig
 from engine.eventlist import EventList
-from engine.system.maxmin import Flow, MaxMinSharing, SharedLink
+from engine.system.maxmin import FluidFlow, MaxMinSharing, SharedLink
 from engine.topology import build_topology
 
 
@@ -48,7 +48,7 @@ def test_the_classic_three_link_example():
     # flow 3 C. A and B offer 1/2 each: flows 0, 1, 2 get 1/2; C's other 3/2 go to flow 3.
     links = shared([1, 1, 2])
     paths = [(0, 1, 2), (0,), (1,), (2,)]
-    flows = [Flow(tuple(links[link] for link in path)) for path in paths]
+    flows = [FluidFlow(tuple(links[link] for link in path)) for path in paths]
     MaxMinSharing().update([], flows)
     assert [flow.rate_bps for flow in flows] == [0.5, 0.5, 0.5, 1.5]
 
@@ -57,8 +57,8 @@ def test_a_finish_frees_capacity_for_the_flows_it_held_back():
     # Bertsekas and Gallager's example: links of capacity 1 in a row, flow 0 over all three,
     # flows 1, 2, 3 on one link each: every flow gets 1/2. When flow 0 finishes the others get 1.
     links = shared([1, 1, 1])
-    long_flow = Flow(tuple(links))
-    short_flows = [Flow((link,)) for link in links]
+    long_flow = FluidFlow(tuple(links))
+    short_flows = [FluidFlow((link,)) for link in links]
     sharing = MaxMinSharing()
     sharing.update([], [long_flow, *short_flows])
     assert [flow.rate_bps for flow in (long_flow, *short_flows)] == [0.5, 0.5, 0.5, 0.5]
@@ -71,7 +71,7 @@ def test_a_start_on_a_link_with_slower_flows_changes_only_the_faster_ones():
     # Link 0 (capacity 10) carries flow a, held to 1 by link 1 (capacity 1), and flow b at 9. A
     # new flow c on link 0 shares the 9 left with b: 4.5 each, and a is untouched.
     links = shared([10, 1])
-    a, b, c = Flow((links[0], links[1])), Flow((links[0],)), Flow((links[0],))
+    a, b, c = FluidFlow((links[0], links[1])), FluidFlow((links[0],)), FluidFlow((links[0],))
     sharing = MaxMinSharing()
     sharing.update([], [a, b])
     assert (a.rate_bps, b.rate_bps) == (1.0, 9.0)
@@ -94,14 +94,14 @@ def test_incremental_updates_equal_a_full_progressive_filling(seed):
     capacities, candidate_paths = random_network(rng)
     links = shared(capacities)
     sharing = MaxMinSharing()
-    active: list[tuple[Flow, list[int]]] = []
+    active: list[tuple[FluidFlow, list[int]]] = []
     for _ in range(rng.randint(1, 25)):
         # a batch: some flows finish and some start at one instant (a collective step), often both
         finishing = rng.sample(active, rng.randint(0, len(active))) if active and rng.random() < 0.7 else []
         paths = [rng.choice(candidate_paths) for _ in range(rng.choice([0, 1, 1, 2, 3, 8]))]
         if not finishing and not paths:
             continue
-        starting = [(Flow(tuple(links[link] for link in path)), path) for path in paths]
+        starting = [(FluidFlow(tuple(links[link] for link in path)), path) for path in paths]
         before = {flow: flow.rate_bps for flow, _ in active}
         active = [entry for entry in active if entry not in finishing]
         changed, previous = sharing.update([flow for flow, _ in finishing], [flow for flow, _ in starting])

@@ -21,7 +21,7 @@ from ..memory import estimate_messages, process_bytes
 from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..simulation import Simulation
 from ..system.collectives import SystemLayer
-from ..system.maxmin import Flow, MaxMinSharing, SharedLink
+from ..system.maxmin import FluidFlow, MaxMinSharing, SharedLink
 from ..system.messages import MessageLog, MessageRecord
 from ..topology import Topology
 from ..transport.cc import slow_start_dominates
@@ -31,7 +31,7 @@ from .base import MESSAGE_COLUMNS, NetworkBackend, message_system_layer
 STALE_ENTRIES_KEPT: Final = 1024  # completion-heap entries left stale before the heap is compacted
 
 
-class _FluidMessage(Flow):
+class _FluidMessage(FluidFlow):
     """A message in the analytical backend: a flow with the wire bits it had left at
     `updated_ps` (its rate has not changed since); `heap_seq` names its one valid entry in the
     completion heap of `FluidMessages`, the others being stale."""
@@ -103,7 +103,7 @@ class FluidMessages(EventSource):
         self._sharing = MaxMinSharing()
         self._shared_links: dict[Link, SharedLink] = {}
         self._pair_tails: dict[int, _FluidMessage] = {}  # src * npus + dst -> the pair's last message
-        self._starting: list[Flow] = []  # messages to start sharing at the next wake-up
+        self._starting: list[FluidFlow] = []  # messages to start sharing at the next wake-up
         self._completions: list[tuple[int, int, _FluidMessage]] = []  # heap of (finish_ps, seq, message)
         self._heap_seq = 0
         self._sending = 0  # messages started and not finished
@@ -176,7 +176,7 @@ class FluidMessages(EventSource):
             return  # superseded by an earlier wake-up
         self._next_wake_ps = -1
         completions = self._completions
-        finished: list[Flow] = []
+        finished: list[FluidFlow] = []
         while completions and completions[0][0] <= now:
             _, seq, message = heappop(completions)
             if seq == message.heap_seq:  # else stale: the message's rate changed since

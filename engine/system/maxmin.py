@@ -31,7 +31,7 @@ from typing import Final
 RATE_TOLERANCE: Final = 1e-9  # relative float slack when comparing a rate with the level of a change
 
 
-class Flow:
+class FluidFlow:
     """Something that crosses `links` at a max-min fair `rate_bps` (0 until first shared).
     `mark` is scratch space of `MaxMinSharing.update`: the last update that re-filled it."""
 
@@ -59,13 +59,13 @@ class SharedLink:
         self.capacity_bps = capacity_bps
         self.flow_count = 0  # flows crossing it, those not yet shared included
         self.rates: list[float] = []
-        self.groups: list[dict[Flow, None]] = []
+        self.groups: list[dict[FluidFlow, None]] = []
         self.mark = 0
         self.slot = 0
         self.peak_flow_count = 0
         self.delivered_bytes = 0
 
-    def group(self, flow: Flow, rate_bps: float) -> None:
+    def group(self, flow: FluidFlow, rate_bps: float) -> None:
         """File `flow` under `rate_bps`."""
         rates = self.rates
         index = bisect_left(rates, rate_bps)
@@ -74,7 +74,7 @@ class SharedLink:
             self.groups.insert(index, {})
         self.groups[index][flow] = None
 
-    def ungroup(self, flow: Flow, rate_bps: float) -> None:
+    def ungroup(self, flow: FluidFlow, rate_bps: float) -> None:
         """Take `flow` out of its group at `rate_bps`."""
         index = bisect_left(self.rates, rate_bps)
         group = self.groups[index]
@@ -90,7 +90,7 @@ class MaxMinSharing:
     def __init__(self) -> None:
         self._epoch = 0
 
-    def update(self, finished: list[Flow], starting: list[Flow]) -> tuple[list[Flow], list[float]]:
+    def update(self, finished: list[FluidFlow], starting: list[FluidFlow]) -> tuple[list[FluidFlow], list[float]]:
         """`finished` flows leave, `starting` ones join (all at one instant); set the new rates.
         Returns the flows whose rate changed (the starting ones included) and their previous
         rates (0 for a starting flow)."""
@@ -127,9 +127,9 @@ class MaxMinSharing:
         cutoff = level * (1.0 - RATE_TOLERANCE)
         self._epoch += 1
         epoch = self._epoch
-        refilled: list[Flow] = []  # the flows filled again, the starting ones first
+        refilled: list[FluidFlow] = []  # the flows filled again, the starting ones first
         capacity: list[float] = []  # per link slot: the capacity left to them
-        users: list[list[Flow]] = []  # per link slot: those of them crossing it
+        users: list[list[FluidFlow]] = []  # per link slot: those of them crossing it
         to_scan: list[SharedLink] = []  # links reached whose flows are not yet looked at
         for flow in starting:
             flow.mark = epoch
@@ -171,7 +171,7 @@ class MaxMinSharing:
                     link_users.append(flow)
                 index += 1
         fill(capacity, users, refilled)
-        changed: list[Flow] = []
+        changed: list[FluidFlow] = []
         changed_from: list[float] = []
         for index, flow in enumerate(refilled):
             old_rate, new_rate = previous[index], flow.rate_bps
@@ -186,7 +186,7 @@ class MaxMinSharing:
         return changed, changed_from
 
 
-def _reach(link: SharedLink, epoch: int, capacity: list[float], users: list[list[Flow]],
+def _reach(link: SharedLink, epoch: int, capacity: list[float], users: list[list[FluidFlow]],
            to_scan: list[SharedLink]) -> None:
     """Give `link` a slot in this update's tables and queue it to be looked at."""
     link.mark = epoch
@@ -196,7 +196,7 @@ def _reach(link: SharedLink, epoch: int, capacity: list[float], users: list[list
     to_scan.append(link)
 
 
-def fill(capacity: list[float], users: list[list[Flow]], flows: list[Flow]) -> None:
+def fill(capacity: list[float], users: list[list[FluidFlow]], flows: list[FluidFlow]) -> None:
     """Progressive filling: set the max-min fair `rate_bps` of `flows`, given per link slot the
     capacity left to them and the ones crossing it (each link of theirs has its `slot` set).
 

@@ -57,7 +57,7 @@ class RayNetsweepLauncherConf:
     skip_refused: bool = False
     # Two-fidelity sweeps (sweep/fidelity.py): every point on screen_backend first, then at most
     # refine_budget of them at the grid's backend: a calibration sample, the top points, the at-risk ones.
-    # screen_backend: analytical, alpha_beta, phase or hybrid; null = hybrid from 256 NPUs, else analytical
+    # screen_backend: a backend whose class SCREENS; null = the default (hybrid from 256 NPUs, else analytical)
     screen_backend: str | None = None
     refine_budget: int | None = None  # refined runs at most; null (and no screen_backend) = one fidelity
     refine_top: int = 10  # the fastest points by screened iteration time ...
