@@ -18,7 +18,7 @@ import time
 
 from bench_scale import TOPOLOGIES
 
-from engine.config import NetworkConfig
+from engine.config import load_config
 from engine.eventlist import EventList
 from engine.network import Link
 from engine.system.maxmin import Flow, MaxMinSharing, SharedLink
@@ -27,7 +27,8 @@ from engine.topology import build_topology
 
 def coupling(topology_name: str, npus: int) -> dict:
     """Flows, distinct rates, and the rates one extra flow changes when it starts and when it ends."""
-    topology = build_topology(EventList(), NetworkConfig(**TOPOLOGIES[topology_name], npus=npus), 1)
+    network = load_config({"network": {**TOPOLOGIES[topology_name], "npus": npus}}).network
+    topology = build_topology(EventList(), network, 1)
     shared: dict[Link, SharedLink] = {}
 
     def flow(src: int, dst: int, flow_id: int) -> Flow:

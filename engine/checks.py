@@ -9,7 +9,7 @@ callers that launch runs (`sweep.plan.validate`, for a single run and every grid
 from __future__ import annotations
 
 from .backends import backend_class, backends_with
-from .config import SimConfig, require
+from .config import FlowsWorkload, SimConfig, require
 
 
 def check_backend(config: SimConfig) -> None:
@@ -21,7 +21,7 @@ def check_backend(config: SimConfig) -> None:
             f"false unless engine.backend={' or '.join(backends_with('INCAST_RTO'))} (the backend that flags "
             "incast phases)")
     backend.check_config(config)
-    if config.workload.type == "flows":
+    if isinstance(config.workload, FlowsWorkload):
         carriers = " or ".join(backends_with("CARRIES_FLOWS"))
         require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,
                 f"{carriers} for workload.type=flows (TCP flows need the {carriers} backend)")

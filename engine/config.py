@@ -4,6 +4,13 @@
 dataclasses, refusing anything that cannot run with a `ConfigError` that names the key, the value
 and what is allowed. Nothing here knows about Hydra.
 
+A topology and a workload type are each a dataclass of their own over a shared base (`NetworkConfig`,
+`WorkloadConfig`): its fields are its keys, its defaults the values a preset starts from
+(`sweep.config_bases` registers them as Hydra's bases), its `check` what it refuses. They are found by
+name in `TOPOLOGY_CONFIGS` and `WORKLOAD_CONFIGS`; code that needs one type's keys narrows with
+`isinstance`. A key of another variant of the same section (`network.spines` on a switch) is accepted
+and left out: it cannot change the simulation (`engine.keys`).
+
 This module is the floor of the engine: it imports the standard library, the wire constants of
 `engine.network` and the backends' names (`engine.backends.names`, which imports nothing), never
 a layer that reads it (tests/test_import_graph.py). What lies above it is checked above it, by
@@ -17,6 +24,7 @@ Which keys can change a config's simulation, and the run identity that follows, 
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
@@ -24,14 +32,12 @@ from typing import Any, Mapping
 from .backends.names import BACKEND_NAMES, DEFAULT_BACKEND
 from .network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 
-TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 # What the sender does with its SACK scoreboard at an RTO: keep it and resend only the holes (Linux,
 # ns-3, RFC 6675 with erratum 1610) or discard it and resend everything from snd_una (RFC 2018).
 SACK_AFTER_RTO = ("keep", "discard")
 # Which links get a row in the `links` table: none, the switches' egress ports, or every link.
 LINK_STATS = ("none", "switch_ports", "all")
-WORKLOAD_TYPES = ("dlrm", "astra", "chakra", "collective", "flows")
 # dlrm: how the bottom MLP's output meets the embeddings: pairwise dot products (DLRM 2019) or DCNv2's
 # low-rank cross layers (MLPerf Training's DLRM-DCNv2).
 INTERACTIONS = ("dot", "dcn")
@@ -63,9 +69,10 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    """Topology and link parameters (`network.*`)."""
+    """What every topology has (`network.*`): its name, its hosts and their links, the switches'
+    buffers. A topology's own keys are on its subclass, registered in `TOPOLOGY_CONFIGS`."""
 
-    topology: str = "switch"
+    topology: str = "switch"  # the key of `TOPOLOGY_CONFIGS` naming the subclass
     npus: int = 8
     link_gbps: float = 100.0
     link_latency_us: float = 1.0
@@ -73,15 +80,127 @@ class NetworkConfig:
     ecn_threshold_kb: float | None = None
     mtu_bytes: int = 1500
     loss_rate: float = 0.0
-    bottleneck_gbps: float | None = None
-    bottleneck_latency_us: float | None = None
-    hosts_per_leaf: int | None = None
-    spines: int | None = None
-    uplink_gbps: float | None = None
-    fat_tree_k: int | None = None
-    npus_per_node: int | None = None
-    scaleup_gbps: float | None = None
-    scaleup_latency_us: float | None = None
+
+    @property
+    def node_npus(self) -> int:
+        """NPUs that share a scale-up node (1: each NPU is its own node)."""
+        return 1
+
+    def group_sizes(self) -> tuple[int, ...]:
+        """NPUs in a collective's group in each of the network's dimensions (one dimension: all of them)."""
+        return (self.npus,)
+
+    def check(self) -> None:
+        """Raise `ConfigError` for a value this topology cannot be built with."""
+        require(2 <= self.npus <= MAX_NPUS, "network.npus", self.npus,
+                f"an integer >= 2 and at most {MAX_NPUS:,} (no backend runs more on one machine)")
+        _positive("network.link_gbps", self.link_gbps)
+        _non_negative("network.link_latency_us", self.link_latency_us)
+        if self.buffer_kb is not None:
+            _non_negative("network.buffer_kb", self.buffer_kb)
+        if self.ecn_threshold_kb is not None:
+            _non_negative("network.ecn_threshold_kb", self.ecn_threshold_kb)
+        require(self.mtu_bytes >= 68, "network.mtu_bytes", self.mtu_bytes, "an integer >= 68 (the IPv4 minimum)")
+        require(0.0 <= self.loss_rate < 1.0, "network.loss_rate", self.loss_rate, "a probability in [0, 1)")
+
+
+@dataclass(frozen=True)
+class SwitchNetwork(NetworkConfig):
+    """One switch: host -> switch -> host."""
+
+
+@dataclass(frozen=True)
+class DumbbellNetwork(NetworkConfig):
+    """Two switches, half the hosts on each, joined by one bottleneck link each way."""
+
+    topology: str = "dumbbell"
+    bottleneck_gbps: float = 100.0
+    bottleneck_latency_us: float = 1.0
+
+    def check(self) -> None:
+        super().check()
+        require(self.npus % 2 == 0, "network.npus", self.npus, "an even number for a dumbbell (half on each side)")
+        _positive("network.bottleneck_gbps", self.bottleneck_gbps)
+        _non_negative("network.bottleneck_latency_us", self.bottleneck_latency_us)
+
+
+@dataclass(frozen=True)
+class RingNetwork(NetworkConfig):
+    """NPUs in a bidirectional ring, each forwarding for the others."""
+
+    topology: str = "ring"
+
+    def check(self) -> None:
+        super().check()
+        require(self.npus >= 3, "network.npus", self.npus, "at least 3 for a ring")
+
+
+@dataclass(frozen=True)
+class LeafSpineNetwork(NetworkConfig):
+    """Leaves of `hosts_per_leaf` hosts, every leaf joined to every spine."""
+
+    topology: str = "leaf_spine"
+    hosts_per_leaf: int = 4
+    spines: int = 4
+    uplink_gbps: float = 100.0
+
+    def check(self) -> None:
+        super().check()
+        require(self.hosts_per_leaf >= 1, "network.hosts_per_leaf", self.hosts_per_leaf, "an integer >= 1")
+        require(self.spines >= 1, "network.spines", self.spines, "an integer >= 1")
+        _positive("network.uplink_gbps", self.uplink_gbps)
+        require(self.npus % self.hosts_per_leaf == 0, "network.npus", self.npus,
+                f"a multiple of network.hosts_per_leaf = {self.hosts_per_leaf}")
+
+
+@dataclass(frozen=True)
+class FatTreeNetwork(NetworkConfig):
+    """A k-ary three-tier Clos of k^3/4 hosts (the first `npus` exist)."""
+
+    topology: str = "fat_tree"
+    uplink_gbps: float | None = None  # null = link_gbps
+    fat_tree_k: int | None = None  # null = the smallest k whose k^3/4 hosts hold npus
+
+    @property
+    def k(self) -> int:
+        """The fat tree's k: `fat_tree_k`, or the smallest that holds `npus`."""
+        return self.fat_tree_k if self.fat_tree_k is not None else smallest_fat_tree_k(self.npus)
+
+    def check(self) -> None:
+        super().check()
+        if self.fat_tree_k is not None:
+            smallest = smallest_fat_tree_k(self.npus)
+            require(self.fat_tree_k >= 2 and self.fat_tree_k % 2 == 0 and fat_tree_hosts(self.fat_tree_k) >= self.npus,
+                    "network.fat_tree_k", self.fat_tree_k,
+                    f"an even integer >= 2 whose k^3/4 hosts hold network.npus = {self.npus} (the smallest is "
+                    f"{smallest}), or null to choose that one")
+        if self.uplink_gbps is not None:
+            _positive("network.uplink_gbps", self.uplink_gbps)
+
+
+@dataclass(frozen=True)
+class HierarchicalNetwork(NetworkConfig):
+    """Nodes of `npus_per_node` NPUs on a scale-up fabric, joined by one scale-out switch."""
+
+    topology: str = "hierarchical"
+    npus_per_node: int = 8
+    scaleup_gbps: float = 400.0
+    scaleup_latency_us: float = 0.5
+
+    @property
+    def node_npus(self) -> int:
+        return self.npus_per_node
+
+    def group_sizes(self) -> tuple[int, ...]:
+        return (self.npus_per_node, self.npus // self.npus_per_node)
+
+    def check(self) -> None:
+        super().check()
+        require(self.npus_per_node >= 1, "network.npus_per_node", self.npus_per_node, "an integer >= 1")
+        require(self.npus % self.npus_per_node == 0, "network.npus", self.npus,
+                f"a multiple of network.npus_per_node = {self.npus_per_node}")
+        _positive("network.scaleup_gbps", self.scaleup_gbps)
+        _non_negative("network.scaleup_latency_us", self.scaleup_latency_us)
 
 
 @dataclass(frozen=True)
@@ -161,18 +280,63 @@ class FlowSpec:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """What the network carries (`workload.*`)."""
+    """What the network carries (`workload.*`): `type` names the subclass (`WORKLOAD_CONFIGS`), whose
+    fields are that type's keys."""
 
     type: str = "dlrm"
-    # flows
+
+    def check(self, npus: int) -> None:
+        """Raise `ConfigError` for a value this workload cannot run with on `npus` NPUs."""
+
+
+@dataclass(frozen=True)
+class FlowsWorkload(WorkloadConfig):
+    """TCP flows: listed one by one, or a pattern of them."""
+
+    type: str = "flows"
     flows: tuple[FlowSpec, ...] = ()
-    pattern: str | None = None
-    senders: int | None = None
+    pattern: str | None = None  # one of FLOW_PATTERNS, or null with explicit flows
+    senders: int | None = None  # incast: hosts 1..senders send to host 0
     bytes_per_flow: int = 1_000_000
     rounds: int = 1
-    # dlrm, astra, collective
+
+    def check(self, npus: int) -> None:
+        require(bool(self.flows or self.pattern), "workload.flows", list(self.flows),
+                "at least one flow, or a workload.pattern (incast, permutation, all_to_all)")
+        require(not (self.flows and self.pattern), "workload.pattern", self.pattern,
+                "null when workload.flows lists explicit flows (give one or the other)")
+        for index, flow in enumerate(self.flows):
+            key = f"workload.flows[{index}]"
+            for end in ("src", "dst"):
+                host = getattr(flow, end)
+                require(0 <= host < npus, f"{key}.{end}", host, f"a host in 0..{npus - 1} (network.npus = {npus})")
+            require(flow.src != flow.dst, f"{key}.dst", flow.dst, "a host other than src")
+            require(flow.bytes > 0, f"{key}.bytes", flow.bytes, "an integer > 0")
+            _non_negative(f"{key}.start_us", flow.start_us)
+        if self.pattern is not None:
+            _one_of("workload.pattern", self.pattern, FLOW_PATTERNS)
+            require(self.bytes_per_flow > 0, "workload.bytes_per_flow", self.bytes_per_flow, "an integer > 0")
+            require(self.rounds >= 1, "workload.rounds", self.rounds, "an integer >= 1")
+            if self.pattern == "incast":
+                require(self.senders is not None and 1 <= self.senders <= npus - 1, "workload.senders",
+                        self.senders, f"an integer in 1..{npus - 1} (hosts 1..senders send to host 0)")
+
+
+@dataclass(frozen=True)
+class IterativeWorkload(WorkloadConfig):
+    """A workload of training iterations (every type but flows)."""
+
     iterations: int = 1
-    # dlrm (a model description; compute times from a roofline on npu_tflops and hbm_gbps)
+
+    def check(self, npus: int) -> None:
+        require(self.iterations >= 1, "workload.iterations", self.iterations, "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class DlrmWorkload(IterativeWorkload):
+    """A DLRM model description; compute times from a roofline on npu_tflops and hbm_gbps."""
+
+    type: str = "dlrm"
     num_tables: int = 8
     emb_dim: int = 64
     dense_features: int = 13
@@ -187,13 +351,73 @@ class WorkloadConfig:
     dcn_low_rank: int = 512  # dcn: rank r of each cross layer's weight U V^T
     multi_hot: tuple[int, ...] | None = None  # lookups per sample in each table; None = one each
     index_bytes: int = 0  # bytes per sparse index sent to its table's NPU; 0 = none sent
-    # astra (an ASTRA-sim 1.0 text workload) and chakra (a Chakra execution trace)
+
+    def check(self, npus: int) -> None:
+        super().check(npus)
+        for key in ("num_tables", "emb_dim", "dense_features", "batch_per_npu", "dtype_bytes"):
+            require(getattr(self, key) >= 1, f"workload.{key}", getattr(self, key), "an integer >= 1")
+        for key in ("bottom_mlp", "top_mlp"):
+            require(all(width >= 1 for width in getattr(self, key)), f"workload.{key}", list(getattr(self, key)),
+                    "a list of layer widths >= 1")
+        require(self.bottom_mlp[-1] == self.emb_dim, "workload.bottom_mlp", list(self.bottom_mlp),
+                f"a list whose last width equals workload.emb_dim = {self.emb_dim} (the bottom MLP's output "
+                "meets the embeddings at the interaction)")
+        _positive("workload.npu_tflops", self.npu_tflops)
+        _positive("workload.hbm_gbps", self.hbm_gbps)
+        _one_of("workload.interaction", self.interaction, INTERACTIONS)
+        for key in ("dcn_layers", "dcn_low_rank"):
+            require(getattr(self, key) >= 1, f"workload.{key}", getattr(self, key), "an integer >= 1")
+        if self.multi_hot is not None:
+            require(len(self.multi_hot) == self.num_tables and all(hot >= 1 for hot in self.multi_hot),
+                    "workload.multi_hot", list(self.multi_hot), f"a list of workload.num_tables = {self.num_tables} "
+                    "lookups per sample (integers >= 1), one per table, or null for one lookup in each")
+        require(self.index_bytes >= 0, "workload.index_bytes", self.index_bytes,
+                "an integer >= 0 (bytes per sparse index in the input all-to-all; 0 = none sent)")
+
+
+@dataclass(frozen=True)
+class AstraWorkload(IterativeWorkload):
+    """An ASTRA-sim 1.0 text workload."""
+
+    type: str = "astra"
     path: str | None = None
     cycle_ns: float = 1.0
-    duration_unit: str = "us"  # chakra: us (the schema's), ns, or cycles of cycle_ns
-    # collective (a microbenchmark)
-    op: str = "all_reduce"
-    bytes: int = 1_048_576
+
+    def check(self, npus: int) -> None:
+        super().check(npus)
+        require(self.path is not None, "workload.path", self.path, "the path of an ASTRA-sim 1.0 workload file")
+        _positive("workload.cycle_ns", self.cycle_ns)
+
+
+@dataclass(frozen=True)
+class ChakraWorkload(IterativeWorkload):
+    """A Chakra execution trace, one file per NPU."""
+
+    type: str = "chakra"
+    path: str | None = None
+    cycle_ns: float = 1.0  # with duration_unit: cycles
+    duration_unit: str = "us"  # one of DURATION_UNITS: us (the schema's), ns, or cycles of cycle_ns
+
+    def check(self, npus: int) -> None:
+        super().check(npus)
+        require(self.path is not None, "workload.path", self.path, "the prefix (or folder) of a Chakra trace, one "
+                "<prefix>.<rank>.et file per NPU")
+        _one_of("workload.duration_unit", self.duration_unit, DURATION_UNITS)
+        _positive("workload.cycle_ns", self.cycle_ns)
+
+
+@dataclass(frozen=True)
+class CollectiveWorkload(IterativeWorkload):
+    """One collective, a microbenchmark."""
+
+    type: str = "collective"
+    op: str = "all_reduce"  # one of COLLECTIVE_OPS
+    bytes: int = 1_048_576  # per NPU
+
+    def check(self, npus: int) -> None:
+        super().check(npus)
+        _one_of("workload.op", self.op, COLLECTIVE_OPS)
+        require(self.bytes >= 1, "workload.bytes", self.bytes, "an integer >= 1 (bytes per NPU)")
 
 
 @dataclass(frozen=True)
@@ -212,11 +436,11 @@ class SimConfig:
 
     seed: int = 0
     engine: EngineConfig = field(default_factory=EngineConfig)
-    network: NetworkConfig = field(default_factory=NetworkConfig)
+    network: NetworkConfig = field(default_factory=SwitchNetwork)
     tcp: TcpConfig = field(default_factory=TcpConfig)
     host: HostConfig = field(default_factory=HostConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
-    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    workload: WorkloadConfig = field(default_factory=DlrmWorkload)
 
     @property
     def mss_bytes(self) -> int:
@@ -238,23 +462,73 @@ class SimConfig:
 
 # The engine's sections of a config, in the order of `SimConfig`'s fields.
 SECTIONS = tuple(item.name for item in fields(SimConfig) if item.name != "seed")
+
+
+def _by_name(name_key: str, *classes: type) -> dict[str, Any]:
+    """Variant classes by the default of their naming field (`topology`, `type`)."""
+    return {str(next(item.default for item in fields(cls) if item.name == name_key)): cls for cls in classes}
+
+
+# A topology's config class by `network.topology` (each builds with `engine.topology`'s class of that name).
+TOPOLOGY_CONFIGS: dict[str, type[NetworkConfig]] = _by_name(
+    "topology", SwitchNetwork, DumbbellNetwork, RingNetwork, LeafSpineNetwork, FatTreeNetwork, HierarchicalNetwork)
+# A workload type's config class by `workload.type` (flows first: the order of the runs table's columns).
+WORKLOAD_CONFIGS: dict[str, type[WorkloadConfig]] = _by_name(
+    "type", FlowsWorkload, DlrmWorkload, AstraWorkload, ChakraWorkload, CollectiveWorkload)
+# The sections whose keys depend on a variant: (its naming key, the variants' classes by name).
+VARIANT_SECTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "network": ("topology", TOPOLOGY_CONFIGS), "workload": ("type", WORKLOAD_CONFIGS)}
+
+
+def section_classes(section: str) -> tuple[type, ...]:
+    """The config classes of a section: one per variant (`VARIANT_SECTIONS`), or its one class."""
+    if section in VARIANT_SECTIONS:
+        return tuple(VARIANT_SECTIONS[section][1].values())
+    return (type(getattr(SimConfig(), section)),)
+
+
+def section_keys(section: str) -> tuple[str, ...]:
+    """Every key of a section in any of its variants, each once, in declaration order (the order of
+    the runs table's columns)."""
+    return tuple(dict.fromkeys(item.name for cls in section_classes(section) for item in fields(cls)))
 # Keys outside the engine's sections that a composed config may carry (the sweep's own settings).
 _IGNORED_TOP_LEVEL = {"name", "results_dir", "ray", "replicate", "hydra", "sweep"}
 
 
 def _section(cls: type, mapping: Mapping[str, Any] | None, prefix: str) -> dict[str, Any]:
-    """Check a section's keys against the dataclass and coerce each value to the field's type."""
+    """Check a section's keys against the dataclass and coerce each value to the field's type. Keys
+    of the section's other variants (`network.spines` on a switch) are left out: they cannot change
+    this simulation (`engine.keys` says so where a user sets one)."""
     if mapping is None:
         mapping = {}
     if not isinstance(mapping, Mapping):
         raise ConfigError(prefix, mapping, f"a mapping of keys ({', '.join(f.name for f in fields(cls))})")
     known = {f.name: f for f in fields(cls)}
+    other_variants = set(section_keys(prefix)) if prefix in VARIANT_SECTIONS else set()
     values: dict[str, Any] = {}
     for key, value in mapping.items():
-        if key not in known:
-            raise ConfigError(f"{prefix}.{key}", value, f"unknown key; known keys: {', '.join(sorted(known))}")
-        values[key] = _coerce(f"{prefix}.{key}", value, known[key].type)
+        if key in known:
+            values[key] = _coerce(f"{prefix}.{key}", value, known[key].type)
+        elif key not in other_variants:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            guess = f" (did you mean {prefix}.{close[0]}?)" if close else ""
+            raise ConfigError(f"{prefix}.{key}", value,
+                              f"an existing key{guess}: {', '.join(f'{prefix}.{name}' for name in known)}")
     return values
+
+
+def _variant(section: str, mapping: Mapping[str, Any] | None) -> Any:
+    """The section's variant named by its naming key (`network.topology`, `workload.type`), built
+    from `mapping`."""
+    name_key, classes = VARIANT_SECTIONS[section]
+    name = mapping.get(name_key) if isinstance(mapping, Mapping) else None
+    if name is None:
+        name = getattr(getattr(SimConfig(), section), name_key)
+    _one_of(f"{section}.{name_key}", name, tuple(classes))
+    values = _section(classes[name], mapping, section)
+    if "flows" in values:
+        values["flows"] = _flow_specs(values["flows"])
+    return classes[name](**values)
 
 
 def _coerce(key: str, value: Any, type_name: Any) -> Any:
@@ -326,13 +600,11 @@ def load_config(mapping: Mapping[str, Any]) -> SimConfig:
                               + ", ".join(sorted(_IGNORED_TOP_LEVEL)))
     seed = _coerce("seed", mapping.get("seed", 0), "int")
     engine = EngineConfig(**_section(EngineConfig, mapping.get("engine"), "engine"))
-    network = NetworkConfig(**_section(NetworkConfig, mapping.get("network"), "network"))
+    network = _variant("network", mapping.get("network"))
     tcp = TcpConfig(**_section(TcpConfig, mapping.get("tcp"), "tcp"))
     host = HostConfig(**_section(HostConfig, mapping.get("host"), "host"))
     system = SystemConfig(**_section(SystemConfig, mapping.get("system"), "system"))
-    workload_values = _section(WorkloadConfig, mapping.get("workload"), "workload")
-    workload_values["flows"] = _flow_specs(workload_values.get("flows", ()))
-    workload = WorkloadConfig(**workload_values)
+    workload = _variant("workload", mapping.get("workload"))
     config = SimConfig(seed=seed, engine=engine, network=network, tcp=tcp, host=host, system=system,
                        workload=workload)
     _validate(config)
@@ -355,23 +627,11 @@ def _flow_specs(raw: Any) -> tuple[FlowSpec, ...]:
 
 
 def _validate(config: SimConfig) -> None:
-    net, tcp, wl, eng = config.network, config.tcp, config.workload, config.engine
+    net, tcp, eng = config.network, config.tcp, config.engine
     _one_of("engine.backend", eng.backend, BACKEND_NAMES)
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
-
-    _one_of("network.topology", net.topology, TOPOLOGIES)
-    require(2 <= net.npus <= MAX_NPUS, "network.npus", net.npus,
-            f"an integer >= 2 and at most {MAX_NPUS:,} (no backend runs more on one machine)")
-    _positive("network.link_gbps", net.link_gbps)
-    _non_negative("network.link_latency_us", net.link_latency_us)
-    if net.buffer_kb is not None:
-        _non_negative("network.buffer_kb", net.buffer_kb)
-    if net.ecn_threshold_kb is not None:
-        _non_negative("network.ecn_threshold_kb", net.ecn_threshold_kb)
-    require(net.mtu_bytes >= 68, "network.mtu_bytes", net.mtu_bytes, "an integer >= 68 (the IPv4 minimum)")
-    require(0.0 <= net.loss_rate < 1.0, "network.loss_rate", net.loss_rate, "a probability in [0, 1)")
-    _validate_topology(net)
+    net.check()
 
     _one_of("tcp.cc", tcp.cc, CONGESTION_CONTROLS)
     if tcp.mss_bytes is not None:
@@ -408,42 +668,7 @@ def _validate(config: SimConfig) -> None:
 
     _validate_host(config.host)
     _validate_system(config)
-    _one_of("workload.type", wl.type, WORKLOAD_TYPES)
-    if wl.type == "flows":
-        _validate_flows(config)
-    else:
-        require(wl.iterations >= 1, "workload.iterations", wl.iterations, "an integer >= 1")
-    if wl.type == "dlrm":
-        for key in ("num_tables", "emb_dim", "dense_features", "batch_per_npu", "dtype_bytes"):
-            require(getattr(wl, key) >= 1, f"workload.{key}", getattr(wl, key), "an integer >= 1")
-        for key in ("bottom_mlp", "top_mlp"):
-            require(all(width >= 1 for width in getattr(wl, key)), f"workload.{key}", list(getattr(wl, key)),
-                    "a list of layer widths >= 1")
-        require(wl.bottom_mlp[-1] == wl.emb_dim, "workload.bottom_mlp", list(wl.bottom_mlp),
-                f"a list whose last width equals workload.emb_dim = {wl.emb_dim} (the bottom MLP's output "
-                "meets the embeddings at the interaction)")
-        _positive("workload.npu_tflops", wl.npu_tflops)
-        _positive("workload.hbm_gbps", wl.hbm_gbps)
-        _one_of("workload.interaction", wl.interaction, INTERACTIONS)
-        for key in ("dcn_layers", "dcn_low_rank"):
-            require(getattr(wl, key) >= 1, f"workload.{key}", getattr(wl, key), "an integer >= 1")
-        if wl.multi_hot is not None:
-            require(len(wl.multi_hot) == wl.num_tables and all(hot >= 1 for hot in wl.multi_hot),
-                    "workload.multi_hot", list(wl.multi_hot), f"a list of workload.num_tables = {wl.num_tables} "
-                    "lookups per sample (integers >= 1), one per table, or null for one lookup in each")
-        require(wl.index_bytes >= 0, "workload.index_bytes", wl.index_bytes,
-                "an integer >= 0 (bytes per sparse index in the input all-to-all; 0 = none sent)")
-    elif wl.type == "astra":
-        require(wl.path is not None, "workload.path", wl.path, "the path of an ASTRA-sim 1.0 workload file")
-        _positive("workload.cycle_ns", wl.cycle_ns)
-    elif wl.type == "chakra":
-        require(wl.path is not None, "workload.path", wl.path, "the prefix (or folder) of a Chakra trace, one "
-                "<prefix>.<rank>.et file per NPU")
-        _one_of("workload.duration_unit", wl.duration_unit, DURATION_UNITS)
-        _positive("workload.cycle_ns", wl.cycle_ns)
-    elif wl.type == "collective":
-        _one_of("workload.op", wl.op, COLLECTIVE_OPS)
-        require(wl.bytes >= 1, "workload.bytes", wl.bytes, "an integer >= 1 (bytes per NPU)")
+    config.workload.check(net.npus)
 
 
 def _validate_host(host: HostConfig) -> None:
@@ -466,9 +691,7 @@ def _validate_system(config: SimConfig) -> None:
     _one_of("system.scheduling", system.scheduling, ("lifo", "fifo"))
     _one_of("system.hierarchy", system.hierarchy, ("baseline", "local_bw_aware"))
     _non_negative("system.endpoint_delay_ns", system.endpoint_delay_ns)
-    group_sizes = [net.npus]
-    if net.topology == "hierarchical" and net.npus_per_node:
-        group_sizes = [net.npus_per_node, net.npus // net.npus_per_node]
+    group_sizes = net.group_sizes()
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         if getattr(system, op) == "halving_doubling":
             for size in group_sizes:
@@ -476,7 +699,7 @@ def _validate_system(config: SimConfig) -> None:
                         f"ring or direct: halving_doubling needs power-of-two groups, and this network has "
                         f"groups of {size} NPUs")
     if system.astra_compat:
-        require(config.workload.type != "flows", "system.astra_compat", True,
+        require(not isinstance(config.workload, FlowsWorkload), "system.astra_compat", True,
                 "false with workload.type=flows (it changes how collectives run, and flows have none)")
         if system.all_reduce == "double_binary_tree":
             for size in group_sizes:
@@ -496,56 +719,3 @@ def smallest_fat_tree_k(npus: int) -> int:
     while fat_tree_hosts(k) < npus:
         k += 2
     return k
-
-
-def _validate_topology(net: NetworkConfig) -> None:
-    if net.topology == "dumbbell":
-        require(net.npus % 2 == 0, "network.npus", net.npus, "an even number for a dumbbell (half on each side)")
-        _positive("network.bottleneck_gbps", net.bottleneck_gbps)
-        _non_negative("network.bottleneck_latency_us", net.bottleneck_latency_us)
-    elif net.topology == "ring":
-        require(net.npus >= 3, "network.npus", net.npus, "at least 3 for a ring")
-    elif net.topology == "leaf_spine":
-        hosts_per_leaf = _at_least_one("network.hosts_per_leaf", net.hosts_per_leaf)
-        _at_least_one("network.spines", net.spines)
-        _positive("network.uplink_gbps", net.uplink_gbps)
-        require(net.npus % hosts_per_leaf == 0, "network.npus", net.npus,
-                f"a multiple of network.hosts_per_leaf = {hosts_per_leaf}")
-    elif net.topology == "fat_tree":
-        if net.fat_tree_k is not None:
-            smallest = smallest_fat_tree_k(net.npus)
-            require(net.fat_tree_k >= 2 and net.fat_tree_k % 2 == 0 and fat_tree_hosts(net.fat_tree_k) >= net.npus,
-                    "network.fat_tree_k", net.fat_tree_k,
-                    f"an even integer >= 2 whose k^3/4 hosts hold network.npus = {net.npus} (the smallest is "
-                    f"{smallest}), or null to choose that one")
-        if net.uplink_gbps is not None:
-            _positive("network.uplink_gbps", net.uplink_gbps)
-    elif net.topology == "hierarchical":
-        npus_per_node = _at_least_one("network.npus_per_node", net.npus_per_node)
-        require(net.npus % npus_per_node == 0, "network.npus", net.npus,
-                f"a multiple of network.npus_per_node = {npus_per_node}")
-        _positive("network.scaleup_gbps", net.scaleup_gbps)
-        _non_negative("network.scaleup_latency_us", net.scaleup_latency_us)
-
-
-def _validate_flows(config: SimConfig) -> None:
-    wl, npus = config.workload, config.network.npus
-    require(bool(wl.flows or wl.pattern), "workload.flows", list(wl.flows),
-            "at least one flow, or a workload.pattern (incast, permutation, all_to_all)")
-    require(not (wl.flows and wl.pattern), "workload.pattern", wl.pattern,
-            "null when workload.flows lists explicit flows (give one or the other)")
-    for index, flow in enumerate(wl.flows):
-        key = f"workload.flows[{index}]"
-        for end in ("src", "dst"):
-            host = getattr(flow, end)
-            require(0 <= host < npus, f"{key}.{end}", host, f"a host in 0..{npus - 1} (network.npus = {npus})")
-        require(flow.src != flow.dst, f"{key}.dst", flow.dst, "a host other than src")
-        require(flow.bytes > 0, f"{key}.bytes", flow.bytes, "an integer > 0")
-        _non_negative(f"{key}.start_us", flow.start_us)
-    if wl.pattern is not None:
-        _one_of("workload.pattern", wl.pattern, FLOW_PATTERNS)
-        require(wl.bytes_per_flow > 0, "workload.bytes_per_flow", wl.bytes_per_flow, "an integer > 0")
-        require(wl.rounds >= 1, "workload.rounds", wl.rounds, "an integer >= 1")
-        if wl.pattern == "incast":
-            require(wl.senders is not None and 1 <= wl.senders <= npus - 1, "workload.senders", wl.senders,
-                    f"an integer in 1..{npus - 1} (hosts 1..senders send to host 0)")

@@ -1,9 +1,11 @@
 """Which keys of a config can change its simulation, and the identity that follows from it.
 
-`unused_keys` says which keys cannot change a config's simulation (a key of another topology,
-congestion control or workload type, or of an option that is off); `identity_mapping` resets them to
-their defaults, so two configs that differ only there share one identity (`sweep.runner.run_id`).
-Some conditions depend on what the chosen backend models (its class's `MODELS_HOST_STACK`,
+A key of another variant of its section (`network.spines` on a switch, `workload.op` in a DLRM run)
+cannot change a simulation: its variant's class has no such field (`engine.config.VARIANT_SECTIONS`).
+Within a variant, a key may matter only with some setting (`KEY_CONDITIONS`: another congestion
+control's constants, an option that is off). `unused_keys` lists both; `identity_mapping` resets them,
+so two configs that differ only there share one identity (`sweep.runner.run_id`). Some conditions
+depend on what the chosen backend models (its class's `MODELS_HOST_STACK`,
 `ECN_THRESHOLD_SETS_QUEUE`), so this module sits above the backends' registry, and `engine.config`
 below it knows none of this.
 """
@@ -14,11 +16,7 @@ from dataclasses import fields
 from typing import Any, Callable, Mapping
 
 from .backends import backend_class, backends_with
-from .config import FLOW_PATTERNS, SECTIONS, ConfigError, SimConfig
-
-# Every field's default, by config section (every section field has one)
-SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
-    section: {item.name: item.default for item in fields(getattr(SimConfig(), section))} for section in SECTIONS}
+from .config import FLOW_PATTERNS, SECTIONS, VARIANT_SECTIONS, ChakraWorkload, ConfigError, SimConfig, section_keys
 
 
 def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
@@ -28,31 +26,15 @@ def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
             lambda config: getattr(getattr(config, section), name) in values)
 
 
-def _both(first: tuple[str, Callable[[SimConfig], bool]],
-          second: tuple[str, Callable[[SimConfig], bool]]) -> tuple[str, Callable[[SimConfig], bool]]:
-    """Both conditions."""
-    return f"{first[0]} with {second[0]}", lambda config: first[1](config) and second[1](config)
-
-
-_DLRM = _when("workload.type", "dlrm")
 # A host's own transmit path exists on the backends that model it, and on every topology but the ring,
 # whose NPUs send their own packets through the ports that forward others' (`RingPort`).
 _HOST_STACK = (
     f"engine.backend={'|'.join(sorted(backends_with('MODELS_HOST_STACK')))} on a topology other than ring",
     lambda config: backend_class(config.engine.backend).MODELS_HOST_STACK and config.network.topology != "ring")
-# Where each key is read: outside its condition a key cannot change the simulation (another
-# topology's links, another congestion control's constants, another workload type's sizes, a
-# setting of an option that is off). Keys not listed apply to every config.
+# Where a key of its variant is read, when it is not read in every config of that variant: outside
+# its condition it cannot change the simulation (another congestion control's constants, a setting of
+# an option that is off). Evaluated only for configs whose variant has the key.
 KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
-    "network.bottleneck_gbps": _when("network.topology", "dumbbell"),
-    "network.bottleneck_latency_us": _when("network.topology", "dumbbell"),
-    "network.hosts_per_leaf": _when("network.topology", "leaf_spine"),
-    "network.spines": _when("network.topology", "leaf_spine"),
-    "network.uplink_gbps": _when("network.topology", "leaf_spine", "fat_tree"),
-    "network.fat_tree_k": _when("network.topology", "fat_tree"),
-    "network.npus_per_node": _when("network.topology", "hierarchical"),
-    "network.scaleup_gbps": _when("network.topology", "hierarchical"),
-    "network.scaleup_latency_us": _when("network.topology", "hierarchical"),
     # Only ECN-capable packets are marked; and on ns3 a threshold without a buffer limit also puts
     # the port's own queue disc in place of ns-3's default device queue, which drops at 100 packets.
     "network.ecn_threshold_kb": (
@@ -67,68 +49,123 @@ KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
     "tcp.delayed_ack_timeout_ms": _when("tcp.delayed_ack", True),
     "tcp.pto_slack_ms": _when("tcp.rack_tlp", True),
     "tcp.sack_after_rto": _when("tcp.sack", True),
-    "workload.flows": _when("workload.type", "flows"),
-    "workload.pattern": _when("workload.type", "flows"),
     "workload.senders": _when("workload.pattern", "incast"),
     "workload.bytes_per_flow": _when("workload.pattern", *FLOW_PATTERNS),
     "workload.rounds": _when("workload.pattern", *FLOW_PATTERNS),
-    "workload.iterations": _when("workload.type", "dlrm", "astra", "chakra", "collective"),
-    **{f"workload.{key}": _DLRM for key in ("num_tables", "emb_dim", "dense_features", "bottom_mlp", "top_mlp",
-                                            "batch_per_npu", "dtype_bytes", "npu_tflops", "hbm_gbps", "interaction",
-                                            "multi_hot", "index_bytes")},
-    "workload.dcn_layers": _both(_DLRM, _when("workload.interaction", "dcn")),
-    "workload.dcn_low_rank": _both(_DLRM, _when("workload.interaction", "dcn")),
-    "workload.path": _when("workload.type", "astra", "chakra"),
-    "workload.duration_unit": _when("workload.type", "chakra"),
-    "workload.cycle_ns": (
-        "workload.type=astra, or workload.type=chakra with workload.duration_unit=cycles",
-        lambda config: config.workload.type == "astra"
-        or (config.workload.type == "chakra" and config.workload.duration_unit == "cycles")),
-    "workload.op": _when("workload.type", "collective"),
-    "workload.bytes": _when("workload.type", "collective"),
+    "workload.dcn_layers": _when("workload.interaction", "dcn"),
+    "workload.dcn_low_rank": _when("workload.interaction", "dcn"),
+    "workload.cycle_ns": ("workload.duration_unit=cycles where workload.type=chakra",
+                          lambda config: not isinstance(config.workload, ChakraWorkload)
+                          or config.workload.duration_unit == "cycles"),
 }
+# Every key of every section, dotted, in the order of the runs table's columns.
+ALL_KEYS = tuple(f"{section}.{name}" for section in SECTIONS for name in section_keys(section))
+
+
+def _variants_with(key: str) -> list[str]:
+    """The names of the variants of `key`'s section whose class has `key` (every one for a plain section)."""
+    section, name = key.split(".")
+    if section not in VARIANT_SECTIONS:
+        return []
+    return [variant for variant, cls in VARIANT_SECTIONS[section][1].items()
+            if name in {item.name for item in fields(cls)}]
+
+
+def key_condition(key: str) -> str:
+    """When dotted `key` can change a simulation ('' for always): its variants, then `KEY_CONDITIONS`."""
+    section = key.split(".")[0]
+    parts = []
+    variants = _variants_with(key)
+    if section in VARIANT_SECTIONS and len(variants) < len(VARIANT_SECTIONS[section][1]):
+        parts.append(f"{section}.{VARIANT_SECTIONS[section][0]}={'|'.join(variants)}")
+    if key in KEY_CONDITIONS:
+        parts.append(KEY_CONDITIONS[key][0])
+    return " with ".join(parts)
+
+
+# The keys that can be unused: of some variants only, or under a condition
+CONDITIONAL_KEYS = tuple(key for key in ALL_KEYS if key_condition(key))
+
+
+def _owns(config: SimConfig, key: str) -> bool:
+    """Whether `config`'s class for `key`'s section has the key (a key of another variant: not)."""
+    section, name = key.split(".")
+    return name in {item.name for item in fields(getattr(config, section))}
 
 
 def unused_keys(config: SimConfig) -> tuple[str, ...]:
-    """The dotted keys (of `KEY_CONDITIONS`) whose value cannot change this config's simulation."""
-    return tuple(key for key, (_, applies) in KEY_CONDITIONS.items() if not applies(config))
+    """The dotted keys (of `CONDITIONAL_KEYS`) whose value cannot change this config's simulation:
+    those of its sections' other variants, and those whose condition does not hold."""
+    return tuple(key for key in CONDITIONAL_KEYS
+                 if not _owns(config, key) or (key in KEY_CONDITIONS and not KEY_CONDITIONS[key][1](config)))
 
 
 def holds_default(config: SimConfig, key: str) -> bool:
     """Whether dotted `key` of `config` holds its field's default: set so, it changes nothing wherever it
-    is written (an explicit default is accepted even where the key does not apply)."""
+    is written (an explicit default is accepted even where the key does not apply). A key of another
+    variant has no value here: it holds none."""
+    if not _owns(config, key):
+        return False
     section, name = key.split(".")
     values = getattr(config, section)
-    return bool(getattr(values, name) == SECTION_DEFAULTS[section][name])
+    return bool(getattr(values, name) == _default(values, name))
 
 
 def unused_key_error(key: str, value: Any, scope: str = "here") -> ConfigError:
-    """The error for setting `key` (of `KEY_CONDITIONS`) where it cannot change the simulation."""
-    return ConfigError(key, value, f"set only with {KEY_CONDITIONS[key][0]}; {scope} it would change nothing")
+    """The error for setting `key` (of `CONDITIONAL_KEYS`) where it cannot change the simulation."""
+    return ConfigError(key, value, f"set only with {key_condition(key)}; {scope} it would change nothing")
 
 
 def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str, Any]:
     """`mapping` (what `load_config` turned into `config`) with every key of `unused_keys(config)`
     that it sets put back to its default: configs that differ only in keys that cannot change their
     simulation map to one identity. Defaults, not deletion, so a config whose unused keys hold
-    their defaults (every preset's) keeps the identity it had."""
+    their defaults (every preset's) keeps the identity it had. A key of another variant has no
+    default here: it is left out, but in a network section composed from a preset (one that spells
+    every key of its topology), where every other topology's key is spelled null, as the network
+    presets of before spelled them (their datasets resume)."""
     identity = {key: dict(value) if isinstance(value, Mapping) else value for key, value in mapping.items()}
     unused = unused_keys(config)
+    network = identity.get("network")
+    # composed from a preset (it spells every key of its topology): as the padded presets of before
+    composed = isinstance(network, dict) and all(item.name in network for item in fields(config.network))
     for key in unused:
         section, name = key.split(".")
         values = identity.get(section)
-        if isinstance(values, dict) and name in values:
-            values[name] = _default(section, name)
+        if not isinstance(values, dict):
+            continue
+        if _owns(config, key):
+            if name in values:
+                values[name] = _listed(_default(getattr(config, section), name))
+        elif section == "network" and composed:
+            values[name] = None
+        else:
+            values.pop(name, None)
     # A section none of whose keys can change this simulation (`host` off the packet backend) is left
     # out, so such configs keep the identity they had before the section was added.
     for section in SECTIONS:
-        if all(f"{section}.{name}" in unused for name in SECTION_DEFAULTS[section]):
+        if all(f"{section}.{name}" in unused for name in section_keys(section)):
             identity.pop(section, None)
     return identity
 
 
-def _default(section: str, name: str) -> Any:
-    """The default of field `name` of config section `section`, as a mapping would spell it (a list
-    for a tuple)."""
-    value = SECTION_DEFAULTS[section][name]
+def own_keys(mapping: Mapping[str, Any], config: SimConfig) -> dict[str, Any]:
+    """`mapping` (what `load_config` turned into `config`) without the keys of its sections' other
+    variants (`network.spines` on a switch): what the runs table records of it."""
+    own = dict(mapping)
+    for section in VARIANT_SECTIONS:
+        values = mapping.get(section)
+        if isinstance(values, Mapping):
+            names = {item.name for item in fields(getattr(config, section))}
+            own[section] = {name: value for name, value in values.items() if name in names}
+    return own
+
+
+def _default(values: Any, name: str) -> Any:
+    """The default of field `name` of `values`' class (a config section)."""
+    return next(item.default for item in fields(values) if item.name == name)
+
+
+def _listed(value: Any) -> Any:
+    """`value` as a mapping spells it: a list for a tuple."""
     return list(value) if isinstance(value, tuple) else value

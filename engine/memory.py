@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .config import NetworkConfig, SimConfig, SystemConfig, WorkloadConfig
+from .config import (
+    ChakraWorkload,
+    FlowsWorkload,
+    IterativeWorkload,
+    SimConfig,
+    SwitchNetwork,
+    SystemConfig,
+    WorkloadConfig,
+)
 from .system.algorithms import ALL, TREE_PIPELINE_BLOCKS, symmetric_steps
 from .workload.chakra import SEND, read_trace, trace_collectives
 from .workload.flows import pattern_pairs
@@ -43,18 +51,19 @@ def estimate_messages(config: SimConfig) -> int:
 
 @lru_cache(maxsize=1024)  # a sweep asks again for every seed, TCP setting, link speed, ...
 def _messages(wl: WorkloadConfig, system: SystemConfig, npus: int) -> int:
-    if wl.type == "flows":
+    if isinstance(wl, FlowsWorkload):
         if wl.pattern is None:
             return len(wl.flows)
         return len(pattern_pairs(wl.pattern, npus, wl.senders, 0)) * wl.rounds  # the seed orders, never counts
     algorithms = {op: getattr(system, op) for op in ("all_reduce", "all_to_all", "all_gather", "reduce_scatter")}
-    if wl.type == "chakra":
+    assert isinstance(wl, IterativeWorkload)  # every type but flows
+    if isinstance(wl, ChakraWorkload):
         assert wl.path is not None
         per_iteration = sum(1 if op == SEND
                             else messages_per_collective(op, algorithms[op], group, system.astra_compat) * system.splits
                             for op, _, group in trace_collectives(read_trace(wl.path, npus, (npus,))))
         return per_iteration * wl.iterations
-    spec = workload_spec(SimConfig(network=NetworkConfig(npus=npus), system=system, workload=wl), (npus,))
+    spec = workload_spec(SimConfig(network=SwitchNetwork(npus=npus), system=system, workload=wl), (npus,))
     per_iteration = 0
     for comm in [spec.input_comm] + [comm for layer in spec.layers for comm in (layer.fwd_comm, layer.ig_comm,
                                                                             layer.wg_comm)]:

@@ -11,13 +11,13 @@ from typing import Any, Iterator, Mapping, Sequence
 from .backends import backend_class
 from .backends.base import BACKEND_COLUMNS, NetworkBackend
 from .checks import check_backend
-from .config import SimConfig, load_config
+from .config import ChakraWorkload, FlowsWorkload, IterativeWorkload, SimConfig, load_config
 from .metrics import RunMetrics
 from .simulation import Simulation
 from .system import SystemLayer
 from .system.messages import flow_rows
 from .units import ps_to_s, s_to_ps
-from .workload import FlowsWorkload, TrainingLoop, workload_spec
+from .workload import FlowsDriver, TrainingLoop, workload_spec
 from .workload.chakra import TraceReplay, duration_ps_per_unit, read_trace
 
 
@@ -31,7 +31,7 @@ class PreparedRun:
     config: SimConfig
     sim: Simulation
     backend: NetworkBackend
-    flows: FlowsWorkload | None = None
+    flows: FlowsDriver | None = None
     system: SystemLayer | None = None
     training: TrainingLoop | TraceReplay | None = None  # a trace replays like a training loop
 
@@ -93,14 +93,15 @@ def prepare(config: Mapping[str, Any] | SimConfig) -> PreparedRun:
     backend_type = backend_class(cfg.engine.backend)
     sim = Simulation(cfg, backend_type.MODELS_HOST_STACK)
     backend = backend_type(cfg, sim)
-    if cfg.workload.type == "flows":  # the config refuses it on a backend that does not carry flows
-        flows = FlowsWorkload(sim.eventlist, backend.flow_sender(), cfg.workload, cfg.network.npus, cfg.seed)
+    if isinstance(cfg.workload, FlowsWorkload):  # the config refuses it on a backend that does not carry flows
+        flows = FlowsDriver(sim.eventlist, backend.flow_sender(), cfg.workload, cfg.network.npus, cfg.seed)
         return PreparedRun(cfg, sim, backend, flows=flows)
     system = backend.system_layer()
     wl = cfg.workload
+    assert isinstance(wl, IterativeWorkload)  # every type but flows
     # NPUs per group of each network dimension: the readers convert ASTRA-sim's sizes with them
     dimension_sizes = tuple(len(groups[0]) for groups in sim.topology.dimensions())
-    if wl.type == "chakra":
+    if isinstance(wl, ChakraWorkload):
         assert wl.path is not None
         replay = TraceReplay(sim.eventlist, system, read_trace(wl.path, cfg.network.npus, dimension_sizes),
                              duration_ps_per_unit(wl.duration_unit, wl.cycle_ns), wl.iterations)

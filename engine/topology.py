@@ -24,7 +24,16 @@ from collections import Counter
 from random import Random
 from typing import NamedTuple, Sequence
 
-from .config import HostConfig, NetworkConfig, smallest_fat_tree_k
+from .config import (
+    DumbbellNetwork,
+    FatTreeNetwork,
+    HierarchicalNetwork,
+    HostConfig,
+    LeafSpineNetwork,
+    NetworkConfig,
+    RingNetwork,
+    SwitchNetwork,
+)
 from .eventlist import EventList
 from .network import HostNic, Link, PacketSink, RingPort
 from .units import BYTES_PER_KB, gbps_to_bps, ns_to_ps, us_to_ps
@@ -169,7 +178,7 @@ class Topology:
 class SwitchTopology(Topology):
     """Every host on one switch: host -> switch -> host."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: SwitchNetwork, seed: int, host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
         self.up = [self.add_link(f"h{i}", "sw", "host_nic", net.link_gbps, net.link_latency_us, False)
                    for i in range(net.npus)]
@@ -183,7 +192,7 @@ class SwitchTopology(Topology):
 class DumbbellTopology(Topology):
     """Hosts [0, n/2) on the left switch, [n/2, n) on the right, joined by a bottleneck pair."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: DumbbellNetwork, seed: int, host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
         self.half = net.npus // 2
         sides = [self.side_switch(i) for i in range(net.npus)]
@@ -191,7 +200,6 @@ class DumbbellTopology(Topology):
                    for i in range(net.npus)]
         self.down = [self.add_link(sides[i], f"h{i}", "switch_port", net.link_gbps, net.link_latency_us, True)
                      for i in range(net.npus)]
-        assert net.bottleneck_gbps is not None and net.bottleneck_latency_us is not None
         self.left_to_right = self.add_link("swL", "swR", "bottleneck", net.bottleneck_gbps,
                                            net.bottleneck_latency_us, True)
         self.right_to_left = self.add_link("swR", "swL", "bottleneck", net.bottleneck_gbps,
@@ -217,7 +225,7 @@ class RingTopology(Topology):
     """NPUs in a bidirectional ring, each forwarding for others; the shorter direction is taken
     (a flow hash breaks the tie half-way round)."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: RingNetwork, seed: int, host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
         n = net.npus
         self.clockwise = [self.add_link(f"n{i}", f"n{(i + 1) % n}", "ring", net.link_gbps, net.link_latency_us, True)
@@ -257,9 +265,8 @@ class LeafSpineTopology(Topology):
     """Leaves of `hosts_per_leaf` hosts, each leaf joined to every spine by `uplink_gbps` links;
     ECMP over spines by flow hash. Oversubscription = hosts_per_leaf * link_gbps / (spines * uplink_gbps)."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: LeafSpineNetwork, seed: int, host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
-        assert net.hosts_per_leaf and net.spines and net.uplink_gbps
         self.hosts_per_leaf = net.hosts_per_leaf
         leaves = net.npus // net.hosts_per_leaf
         per_leaf = net.hosts_per_leaf
@@ -321,9 +328,9 @@ class FatTreeTopology(Topology):
     Links live in flat lists indexed by switch numbers (edge e = pod * k/2 + i, aggregation
     a = pod * k/2 + j, core c = j * k/2 + m): O(k^3) links, no per-pair state."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: FatTreeNetwork, seed: int, host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
-        self.k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
+        self.k = net.k
         half = self.half = self.k // 2
         k = self.k
         uplink_gbps = net.uplink_gbps if net.uplink_gbps is not None else net.link_gbps
@@ -383,9 +390,9 @@ class HierarchicalTopology(Topology):
     """Nodes of `npus_per_node` NPUs on a scale-up switch (`scaleup_gbps`, `scaleup_latency_us`);
     every NPU also has a NIC of `link_gbps` to one scale-out switch joining the nodes."""
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: HierarchicalNetwork, seed: int,
+                 host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
-        assert net.npus_per_node and net.scaleup_gbps is not None and net.scaleup_latency_us is not None
         self.npus_per_node = net.npus_per_node
         n = net.npus
         per_node = net.npus_per_node
@@ -415,7 +422,8 @@ class HierarchicalTopology(Topology):
         return (self.nic_up[src], self.nic_down[dst])
 
 
-_TOPOLOGIES: dict[str, type[Topology]] = {
+# A topology's class by `network.topology` (its config's class: `engine.config.TOPOLOGY_CONFIGS`)
+TOPOLOGY_CLASSES: dict[str, type[Topology]] = {
     "switch": SwitchTopology,
     "dumbbell": DumbbellTopology,
     "ring": RingTopology,
@@ -428,4 +436,4 @@ _TOPOLOGIES: dict[str, type[Topology]] = {
 def build_topology(eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> Topology:
     """Build the topology named by `net.topology` (already validated); with `host`, its hosts'
     interfaces model Linux's transmit path (the packet engine's; fluid backends read routes only)."""
-    return _TOPOLOGIES[net.topology](eventlist, net, seed, host)
+    return TOPOLOGY_CLASSES[net.topology](eventlist, net, seed, host)

@@ -30,13 +30,16 @@ from omegaconf import AnyNode, DictConfig, ListConfig, OmegaConf, open_dict, rea
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
-from engine.keys import KEY_CONDITIONS, holds_default, unused_key_error, unused_keys
+from engine.keys import CONDITIONAL_KEYS, holds_default, unused_key_error, unused_keys
 
+from .config_bases import register_config_bases
 from .internals import SIMPLE_OVERRIDE, apply_value_overrides, child_node, is_interpolation, simple_override_value
 from .replicate import ReplicatePolicy
 from .rows import RunResult, TableRows
 from .runner import MIB, point_id, run_id, stored_rows
 from .schema import PRESET_COLUMNS
+
+register_config_bases()  # before anything composes a config: the presets of network and workload start from them
 
 
 def validate(config: Mapping[str, Any]) -> engine.SimConfig:
@@ -247,7 +250,7 @@ def check_overrides_apply(points: Sequence[tuple[Sequence[str], engine.SimConfig
         unused = set(unused_keys(config))
         for line in overrides:
             key, _, value = line.lstrip("+~").partition("=")
-            if key in KEY_CONDITIONS:
+            if key in CONDITIONAL_KEYS:
                 first_values.setdefault(key, value)
                 if key not in unused or holds_default(config, key):  # an explicit default changes nothing
                     applied.add(key)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 import engine
 from engine.backends import DEFAULT_BACKEND
-from engine.keys import identity_mapping
+from engine.keys import identity_mapping, own_keys
 
 from .internals import HYDRA_WORDS
 from .rows import ColumnRows, RunResult, TableRows
@@ -241,10 +241,14 @@ def stored_rows(config: Mapping[str, Any], result: RunResult, identity: str | No
     computed if None), by table: its `runs` row (run_id, point_id, status and error first, then the
     preset of each config group it was composed from (`network`: `leaf_spine`, ...; null where
     unknown or given key by key), why its point was refined (two-fidelity sweeps), every config leaf
-    flattened with dots, the measured values and `repro`), and the rows of its other tables, each
-    with `run_id` (empty tables kept: an empty table writes no part; `flows` kept as columns).
-    `sim_config`: `config` validated, if at hand (`run_id`)."""
+    flattened with dots (another topology's or workload type's keys left out: null in the table), the
+    measured values and `repro`), and the rows of its other tables, each with `run_id` (empty tables
+    kept: an empty table writes no part; `flows` kept as columns). `sim_config`: `config` validated,
+    if at hand (`run_id`)."""
     identity = identity or run_id(config, sim_config)
+    if sim_config is None:
+        with contextlib.suppress(engine.ConfigError):  # a config the engine refuses is stored as it was given
+            sim_config = engine.load_config(config)
     measured = result.measured
     runs_row = {
         "run_id": identity,
@@ -253,7 +257,7 @@ def stored_rows(config: Mapping[str, Any], result: RunResult, identity: str | No
         "error": measured.get("error"),
         **{group: (presets or {}).get(group) for group in PRESET_COLUMNS},
         "refine_reason": refine_reason,
-        **flatten(config),
+        **flatten(config if sim_config is None else own_keys(config, sim_config)),
         **{key: value for key, value in measured.items() if key not in ("status", "error")},
         "repro": repro_command(config),
     }

@@ -13,12 +13,12 @@ is kept after the declared ones, with the type its values give it.
 from __future__ import annotations
 
 import sys
-from dataclasses import fields, is_dataclass
+from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa
 
-from engine.config import SimConfig
+from engine.config import SECTIONS, section_classes
 from engine.metrics import COLUMN_TYPES
 
 from .runner import PRESET_COLUMNS
@@ -43,16 +43,14 @@ _PROVENANCE = {"repro": _TEXT, "engine_version": _TEXT, "git_commit": _TEXT, "st
 
 def config_leaf_types() -> dict[str, pa.DataType]:
     """Every config leaf of a run as flattened in the `runs` table, with its Arrow type, in the
-    engine's declaration order (seed, engine.*, network.*, tcp.*, system.*, workload.*), then the
-    sweep's own keys."""
-    leaves: dict[str, pa.DataType] = {}
-    for section in fields(SimConfig):
-        if not is_dataclass(section.default_factory):  # `seed`, a plain field
-            leaves[section.name] = _ARROW_TYPES[str(section.type)]
-            continue
-        for leaf in fields(section.default_factory):
-            kind = str(leaf.type).replace(" | None", "")  # annotations are strings ("float | None")
-            leaves[f"{section.name}.{leaf.name}"] = _ARROW_TYPES.get(kind, _TEXT)  # lists: JSON text
+    engine's declaration order (seed, engine.*, network.*, tcp.*, system.*, workload.*; a section's
+    variants in the order of their registry), then the sweep's own keys."""
+    leaves: dict[str, pa.DataType] = {"seed": _INT}
+    for section in SECTIONS:
+        for cls in section_classes(section):  # a key of several variants has one type in all of them
+            for leaf in fields(cls):
+                kind = str(leaf.type).replace(" | None", "")  # annotations are strings ("float | None")
+                leaves.setdefault(f"{section}.{leaf.name}", _ARROW_TYPES.get(kind, _TEXT))  # lists: JSON text
     return {**leaves, **_SWEEP_LEAVES}
 
 

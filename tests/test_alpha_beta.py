@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 import engine
-from engine.config import NetworkConfig
+from engine.config import load_config
 from engine.eventlist import EventList
 from engine.system import AlphaBetaSystemLayer, Dimension
 from engine.system.algorithms import plan, symmetric_steps
@@ -202,7 +202,7 @@ def test_training_lower_bound_with_same_rows_and_null_message_counters():
 
 def _layer(topology: dict, algorithms: dict[str, str], scheduling: str = "lifo") -> AlphaBetaSystemLayer:
     eventlist = EventList()
-    topo = build_topology(eventlist, NetworkConfig(**topology), seed=0)
+    topo = build_topology(eventlist, load_config({"network": topology}).network, seed=0)
     flat = Dimension("flat", (tuple(range(topo.npus)),))
     return AlphaBetaSystemLayer(eventlist, topo, MSS, [flat], flat, algorithms, 1, scheduling, "baseline",
                                 ENDPOINT_DELAY_PS)

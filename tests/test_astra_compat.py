@@ -23,7 +23,7 @@ import pytest
 
 import engine
 from engine.backends.analytical import FluidMessages
-from engine.config import ConfigError, NetworkConfig, load_config
+from engine.config import ConfigError, HierarchicalNetwork, SwitchNetwork, load_config
 from engine.eventlist import EventList
 from engine.system import AlphaBetaSystemLayer, Dimension, SystemLayer
 from engine.system.algorithms import RING, SymmetricStep, astra_tree_links, symmetric_steps
@@ -226,7 +226,7 @@ ASTRA_MESSAGE_PS = 2 * LINK_LATENCY_PS + 1024 * PS_PER_BYTE  # one such message 
 
 def _system(backend: str, astra_compat: bool) -> SystemLayer:
     eventlist = EventList()
-    topology = build_topology(eventlist, NetworkConfig(npus=8), seed=0)
+    topology = build_topology(eventlist, SwitchNetwork(npus=8), seed=0)
     dim0 = Dimension("dim0", (tuple(range(8)),))
     flat = Dimension("flat", (tuple(range(8)),))
     algorithms = {"all_reduce": "ring", "all_to_all": "direct"}
@@ -270,8 +270,8 @@ def test_own_queue_all_to_all_runs_beside_the_all_reduce():
 def _hierarchical_alpha_beta(astra_compat: bool) -> AlphaBetaSystemLayer:
     """2 nodes x 4 NPUs: dimension 0 the NPUs of a node (400 Gb/s, 0.5 us), dimension 1 across nodes."""
     eventlist = EventList()
-    topology = build_topology(eventlist, NetworkConfig(topology="hierarchical", npus=8, npus_per_node=4,
-                                                       scaleup_gbps=400, scaleup_latency_us=0.5), seed=0)
+    topology = build_topology(eventlist, HierarchicalNetwork(npus=8, npus_per_node=4, scaleup_gbps=400,
+                                                             scaleup_latency_us=0.5), seed=0)
     dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(topology.dimensions())]
     flat = Dimension("flat", (tuple(range(8)),), 4)
     return AlphaBetaSystemLayer(eventlist, topology, MSS, dimensions, flat,

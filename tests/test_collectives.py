@@ -7,7 +7,7 @@ import pytest
 
 import engine
 from engine.backends.analytical import FluidMessages
-from engine.config import NetworkConfig
+from engine.config import SwitchNetwork
 from engine.eventlist import EventList
 from engine.system import Dimension, SystemLayer
 from engine.system.algorithms import RING, XOR, plan, symmetric_steps
@@ -248,7 +248,7 @@ def test_hierarchical_local_bw_aware_cuts_the_scale_out_term():
 
 def _end_order(scheduling: str) -> list[int]:
     eventlist = EventList()
-    topology = build_topology(eventlist, NetworkConfig(npus=4), seed=0)
+    topology = build_topology(eventlist, SwitchNetwork(npus=4), seed=0)
     messages = FluidMessages(eventlist, topology, MSS)
     dimension = Dimension("dim0", ((0, 1, 2, 3),))
     system = SystemLayer(eventlist, messages, [dimension], dimension, {"all_reduce": "ring"}, 1,

@@ -20,7 +20,7 @@ import engine
 from engine import load_config
 from engine.eventlist import EventList
 from engine.simulation import Simulation
-from engine.workload import FlowsWorkload
+from engine.workload import FlowsDriver
 from engine.workload.flows import pattern_pairs
 
 
@@ -48,13 +48,13 @@ CASES = {
 
 def prepare_flows(config):
     """(simulation, driver with start() and finished, records) of a `flows` run, wired as engine/run.py
-    wires it: through `engine.prepare` where the engine has it, else Simulation + FlowsWorkload."""
+    wires it: through `engine.prepare` where the engine has it, else Simulation + FlowsDriver."""
     prepare = getattr(engine, "prepare", None)
     if prepare is not None:
         prepared = prepare(config)
         return prepared.sim, prepared, prepared.backend.message_log()
     sim = Simulation(config, models_host_stack=True)
-    workload = FlowsWorkload(sim, config.workload)
+    workload = FlowsDriver(sim, config.workload)
     return sim, workload, workload.records
 
 
@@ -87,7 +87,7 @@ def check_conservation(sim: Simulation, expected_bytes_per_connection: int) -> d
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_flows_workload_conserves_packets_and_bytes(case, monkeypatch):
-    """FlowsWorkload, 2 rounds on persistent connections, 1 % random loss on every link.
+    """FlowsDriver, 2 rounds on persistent connections, 1 % random loss on every link.
 
     The workload stops the event list as soon as the last message is delivered (packets still on a
     wire are then abandoned, neither received nor dropped); to check the identity we need a quiescent

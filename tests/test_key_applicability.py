@@ -1,5 +1,5 @@
 """One identity per simulation: a key that cannot change a config's simulation is left out of its
-run_id (`engine.keys.KEY_CONDITIONS`, `identity_mapping`), and a key set where it cannot apply is
+run_id (`engine.keys.CONDITIONAL_KEYS`, `identity_mapping`), and a key set where it cannot apply is
 refused (`sweep.plan.check_overrides_apply`).
 
 The table of conditions is proved key by key: at a config where the table says a key is unused,
@@ -11,12 +11,14 @@ a ring all-reduce, packet backend, NewReno without delayed ACKs or RACK-TLP.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 import engine
-from engine.keys import KEY_CONDITIONS, identity_mapping, unused_keys
+from engine.config import NetworkConfig, SwitchNetwork, section_keys
+from engine.keys import CONDITIONAL_KEYS, identity_mapping, unused_keys
 from sweep.plan import check_overrides_apply
 from sweep.runner import run_id
 
@@ -74,6 +76,7 @@ CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "workload.op": (INCAST, "all_to_all"),
     "workload.bytes": (INCAST, 5),
 }
+NETWORK_BASE_KEYS = tuple(item.name for item in dataclasses.fields(NetworkConfig))
 WALL_CLOCK_COLUMNS = ("wall_s", "events_per_s")  # how long the run took, not what it simulated
 
 
@@ -92,7 +95,7 @@ def simulated(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_conditional_key_is_proved() -> None:
-    assert set(CHANGES) == set(KEY_CONDITIONS)
+    assert set(CHANGES) == set(CONDITIONAL_KEYS)
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +113,12 @@ def test_an_unused_key_changes_neither_the_simulation_nor_the_run_id(key: str, b
         base_rows[id(base)] = simulated(base)
     assert simulated(changed) == base_rows[id(base)]
     section, name = key.split(".")
-    default = getattr(getattr(engine.SimConfig(), section), name)
-    at_default = with_value(base, key, list(default) if isinstance(default, tuple) else default)
+    values = getattr(engine.load_config(base), section)
+    if hasattr(values, name):
+        default = next(item.default for item in dataclasses.fields(values) if item.name == name)
+        at_default = with_value(base, key, list(default) if isinstance(default, tuple) else default)
+    else:  # a key of another topology or workload type: as if it were not there
+        at_default = base
     assert run_id(changed) == run_id(at_default)
 
 
@@ -189,14 +196,25 @@ def test_a_key_that_applies_keeps_its_value_in_the_identity() -> None:
     dctcp = with_value(INCAST, "tcp.cc", "dctcp")
     for key, value in (("tcp.dctcp_g", 0.5), ("network.ecn_threshold_kb", 10.0)):
         changed = with_value(dctcp, key, value)
-        assert identity_mapping(changed, engine.load_config(changed)) == changed
+        identity = identity_mapping(changed, engine.load_config(changed))
+        section, name = key.split(".")
+        assert (identity["tcp"], identity[section][name]) == (changed["tcp"], value)
         assert run_id(changed) != run_id(dctcp)
 
 
 def test_unused_keys_go_back_to_their_defaults_and_absent_ones_stay_absent() -> None:
-    config = {"tcp": {"cc": "newreno", "cubic_beta": 0.5}, "network": {"topology": "switch", "spines": 4}}
+    """A key of the config's own variant goes back to its default; one of another variant is left out,
+    but in a network section composed from a preset (it spells every key of its topology), where every
+    other topology's key is spelled null, present or not, as the network presets of before spelled them."""
+    config = {"tcp": {"cc": "newreno", "cubic_beta": 0.5}, "network": {"topology": "switch", "spines": 4},
+              "workload": {"type": "collective", "num_tables": 3}}
     assert identity_mapping(config, engine.load_config(config)) == {
-        "tcp": {"cc": "newreno", "cubic_beta": 0.7}, "network": {"topology": "switch", "spines": None}}
+        "tcp": {"cc": "newreno", "cubic_beta": 0.7}, "network": {"topology": "switch"},
+        "workload": {"type": "collective"}}
+    composed = {"network": {**dataclasses.asdict(SwitchNetwork()), "spines": 4}}
+    other_topologies = [key for key in section_keys("network") if key not in NETWORK_BASE_KEYS]
+    assert identity_mapping(composed, engine.load_config(composed)) == {
+        "network": {**dataclasses.asdict(SwitchNetwork()), **dict.fromkeys(other_topologies)}}
 
 
 def test_a_key_set_where_it_never_applies_is_refused() -> None:

@@ -10,7 +10,7 @@ from random import Random
 import pytest
 
 from engine.backends.analytical import FluidMessages
-from engine.config import NetworkConfig
+from engine.config import LeafSpineNetwork
 from engine.eventlist import EventList
 from engine.system.maxmin import FluidFlow, MaxMinSharing, SharedLink
 from engine.topology import build_topology
@@ -162,8 +162,8 @@ def test_analytical_messages_time_equal_a_fluid_simulation_that_recomputes_every
     # times may differ from the exact ones by a picosecond or two (1 at most over these seeds).
     rng = Random(seed)
     uplink_gbps = rng.choice([25, 100])
-    net = NetworkConfig(topology="leaf_spine", npus=8, hosts_per_leaf=4, spines=2, link_gbps=100,
-                        uplink_gbps=uplink_gbps, link_latency_us=1)
+    net = LeafSpineNetwork(npus=8, hosts_per_leaf=4, spines=2, link_gbps=100,
+                           uplink_gbps=uplink_gbps, link_latency_us=1)
     eventlist = EventList()
     topology = build_topology(eventlist, net, seed)
     messages = FluidMessages(eventlist, topology, mss_bytes=1460)

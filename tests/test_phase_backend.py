@@ -16,7 +16,7 @@ import pytest
 
 import engine
 import engine.system.phase as phase_module
-from engine.config import NetworkConfig
+from engine.config import load_config
 from engine.eventlist import EventList
 from engine.run import prepare
 from engine.system.phase import (
@@ -313,7 +313,7 @@ def test_vectorised_hash_is_flow_hash() -> None:
     {"topology": "ring", "npus": 6},  # routed one by one through `path`
 ])
 def test_vectorised_routes_are_the_topologys_paths(network) -> None:
-    topology = build_topology(EventList(), NetworkConfig(**network), 5)
+    topology = build_topology(EventList(), load_config({"network": network}).network, 5)
     n = network["npus"]
     src, dst = (array.ravel() for array in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
     src, dst = src[src != dst], dst[src != dst]

@@ -6,24 +6,23 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 from sweep_support import GROUPS, compose_config, group_options
 
 import engine
-from engine.config import EngineConfig, HostConfig, NetworkConfig, SystemConfig, TcpConfig, WorkloadConfig
+from engine.config import VARIANT_SECTIONS, EngineConfig, HostConfig, SwitchNetwork, SystemConfig, TcpConfig
 from engine.workload.layers import bundled_workloads, workload_file
+from sweep.cli import CONF_DIR
 
 ALL_PRESETS = [(group, option) for group in GROUPS for option in group_options(group)]
 
-# The WorkloadConfig keys each workload type uses; its presets set exactly these.
-WORKLOAD_KEYS = {
-    "flows": {"type", "flows", "pattern", "senders", "bytes_per_flow", "rounds"},
-    "dlrm": {"type", "iterations", "num_tables", "emb_dim", "dense_features", "bottom_mlp", "top_mlp",
-             "batch_per_npu", "dtype_bytes", "npu_tflops", "hbm_gbps", "interaction", "dcn_layers", "dcn_low_rank",
-             "multi_hot", "index_bytes"},
-    "astra": {"type", "path", "iterations", "cycle_ns"},
-    "chakra": {"type", "path", "iterations", "cycle_ns", "duration_unit"},
-    "collective": {"type", "op", "bytes", "iterations"},
-}
+# Sections whose presets start from a variant's base (sweep.config_bases): network, workload
+VARIANT_GROUPS = [(group, option) for group in VARIANT_SECTIONS for option in group_options(group)]
+
+
+def keys_of(values: object) -> set[str]:
+    """The field names of a config dataclass (or of an instance of one)."""
+    return {item.name for item in dataclasses.fields(values)}  # type: ignore[arg-type]
 
 
 def test_every_group_has_its_presets() -> None:
@@ -62,14 +61,35 @@ def test_system_presets_validate_on_every_network(network: str, option: str) -> 
     engine.load_config(compose_config([f"network={network}", f"system={option}"]))
 
 
-@pytest.mark.parametrize(("group", "section_class"),
-                         [("network", NetworkConfig), ("tcp", TcpConfig), ("system", SystemConfig)])
+@pytest.mark.parametrize(("group", "section_class"), [("tcp", TcpConfig), ("system", SystemConfig)])
 def test_preset_sets_every_engine_key(group: str, section_class: type) -> None:
-    """Every network, tcp and system preset spells out every key of its engine section, so every run
-    has the same columns."""
-    engine_keys = {field.name for field in dataclasses.fields(section_class)}
+    """Every tcp and system preset spells out every key of its engine section."""
     for option in group_options(group):
-        assert set(compose_config([f"{group}={option}"])[group]) == engine_keys, option
+        assert set(compose_config([f"{group}={option}"])[group]) == keys_of(section_class), option
+
+
+@pytest.mark.parametrize(("group", "option"), VARIANT_GROUPS)
+def test_a_variant_preset_composes_to_exactly_its_variants_keys(group: str, option: str) -> None:
+    """A network or workload preset composes to the keys of its topology's or workload type's class,
+    no other variant's (no padding: the runs table has a column for every key of every variant all the
+    same, `sweep.schema`)."""
+    section = compose_config([f"{group}={option}"])[group]
+    name_key, classes = VARIANT_SECTIONS[group]
+    assert set(section) == keys_of(classes[section[name_key]])
+
+
+@pytest.mark.parametrize(("group", "option"), VARIANT_GROUPS)
+def test_a_variant_preset_says_only_what_differs_from_its_base(group: str, option: str) -> None:
+    """Read as written, a preset names its base and sets only keys whose value differs from the base's
+    default (the engine's dataclass): one home per default."""
+    written = yaml.safe_load((Path(CONF_DIR) / group / f"{option}.yaml").read_text()) or {}
+    (base,) = [entry for entry in written.pop("defaults") if entry != "_self_"]
+    ((base_group, variant),) = base.items()
+    name_key, classes = VARIANT_SECTIONS[group]
+    assert base_group == f"/base/{group}@_here_" and name_key not in written
+    defaults = dataclasses.asdict(classes[variant]())
+    for key, value in written.items():
+        assert value != (list(defaults[key]) if isinstance(defaults[key], tuple) else defaults[key]), (option, key)
 
 
 def test_system_default_is_the_engine_default() -> None:
@@ -84,19 +104,13 @@ def test_the_default_config_spells_the_engines_defaults() -> None:
     config = compose_config()
     for section, section_class in (("tcp", TcpConfig), ("host", HostConfig), ("engine", EngineConfig)):
         assert config[section] == dataclasses.asdict(section_class()), section
-    assert {**config["network"], "npus": NetworkConfig().npus} == dataclasses.asdict(NetworkConfig())
+    assert {**config["network"], "npus": SwitchNetwork().npus} == dataclasses.asdict(SwitchNetwork())
 
 
-def test_workload_presets_set_the_keys_of_their_type() -> None:
-    """Workload keys depend on the workload type; each preset sets exactly those its type uses."""
-    engine_keys = {field.name for field in dataclasses.fields(WorkloadConfig)}
-    assert set().union(*WORKLOAD_KEYS.values()) == engine_keys  # every engine key belongs to a type
-    types = set()
-    for option in group_options("workload"):
-        workload = compose_config([f"workload={option}"])["workload"]
-        types.add(workload["type"])
-        assert set(workload) == WORKLOAD_KEYS[workload["type"]], option
-    assert types == set(WORKLOAD_KEYS)
+def test_every_topology_and_workload_type_has_a_preset() -> None:
+    for group, (name_key, classes) in VARIANT_SECTIONS.items():
+        names = {compose_config([f"{group}={option}"])[group][name_key] for option in group_options(group)}
+        assert names == set(classes), group
 
 
 def test_workload_preset_types() -> None:

@@ -98,7 +98,7 @@ def test_one_composition_per_combination_of_group_choices(loader: Any) -> None:
 
 def test_cheap_composition_refuses_what_hydra_refuses(loader: Any) -> None:
     master = _master(loader)
-    for point in (["network.no_such_key=1"], ["+seed=2"], ["network.npus=[1,2"]):
+    for point in (["engine.no_such_key=1"], ["+seed=2"], ["network.npus=[1,2"]):
         with pytest.raises(Exception) as hydra_error:
             _hydra_job_config(loader, master, point)
         with pytest.raises(type(hydra_error.value)):

@@ -131,8 +131,7 @@ def phase_system_layer(config: SimConfig, sim: Simulation, phase_timer: PhaseTim
 def _dimensions(config: SimConfig, sim: Simulation) -> tuple[list[Dimension], Dimension, dict[str, str]]:
     """The topology's dimensions, the flat one over all NPUs, and the algorithm of each collective."""
     dimensions = [Dimension(f"dim{i}", groups) for i, groups in enumerate(sim.topology.dimensions())]
-    node_size = config.network.npus_per_node if config.network.topology == "hierarchical" else 1
-    flat = Dimension("flat", (tuple(range(config.network.npus)),), node_size or 1)
+    flat = Dimension("flat", (tuple(range(config.network.npus)),), config.network.node_npus)
     algorithms = {op: getattr(config.system, op) for op in ("all_reduce", "all_to_all", "all_gather",
                                                             "reduce_scatter")}
     return dimensions, flat, algorithms

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import SimConfig, require, smallest_fat_tree_k
+from ..config import FatTreeNetwork, LeafSpineNetwork, SimConfig, require
 from ..eventlist import StopFlag, run_together
 from ..network import Link
 from ..simulation import Simulation
@@ -266,12 +266,11 @@ class PacketEpisodes:
 def reduced_config(config: SimConfig) -> SimConfig:
     """The config of a reduced network: two groups (leaves, pods), the rest as the run's."""
     net = config.network
-    if net.topology == "leaf_spine":
-        assert net.hosts_per_leaf is not None
+    if isinstance(net, LeafSpineNetwork):
         return dataclasses.replace(config, network=dataclasses.replace(net, npus=2 * net.hosts_per_leaf))
-    if net.topology == "fat_tree":
-        k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
-        return dataclasses.replace(config, network=dataclasses.replace(net, npus=2 * (k // 2) ** 2, fat_tree_k=k))
+    if isinstance(net, FatTreeNetwork):
+        reduced = dataclasses.replace(net, npus=2 * (net.k // 2) ** 2, fat_tree_k=net.k)
+        return dataclasses.replace(config, network=reduced)
     return config
 
 
@@ -560,13 +559,12 @@ class HybridBackend(PhaseBackend):
         net = config.network
         require(net.topology in REDUCED_TOPOLOGIES, "network.topology", net.topology,
                 f"one of {', '.join(REDUCED_TOPOLOGIES)} on engine.backend=hybrid (the topologies it reduces yet)")
-        if net.topology == "leaf_spine":
-            assert net.hosts_per_leaf is not None
+        if isinstance(net, LeafSpineNetwork):
             require(net.npus >= 2 * net.hosts_per_leaf, "network.npus", net.npus,
                     f"at least 2 leaves (2 x network.hosts_per_leaf = {2 * net.hosts_per_leaf}) on "
                     "engine.backend=hybrid (its reduced network is a leaf pair)")
-        elif net.topology == "fat_tree":
-            k = net.fat_tree_k if net.fat_tree_k is not None else smallest_fat_tree_k(net.npus)
+        elif isinstance(net, FatTreeNetwork):
+            k = net.k
             pod = (k // 2) ** 2
             require(net.npus >= 2 * pod, "network.npus", net.npus,
                     f"at least 2 whole pods (2 x (k/2)^2 = {2 * pod} for k = {k}) on engine.backend=hybrid "

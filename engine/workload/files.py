@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from ..config import SimConfig
+from ..config import AstraWorkload, ChakraWorkload, SimConfig
 from .chakra import read_trace, trace_files
 from .layers import parse_astra, workload_file
 
@@ -26,11 +26,11 @@ def check_workload_files(config: SimConfig) -> None:
     file); raise `ConfigError` if it cannot run. The sizes the readers convert do not matter here,
     so the network is read as one dimension of `network.npus`."""
     wl, npus = config.workload, config.network.npus
-    if wl.type not in ("astra", "chakra"):
+    if not isinstance(wl, (AstraWorkload, ChakraWorkload)):
         return
     assert wl.path is not None  # load_config requires it
     # Finding the files raises the reader's own ConfigError when they are missing.
-    files = [workload_file(wl.path)] if wl.type == "astra" else trace_files(wl.path)
+    files = [workload_file(wl.path)] if isinstance(wl, AstraWorkload) else trace_files(wl.path)
     _check_once(wl.type, wl.path, npus, _stamp(files))
 
 

@@ -12,7 +12,7 @@ import functools
 from random import Random
 from typing import Callable, Protocol
 
-from ..config import FlowSpec, WorkloadConfig
+from ..config import FlowSpec, FlowsWorkload
 from ..eventlist import EventList
 from ..topology import flow_hash
 from ..units import us_to_ps
@@ -43,10 +43,10 @@ class FlowSender(Protocol):
              new_connection: bool = False) -> None: ...
 
 
-class FlowsWorkload:
+class FlowsDriver:
     """Drives the `flows` workload over a `FlowSender` (the packet backend's), which records one row per flow."""
 
-    def __init__(self, eventlist: EventList, sender: FlowSender, workload: WorkloadConfig,
+    def __init__(self, eventlist: EventList, sender: FlowSender, workload: FlowsWorkload,
                  npus: int, seed: int) -> None:
         self.eventlist = eventlist
         self.sender = sender

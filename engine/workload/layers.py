@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from ..config import ConfigError, SimConfig
+from ..config import AstraWorkload, CollectiveWorkload, ConfigError, DlrmWorkload, SimConfig
 from ..units import ns_to_ps
 
 COMM_TYPES = {"NONE": None, "ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather",
@@ -277,14 +277,14 @@ def workload_spec(config: SimConfig, dimension_sizes: tuple[int, ...]) -> Worklo
     """The layers of the configured `dlrm`, `astra` or `collective` workload on a network whose
     collective dimensions have groups of `dimension_sizes` NPUs (`Topology.dimensions`)."""
     wl = config.workload
-    if wl.type == "dlrm":
+    if isinstance(wl, DlrmWorkload):
         return dlrm_layers(wl.num_tables, wl.emb_dim, wl.dense_features, list(wl.bottom_mlp), list(wl.top_mlp),
                            wl.batch_per_npu, wl.dtype_bytes, config.network.npus, wl.npu_tflops, wl.hbm_gbps,
                            wl.interaction, wl.dcn_layers, wl.dcn_low_rank,
                            None if wl.multi_hot is None else list(wl.multi_hot), wl.index_bytes)
-    if wl.type == "astra":
+    if isinstance(wl, AstraWorkload):
         assert wl.path is not None
         return parse_astra(wl.path, ns_to_ps(wl.cycle_ns), dimension_sizes)
-    if wl.type == "collective":
+    if isinstance(wl, CollectiveWorkload):
         return WorkloadSpec("MICRO", (Layer("collective", 0, Comm(wl.op, wl.bytes), 0, Comm(), 0, Comm()),))
     raise ValueError(f"workload type {wl.type!r} has no layers")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config import SimConfig, require
+from ...config import FlowsWorkload, SimConfig, require
 from ...memory import estimate_messages, process_bytes
 from ...simulation import Simulation
 from ...system.collectives import SystemLayer
@@ -64,7 +64,7 @@ class Ns3Backend(NetworkBackend):
         for key in ("rack_tlp", "prr", "hystart", "linux_delayed_ack"):  # the tcp=linux options
             require(not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
                     "false with engine.backend=ns3 (its helper does not map this Linux option to ns-3)")
-        if config.workload.type != "flows":  # flows are refused with their own message
+        if not isinstance(config.workload, FlowsWorkload):  # flows are refused with their own message
             reason = build.unavailable_reason()
             others = [name for name in BACKEND_NAMES if name != "ns3"]
             require(reason is None, "engine.backend", "ns3", f"{', '.join(others[:-1])} or {others[-1]} here: {reason}")
