@@ -12,9 +12,10 @@ memory, measured on all-to-alls over one switch, was 28 MiB at 16 NPUs, 130 MiB 
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
-from ...config import FlowsWorkload, SimConfig, require
+from ...config import ConfigError, FlowsWorkload, SimConfig, require
 from ...memory import estimate_messages, process_bytes
 from ...simulation import Simulation
 from ...system.collectives import SystemLayer
@@ -23,11 +24,25 @@ from ...units import s_to_ps
 from ..base import MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
 from ..names import BACKEND_NAMES
 from . import build
-from .helper import Ns3Messages
+from .helper import NS3_TCP_KEYS, NS3_TOPOLOGIES, Ns3Messages
 
+# Why ns-3 cannot take another value of a `tcp.*` key its helper does not map, where there is more
+# to say than that
+_NS3_FIXED_TCP = {
+    "max_rto_s": "ns-3 caps the RTO at 60 s, not settable",
+    "handshake": "ns-3 opens every connection with its handshake before time 0",
+    "sack_after_rto": "ns-3 keeps the SACK scoreboard across an RTO; discarding it is not settable",
+}
 NS3_MAX_NPUS = 128  # it opens a connection per ordered pair of NPUs before time 0
 NS3_HELPER_BYTES = 64 * 2**20  # the helper process with no connection, and headroom
 NS3_BYTES_PER_CONNECTION = 32 * 1024  # an ns-3 TCP socket pair with its buffers and routes
+
+
+def _as_written(value: Any) -> str:
+    """A default as a config spells it: `true`, `60`, `keep`."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 class Ns3Backend(NetworkBackend):
@@ -46,24 +61,22 @@ class Ns3Backend(NetworkBackend):
     def check_config(cls, config: SimConfig) -> None:
         """What ns-3 cannot express, refused on the key that asks for it; then whether ns-3 is here."""
         net, tcp = config.network, config.tcp
+        require(net.topology in NS3_TOPOLOGIES, "network.topology", net.topology,
+                f"one of {', '.join(NS3_TOPOLOGIES)} with engine.backend=ns3 (the topologies its helper lays out)")
         require(net.loss_rate == 0.0, "network.loss_rate", net.loss_rate,
                 "0 with engine.backend=ns3 (random loss is not mapped to ns-3)")
-        require(tcp.max_rto_s == 60.0, "tcp.max_rto_s", tcp.max_rto_s,
-                "60 with engine.backend=ns3 (ns-3 caps the RTO at 60 s, not settable)")
+        for item in fields(tcp):  # a key the helper does not map: ns-3 behaves as its default
+            value = getattr(tcp, item.name)
+            if item.name not in NS3_TCP_KEYS and value != item.default and not (item.name == "sack_after_rto"
+                                                                                 and not tcp.sack):
+                raise ConfigError(f"tcp.{item.name}", value, f"{_as_written(item.default)} with engine.backend=ns3 "
+                                  f"({_NS3_FIXED_TCP.get(item.name, 'its helper does not map this key to ns-3')})")
         require(net.npus <= NS3_MAX_NPUS, "network.npus", net.npus,
                 f"at most {NS3_MAX_NPUS} with engine.backend=ns3 (it opens a TCP connection per ordered pair "
                 "of NPUs before time 0)")
         require(config.mss_bytes <= 65535, "tcp.mss_bytes", tcp.mss_bytes, "at most 65535 with engine.backend=ns3")
-        require(tcp.handshake, "tcp.handshake", tcp.handshake,
-                "true with engine.backend=ns3 (ns-3 opens every connection with its handshake before time 0)")
         require(config.engine.link_stats == "none", "engine.link_stats", config.engine.link_stats,
                 "none with engine.backend=ns3 (its helper reports no per-link counters)")
-        require(tcp.sack_after_rto == "keep" or not tcp.sack, "tcp.sack_after_rto", tcp.sack_after_rto,
-                "keep with engine.backend=ns3 (ns-3 keeps the SACK scoreboard across an RTO; discarding it is "
-                "not settable)")
-        for key in ("rack_tlp", "prr", "hystart", "linux_delayed_ack"):  # the tcp=linux options
-            require(not getattr(tcp, key), f"tcp.{key}", getattr(tcp, key),
-                    "false with engine.backend=ns3 (its helper does not map this Linux option to ns-3)")
         if not isinstance(config.workload, FlowsWorkload):  # flows are refused with their own message
             reason = build.unavailable_reason()
             others = [name for name in BACKEND_NAMES if name != "ns3"]

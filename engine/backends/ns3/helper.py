@@ -38,6 +38,12 @@ from ...units import ms_to_ps, us_to_ps
 from .build import helper_path
 
 DuplexLink = tuple[int, int, Link, Link]  # node a, node b, the link a -> b, the link b -> a
+# The topologies `network_graph` lays out as ns-3 nodes and links
+NS3_TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
+# The `tcp.*` keys `tcp_setting_lines` maps to ns-3; any other must hold its default (`Ns3Backend.check_config`)
+NS3_TCP_KEYS = frozenset({"cc", "mss_bytes", "timestamps", "init_cwnd_pkts", "min_rto_ms", "clock_granularity_us",
+                          "sack", "delayed_ack", "delayed_ack_timeout_ms", "ecn", "slow_start_after_idle", "dctcp_g",
+                          "cubic_c", "cubic_beta", "rcv_wnd_kb"})
 
 
 def network_graph(topology: Topology) -> tuple[int, list[DuplexLink]]:
