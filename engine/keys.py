@@ -83,6 +83,25 @@ def key_condition(key: str) -> str:
     return " with ".join(parts)
 
 
+# Every key a run_id spelled when run_ids were last allowed to change (2026-12-05). A key added
+# since is left out of a run_id while it holds its default (what every run before it simulated), so
+# adding a key, a topology or a workload type keeps every dataset resumable (tests/test_run_id_pins.py).
+IDENTITY_KEYS_2026_12 = frozenset(f"{section}.{name}" for section, names in {
+    "engine": "backend max_sim_time_s link_stats incast_rto",
+    "network": "topology npus link_gbps link_latency_us buffer_kb ecn_threshold_kb mtu_bytes loss_rate bottleneck_gbps "
+               "bottleneck_latency_us hosts_per_leaf spines uplink_gbps fat_tree_k npus_per_node scaleup_gbps "
+               "scaleup_latency_us",
+    "tcp": "cc mss_bytes init_cwnd_pkts min_rto_ms max_rto_s initial_rto_ms clock_granularity_us delayed_ack "
+           "delayed_ack_timeout_ms linux_delayed_ack sack sack_after_rto timestamps handshake ecn rcv_wnd_kb "
+           "slow_start_after_idle rack_tlp pto_slack_ms prr hystart dctcp_g cubic_c cubic_beta",
+    "host": "tsq_bytes qdisc qdisc_packets tx_jitter_ns",
+    "system": "all_reduce all_to_all all_gather reduce_scatter splits scheduling hierarchy endpoint_delay_ns "
+              "astra_compat",
+    "workload": "type flows pattern senders bytes_per_flow rounds iterations num_tables emb_dim dense_features "
+                "bottom_mlp top_mlp batch_per_npu dtype_bytes npu_tflops hbm_gbps interaction dcn_layers "
+                "dcn_low_rank multi_hot index_bytes path cycle_ns duration_unit op bytes",
+}.items() for name in names.split())
+
 # The keys that can be unused: of some variants only, or under a condition
 CONDITIONAL_KEYS = tuple(key for key in ALL_KEYS if key_condition(key))
 
@@ -123,7 +142,8 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
     their defaults (every preset's) keeps the identity it had. A key of another variant has no
     default here: it is left out, but in a network section composed from a preset (one that spells
     every key of its topology), where every other topology's key is spelled null, as the network
-    presets of before spelled them (their datasets resume)."""
+    presets of before spelled them (their datasets resume). A key added since
+    `IDENTITY_KEYS_2026_12` is left out while it holds its default."""
     identity = {key: dict(value) if isinstance(value, Mapping) else value for key, value in mapping.items()}
     unused = unused_keys(config)
     network = identity.get("network")
@@ -137,10 +157,18 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
         if _owns(config, key):
             if name in values:
                 values[name] = _listed(_default(getattr(config, section), name))
-        elif section == "network" and composed:
+        elif section == "network" and composed and key in IDENTITY_KEYS_2026_12:
             values[name] = None
         else:
             values.pop(name, None)
+    for section in SECTIONS:  # keys added since IDENTITY_KEYS_2026_12, at their defaults
+        values = identity.get(section)
+        if isinstance(values, dict):
+            config_values = getattr(config, section)
+            for name in [name for name in values if f"{section}.{name}" not in IDENTITY_KEYS_2026_12
+                         and _owns(config, f"{section}.{name}")
+                         and values[name] == _listed(_default(config_values, name))]:
+                del values[name]
     # A section none of whose keys can change this simulation (`host` off the packet backend) is left
     # out, so such configs keep the identity they had before the section was added.
     for section in SECTIONS:

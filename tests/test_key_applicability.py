@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import engine
+import engine.keys
 from engine.config import NetworkConfig, SwitchNetwork, section_keys
 from engine.keys import CONDITIONAL_KEYS, identity_mapping, unused_keys
 from sweep.plan import check_overrides_apply
@@ -243,3 +244,13 @@ def test_a_key_written_with_its_default_is_accepted_where_it_does_not_apply() ->
     marking = engine.load_config({"tcp": {"cc": "newreno"}, "network": {"ecn_threshold_kb": 64}})
     with pytest.raises(engine.ConfigError, match="network.ecn_threshold_kb"):
         check_overrides_apply([(["tcp=newreno", "network.ecn_threshold_kb=64"], marking)])
+
+
+def test_a_key_added_later_is_left_out_of_the_identity_at_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key that was not in `IDENTITY_KEYS_2026_12` (tcp.hystart, as if added after it) leaves the run_id
+    of a config as it was before the key existed while it holds its default, and changes it otherwise;
+    so adding a key keeps every dataset resumable."""
+    monkeypatch.setattr(engine.keys, "IDENTITY_KEYS_2026_12", engine.keys.IDENTITY_KEYS_2026_12 - {"tcp.hystart"})
+    before = {**INCAST, "tcp": {"cc": "cubic"}}
+    assert run_id(with_value(before, "tcp.hystart", False)) == run_id(before)
+    assert run_id(with_value(before, "tcp.hystart", True)) != run_id(before)
