@@ -228,6 +228,9 @@ class TcpConfig:
     pto_slack_ms: float = 0.0  # added to RACK-TLP's probe timeout with more than one segment out (Linux: 2)
     prr: bool = False
     hystart: bool = False
+    # RFC 5681 DupThresh: duplicate ACKs (RFC 6675 IsLost: SACKed ranges) that start fast retransmit;
+    # Linux's net.ipv4.tcp_reordering and ns-3's ReTxThreshold, 3 in both
+    dupthresh: int = 3
     dctcp_g: float = 1.0 / 16
     cubic_c: float = 0.4
     cubic_beta: float = 0.7
@@ -662,6 +665,7 @@ def _validate(config: SimConfig) -> None:
     if tcp.rcv_wnd_kb is not None:
         require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
                 f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")
+    require(tcp.dupthresh >= 1, "tcp.dupthresh", tcp.dupthresh, "an integer >= 1 (RFC 5681's DupThresh is 3)")
     require(0 < tcp.dctcp_g <= 1, "tcp.dctcp_g", tcp.dctcp_g, "a number in (0, 1]")
     _positive("tcp.cubic_c", tcp.cubic_c)
     require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from scenario import HAND_BUILT_SETTINGS, Wire, build_path, drop_segment_and_its_first_retransmission
 
 from engine.eventlist import EventList
@@ -50,6 +51,33 @@ def test_one_drop_gives_three_dupacks_one_retransmission_no_rto():
     assert len(dupacks) >= 1 + 3
     third_dupack_ps = dupacks[3]
     assert retransmission[0] == third_dupack_ps  # sent the moment the third duplicate arrives
+
+
+@pytest.mark.parametrize("sack", [True, False])
+def test_fast_retransmit_waits_for_dupthresh_duplicate_acks(sack: bool) -> None:
+    # RFC 5681 3.2 with DupThresh = 5 (tcp.dupthresh; Linux's tcp_reordering): one drop is resent
+    # the moment the fifth duplicate ACK arrives, once, without a timeout. With SACK, RFC 6675's
+    # IsLost agrees: the fifth duplicate ACK is the first with more than (5 - 1) segments SACKed.
+    dropped_index = 100
+    path = build_path(latency_us=10, sack=sack, dupthresh=5, should_drop=lambda i, pkt: i == dropped_index)
+    path.send(2000 * MSS)
+    path.run_s(1)
+    assert path.delivered_ps, "transfer did not finish"
+    assert (path.sender.retransmits, path.sender.fast_retransmits, path.sender.timeouts) == (1, 1, 0)
+    retransmission = [t for t, _, _, _, rtx in path.data_tap.seen if rtx]
+    dupacks = [t for t, _, ack, _, _ in path.ack_tap.seen if ack == dropped_index * MSS]
+    assert retransmission[0] == dupacks[5]  # dupacks[0] is the ACK of the segment before the drop
+
+
+def test_a_dupthresh_beyond_the_duplicate_acks_leaves_the_loss_to_the_rto() -> None:
+    # The last 5 segments of a transfer, one lost: 4 duplicate ACKs, fewer than DupThresh = 5 and
+    # fewer than 5 SACKed segments: no fast retransmit; the RTO resends it (RFC 6298 5.4).
+    segments = 30
+    path = build_path(latency_us=10, dupthresh=5, should_drop=lambda i, pkt: i == segments - 5)
+    path.send(segments * MSS)
+    path.run_s(2)
+    assert path.delivered_ps, "transfer did not finish"
+    assert (path.sender.fast_retransmits, path.sender.timeouts) == (0, 1)
 
 
 def test_rto_backs_off_exponentially_and_respects_min_rto():

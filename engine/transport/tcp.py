@@ -32,7 +32,6 @@ from .recovery import ProportionalRateReduction, RackState
 from .sack import SackScoreboard
 
 _NO_EVENT: Final = -1  # `timer_event_ps` when the endpoint has no wake-up in the heap
-_DUPACK_THRESHOLD: Final = 3  # RFC 5681 DupThresh
 # `rwnd_bytes` without a receive window: far above any window, and below 2**62 so that compiled code
 # keeps it unboxed (a larger int would be an object of its own in every sender)
 _NO_RWND_LIMIT: Final = 1 << 61
@@ -110,6 +109,7 @@ class TcpSettings:
     pto_slack_ps: int
     prr: bool  # RFC 6937 proportional rate reduction in SACK recovery
     hystart: bool  # RFC 9406 HyStart++ in the initial slow start
+    dupthresh: int  # RFC 5681 DupThresh: duplicate ACKs that start fast retransmit
 
     @staticmethod
     def from_config(config: SimConfig) -> TcpSettings:
@@ -136,6 +136,7 @@ class TcpSettings:
             pto_slack_ps=ms_to_ps(tcp.pto_slack_ms),
             prr=tcp.prr,
             hystart=tcp.hystart,
+            dupthresh=tcp.dupthresh,
         )
 
 
@@ -672,9 +673,9 @@ class TcpSender(HostSender):
             self.send_more()
         elif not is_dupack:
             return
-        elif self.snd_una >= self.recover_seq and (self.dupacks >= _DUPACK_THRESHOLD or self._head_lost()):
+        elif self.snd_una >= self.recover_seq and (self.dupacks >= self.settings.dupthresh or self._head_lost()):
             self._enter_fast_recovery(newly_sacked)
-        elif self.dupacks < _DUPACK_THRESHOLD:
+        elif self.dupacks < self.settings.dupthresh:
             self._limited_transmit()
 
     def _head_lost(self) -> bool:
@@ -685,8 +686,8 @@ class TcpSender(HostSender):
         sacked = self.sacked
         if sacked is None:
             return False
-        return (len(sacked.blocks) >= _DUPACK_THRESHOLD
-                or sacked.held_bytes > (_DUPACK_THRESHOLD - 1) * self.mss_bytes)
+        dupthresh = self.settings.dupthresh
+        return len(sacked.blocks) >= dupthresh or sacked.held_bytes > (dupthresh - 1) * self.mss_bytes
 
     def _limited_transmit(self) -> None:
         """RFC 3042: each of the first two duplicate ACKs may send one new segment, keeping the data
@@ -727,7 +728,7 @@ class TcpSender(HostSender):
             self.high_rxt = snd_una + length
             self.send_more()
         else:
-            self.cc.cwnd_bytes += _DUPACK_THRESHOLD * self.mss_bytes
+            self.cc.cwnd_bytes += self.settings.dupthresh * self.mss_bytes
             self._transmit(snd_una, min(self.mss_bytes, self.snd_max - snd_una))
 
     def _end_recovery(self) -> None:
@@ -774,7 +775,7 @@ class TcpSender(HostSender):
         elif acked_bytes:
             self.dupacks = 0
             self._grow_cwnd(acked_bytes, now_ps, rtt_sample_ps)
-        elif self.dupacks < _DUPACK_THRESHOLD:
+        elif self.dupacks < self.settings.dupthresh:
             self._limited_transmit()
         if acked_bytes:
             if self.snd_una >= self.snd_max:
