@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from .backends.names import BACKEND_NAMES, DEFAULT_BACKEND
 from .network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
@@ -71,6 +71,10 @@ class ConfigError(ValueError):
 class NetworkConfig:
     """What every topology has (`network.*`): its name, its hosts and their links, the switches'
     buffers. A topology's own keys are on its subclass, registered in `TOPOLOGY_CONFIGS`."""
+
+    # Whether its links queue in switch ports (a ring's: its forwarding ports), where `buffer_kb` and
+    # `ecn_threshold_kb` apply
+    SWITCH_PORTS: ClassVar[bool] = True
 
     topology: str = "switch"  # the key of `TOPOLOGY_CONFIGS` naming the subclass
     npus: int = 8
@@ -176,6 +180,22 @@ class FatTreeNetwork(NetworkConfig):
                     f"{smallest}), or null to choose that one")
         if self.uplink_gbps is not None:
             _positive("network.uplink_gbps", self.uplink_gbps)
+
+
+@dataclass(frozen=True)
+class FullMeshNetwork(NetworkConfig):
+    """Every NPU joined to every other by a link of its own each way (a scale-up box's mesh): one
+    hop, no switch; each link is a host interface of its sender."""
+
+    SWITCH_PORTS: ClassVar[bool] = False
+    MAX_NPUS: ClassVar[int] = 64  # it has npus x (npus - 1) links
+
+    topology: str = "full_mesh"
+
+    def check(self) -> None:
+        super().check()
+        require(self.npus <= self.MAX_NPUS, "network.npus", self.npus,
+                f"at most {self.MAX_NPUS} for a full mesh (it has npus x (npus - 1) links)")
 
 
 @dataclass(frozen=True)
@@ -474,7 +494,8 @@ def _by_name(name_key: str, *classes: type) -> dict[str, Any]:
 
 # A topology's config class by `network.topology` (each builds with `engine.topology`'s class of that name).
 TOPOLOGY_CONFIGS: dict[str, type[NetworkConfig]] = _by_name(
-    "topology", SwitchNetwork, DumbbellNetwork, RingNetwork, LeafSpineNetwork, FatTreeNetwork, HierarchicalNetwork)
+    "topology", SwitchNetwork, DumbbellNetwork, RingNetwork, LeafSpineNetwork, FatTreeNetwork, HierarchicalNetwork,
+    FullMeshNetwork)
 # A workload type's config class by `workload.type` (flows first: the order of the runs table's columns).
 WORKLOAD_CONFIGS: dict[str, type[WorkloadConfig]] = _by_name(
     "type", FlowsWorkload, DlrmWorkload, AstraWorkload, ChakraWorkload, CollectiveWorkload)

@@ -16,7 +16,16 @@ from dataclasses import fields
 from typing import Any, Callable, Mapping
 
 from .backends import backend_class, backends_with
-from .config import FLOW_PATTERNS, SECTIONS, VARIANT_SECTIONS, ChakraWorkload, ConfigError, SimConfig, section_keys
+from .config import (
+    FLOW_PATTERNS,
+    SECTIONS,
+    TOPOLOGY_CONFIGS,
+    VARIANT_SECTIONS,
+    ChakraWorkload,
+    ConfigError,
+    SimConfig,
+    section_keys,
+)
 
 
 def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
@@ -31,17 +40,20 @@ def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
 _HOST_STACK = (
     f"engine.backend={'|'.join(sorted(backends_with('MODELS_HOST_STACK')))} on a topology other than ring",
     lambda config: backend_class(config.engine.backend).MODELS_HOST_STACK and config.network.topology != "ring")
+# The topologies whose links queue in switch ports (`NetworkConfig.SWITCH_PORTS`)
+_WITH_SWITCH_PORTS = f"network.topology={'|'.join(name for name, cls in TOPOLOGY_CONFIGS.items() if cls.SWITCH_PORTS)}"
 # Where a key of its variant is read, when it is not read in every config of that variant: outside
 # its condition it cannot change the simulation (another congestion control's constants, a setting of
 # an option that is off). Evaluated only for configs whose variant has the key.
 KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
     # Only ECN-capable packets are marked; and on ns3 a threshold without a buffer limit also puts
     # the port's own queue disc in place of ns-3's default device queue, which drops at 100 packets.
+    "network.buffer_kb": (_WITH_SWITCH_PORTS, lambda config: config.network.SWITCH_PORTS),
     "network.ecn_threshold_kb": (
-        "ECN-capable traffic (tcp.cc=dctcp or tcp.ecn=true; on engine.backend="
+        f"{_WITH_SWITCH_PORTS} with ECN-capable traffic (tcp.cc=dctcp or tcp.ecn=true; on engine.backend="
         f"{'|'.join(backends_with('ECN_THRESHOLD_SETS_QUEUE'))} also network.buffer_kb=null)",
-        lambda config: config.tcp.ecn or config.tcp.cc == "dctcp"
-        or (backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None)),
+        lambda config: config.network.SWITCH_PORTS and (config.tcp.ecn or config.tcp.cc == "dctcp" or (
+            backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
     **{f"host.{key}": _HOST_STACK for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
     "tcp.dctcp_g": _when("tcp.cc", "dctcp"),
     "tcp.cubic_c": _when("tcp.cc", "cubic"),

@@ -27,6 +27,7 @@ from typing import NamedTuple, Sequence
 from .config import (
     DumbbellNetwork,
     FatTreeNetwork,
+    FullMeshNetwork,
     HierarchicalNetwork,
     HostConfig,
     LeafSpineNetwork,
@@ -65,12 +66,13 @@ LINK_KINDS = {
     "core_downlink": "fat_tree: core to aggregation switch",
     "scaleup_nic": "hierarchical: an NPU's link to its node's scale-up switch",
     "scaleup_port": "hierarchical: the scale-up switch's port to an NPU",
+    "mesh": "full_mesh: an NPU's own link to one other NPU",
 }
 # Kinds whose traffic is fixed by the two hosts a message joins (its first or last link), whatever
 # equal-cost path it takes.
-HOST_LINK_KINDS = ("host_nic", "switch_port", "scaleup_nic", "scaleup_port")
+HOST_LINK_KINDS = ("host_nic", "switch_port", "scaleup_nic", "scaleup_port", "mesh")
 # Kinds of a host's own interfaces, where its TCP's packets start (a `HostNic` with `host.*`).
-HOST_INTERFACE_KINDS = ("host_nic", "scaleup_nic")
+HOST_INTERFACE_KINDS = ("host_nic", "scaleup_nic", "mesh")
 
 
 class LinkRole(NamedTuple):
@@ -422,6 +424,20 @@ class HierarchicalTopology(Topology):
         return (self.nic_up[src], self.nic_down[dst])
 
 
+class FullMeshTopology(Topology):
+    """Every NPU joined to every other by a link of its own each way: a route is that one link."""
+
+    def __init__(self, eventlist: EventList, net: FullMeshNetwork, seed: int, host: HostConfig | None = None) -> None:
+        super().__init__(eventlist, net, seed, host)
+        n = net.npus
+        # the link src -> dst at index src * (n - 1) + (dst if dst < src else dst - 1)
+        self.mesh = [self.add_link(f"n{src}", f"n{dst}", "mesh", net.link_gbps, net.link_latency_us, False)
+                     for src in range(n) for dst in range(n) if dst != src]
+
+    def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
+        return (self.mesh[src * (self.npus - 1) + (dst if dst < src else dst - 1)],)
+
+
 # A topology's class by `network.topology` (its config's class: `engine.config.TOPOLOGY_CONFIGS`)
 TOPOLOGY_CLASSES: dict[str, type[Topology]] = {
     "switch": SwitchTopology,
@@ -430,6 +446,7 @@ TOPOLOGY_CLASSES: dict[str, type[Topology]] = {
     "leaf_spine": LeafSpineTopology,
     "fat_tree": FatTreeTopology,
     "hierarchical": HierarchicalTopology,
+    "full_mesh": FullMeshTopology,
 }
 
 

@@ -27,6 +27,8 @@ INCAST: dict[str, Any] = {"network": {"npus": 4, "buffer_kb": 16.0},
           "workload": {"type": "flows", "pattern": "incast", "senders": 3, "bytes_per_flow": 60_000}}
 ALL_REDUCE: dict[str, Any] = {"network": {"npus": 4},
                               "workload": {"type": "collective", "op": "all_reduce", "bytes": 65_536}}
+# The incast on a full mesh: every sender has a link of its own to host 0, no switch port
+FULL_MESH_INCAST: dict[str, Any] = {**INCAST, "network": {**INCAST["network"], "topology": "full_mesh"}}
 # The all-reduce on a ring: NPUs send their own packets through the ports that forward, no host stack.
 RING_ALL_REDUCE: dict[str, Any] = {**ALL_REDUCE, "network": {**ALL_REDUCE["network"], "topology": "ring"}}
 # Per key: the base config where it is unused, and another valid value for it.
@@ -44,6 +46,7 @@ CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.npus_per_node": (INCAST, 2),
     "network.scaleup_gbps": (INCAST, 1.0),
     "network.scaleup_latency_us": (INCAST, 50.0),
+    "network.buffer_kb": (FULL_MESH_INCAST, 1.0),  # no switch port: nothing queues in a buffer
     "network.ecn_threshold_kb": (INCAST, 1.0),  # the queue reaches 16 KiB: ECN-capable packets would be marked
     "tcp.dctcp_g": (INCAST, 1.0),
     "tcp.cubic_c": (INCAST, 4.0),
@@ -155,6 +158,7 @@ APPLIED_CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.npus_per_node": (HIERARCHICAL, 4),
     "network.scaleup_gbps": (HIERARCHICAL, 10.0),
     "network.scaleup_latency_us": (HIERARCHICAL, 50.0),
+    "network.buffer_kb": (INCAST, 8.0),
     "network.ecn_threshold_kb": (DCTCP, 1.0),
     "tcp.dctcp_g": (DCTCP, 1.0),
     "tcp.cubic_beta": (with_value(INCAST, "tcp.cc", "cubic"), 0.2),

@@ -154,6 +154,44 @@ def test_dumbbell_idle_latency_across():
     assert sink.arrivals[0][0] == 8_440_000
 
 
+def test_full_mesh_routes_are_one_link_of_their_own():
+    _, topo = build(topology="full_mesh", npus=5)
+    links = {topo.path(src, dst, flow_id=7) for src in range(5) for dst in range(5) if src != dst}
+    assert len(links) == 5 * 4 == len(topo.links)  # one link per ordered pair, each used by that pair only
+    for src in range(5):
+        for dst in range(5):
+            if src != dst:
+                (link,) = topo.path(src, dst, flow_id=0)
+                assert link.name == f"n{src}->n{dst}" and link.buffer_bytes is None  # no switch: no drop-tail
+
+
+def test_full_mesh_idle_latency_is_one_hop_and_links_do_not_share():
+    # one 1500 B packet: 120 ns on the wire at 100 Gb/s + 1 us: 1.12 us; a second packet sent at the
+    # same time from the same NPU to another one takes a link of its own, so it arrives at 1.12 us too
+    # (through one switch it would wait 120 ns for the NIC and cross a second link: 2.36 us)
+    eventlist, topo = build(topology="full_mesh", npus=4, link_gbps=100, link_latency_us=1.0)
+    sink = RecordingSink(eventlist)
+    first, second = (send_packet(eventlist, topo.path(0, dst, 0), sink) for dst in (1, 2))
+    eventlist.run(10**12)
+    assert sink.arrivals == [(1_120_000, first), (1_120_000, second)]
+
+
+@pytest.mark.parametrize("backend", ["alpha_beta", "analytical"])
+def test_full_mesh_ring_all_reduce_is_the_alpha_beta_sum_over_one_hop(backend):
+    # Ring all-reduce of 1 MiB on 8 NPUs: 2 (8 - 1) = 14 steps of a 131,072-byte chunk, each to the
+    # next NPU over a link of its own (nothing shares it). A chunk is 91 segments of at most 1,448
+    # bytes with 52 bytes of headers each: 135,804 bytes, 10.86432 us at 100 Gb/s; plus 1 us of
+    # propagation and the 10 ns endpoint delay: 11.87432 us a step, 166.24048 us in all.
+    rows = engine.run({"engine": {"backend": backend}, "network": {"topology": "full_mesh", "npus": 8},
+                       "workload": {"type": "collective", "op": "all_reduce", "bytes": 1_048_576}})
+    assert rows["runs"][0]["sim_time_s"] == pytest.approx(14 * (135_804 * 8 / 100e9 + 1e-6 + 10e-9), rel=1e-9)
+
+
+def test_full_mesh_is_refused_beyond_its_largest_size():
+    with pytest.raises(engine.ConfigError, match="at most 64 for a full mesh"):
+        network(topology="full_mesh", npus=65)
+
+
 def _ring_hops(path) -> list[tuple[int, int]]:
     hops = []
     for link in path:
