@@ -40,7 +40,7 @@ import engine
 from engine import run
 from engine.eventlist import EventList
 from engine.kernel import PURE_PYTHON_ENV
-from engine.network import Link
+from engine.links import Link
 from engine.transport import DEFAULT_TCP_SETTINGS, TcpConnection, make_congestion_control
 from engine.units import PS_PER_MS, PS_PER_S, gbps_to_bps, us_to_ps
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 
 import engine
-from engine.network import Link
+from engine.links import Link
 from engine.run import prepare
 from engine.units import PS_PER_US, bytes_in_duration
 

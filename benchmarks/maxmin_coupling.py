@@ -20,7 +20,7 @@ from bench_scale import TOPOLOGIES
 
 from engine.config import load_config
 from engine.eventlist import EventList
-from engine.network import Link
+from engine.links import Link
 from engine.system.maxmin import Flow, MaxMinSharing, SharedLink
 from engine.topology import build_topology
 

@@ -43,7 +43,7 @@ import numpy as np
 
 import engine
 from engine.kernel import PURE_PYTHON_ENV
-from engine.network import Link
+from engine.links import Link
 from engine.run import prepare
 from engine.topology import Topology
 

@@ -12,7 +12,7 @@ name in `TOPOLOGY_CONFIGS` and `WORKLOAD_CONFIGS`; code that needs one type's ke
 and left out: it cannot change the simulation (`engine.keys`).
 
 This module is the floor of the engine: it imports the standard library, the wire constants of
-`engine.network` and the backends' names (`engine.backends.names`, which imports nothing), never
+`engine.links` and the backends' names (`engine.backends.names`, which imports nothing), never
 a layer that reads it (tests/test_import_graph.py). What lies above it is checked above it, by
 callers before any simulation starts: the files a workload names (an ASTRA-sim text file, a Chakra
 trace) where they are read, `engine.check_workload_files`, and what the chosen backend can run,
@@ -25,12 +25,13 @@ Which keys can change a config's simulation, and the run identity that follows, 
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Mapping
 
 from .backends.names import BACKEND_NAMES, DEFAULT_BACKEND
-from .network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
+from .links import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 
 CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 # What the sender does with its SACK scoreboard at an RTO: keep it and resend only the holes (Linux,
@@ -504,6 +505,7 @@ VARIANT_SECTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "network": ("topology", TOPOLOGY_CONFIGS), "workload": ("type", WORKLOAD_CONFIGS)}
 
 
+@functools.cache
 def section_classes(section: str) -> tuple[type, ...]:
     """The config classes of a section: one per variant (`VARIANT_SECTIONS`), or its one class."""
     if section in VARIANT_SECTIONS:
@@ -511,6 +513,7 @@ def section_classes(section: str) -> tuple[type, ...]:
     return (type(getattr(SimConfig(), section)),)
 
 
+@functools.cache  # asked for every config loaded
 def section_keys(section: str) -> tuple[str, ...]:
     """Every key of a section in any of its variants, each once, in declaration order (the order of
     the runs table's columns)."""

@@ -36,7 +36,7 @@ from typing import Sequence
 KERNEL_MODULES = (
     "engine.units",
     "engine.eventlist",
-    "engine.network",
+    "engine.links",
     "engine.topology",
     "engine.transport.cc",
     "engine.transport.sack",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .network import Link
+from .links import Link
 from .topology import HOST_LINK_KINDS, LinkRole, Topology
 from .units import bps_to_gbps, bytes_in_duration, utilisation
 

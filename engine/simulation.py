@@ -6,7 +6,7 @@ from random import Random
 
 from .config import SimConfig
 from .eventlist import EventList
-from .network import Link, PacketSink, idle_transit_ps, syn_bytes
+from .links import Link, PacketSink, idle_transit_ps, syn_bytes
 from .topology import Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
 from .units import s_to_ps

@@ -36,7 +36,7 @@ from .config import (
     SwitchNetwork,
 )
 from .eventlist import EventList
-from .network import HostNic, Link, PacketSink, RingPort
+from .links import HostNic, Link, PacketSink, RingPort
 from .units import BYTES_PER_KB, gbps_to_bps, ns_to_ps, us_to_ps
 
 _JITTER_RNG_SALT = 0x7177  # a host interface's jitter draws: a stream apart from its loss draws

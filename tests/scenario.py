@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from engine.eventlist import EventList
-from engine.network import Link, Packet, PacketSink
+from engine.links import Link, Packet, PacketSink
 from engine.transport import DEFAULT_TCP_SETTINGS, TcpConnection, make_congestion_control
 from engine.units import PS_PER_S, gbps_to_bps, us_to_ps
 

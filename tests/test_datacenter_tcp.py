@@ -12,7 +12,7 @@ from scenario import HAND_BUILT_SETTINGS, Wire
 
 import engine
 from engine.eventlist import EventList
-from engine.network import Packet
+from engine.links import Packet
 from engine.transport import Dctcp, TcpSender
 from engine.units import PS_PER_S, PS_PER_US
 

@@ -5,7 +5,7 @@ Expected values are computed by hand below from the link parameters, RFC 6298 an
 Network for all but the last (a leaf-spine training job): one switch, host -> switch -> host, every link
 100 Gb/s (80 ps per byte) with 1 us of propagation, so a packet of S bytes crosses one link in S * 80 ps + 1 us.
 
-SYN and SYN-ACK with Linux's options (`engine.network.syn_bytes`): 40 bytes of IPv4 + TCP headers plus
+SYN and SYN-ACK with Linux's options (`engine.links.syn_bytes`): 40 bytes of IPv4 + TCP headers plus
 MSS (4), NOP NOP SACK-permitted (4), NOP window scale (4) = 52 bytes; with timestamps MSS (4),
 SACK-permitted (2), timestamps (10), NOP window scale (4) = 60 bytes. Handshake RTT: two links out and
 two back, R = 4 * (S * 80 ps + 1 us).

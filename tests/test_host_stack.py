@@ -16,7 +16,7 @@ import pytest
 
 import engine
 from engine.eventlist import EventList
-from engine.network import HostNic, HostSender, Link, Packet
+from engine.links import HostNic, HostSender, Link, Packet
 from engine.transport.tcp import tsq_limit_bytes
 from sweep.runner import run_id
 

@@ -3,7 +3,7 @@ must show"): N synchronised senders each send one message of exactly one initial
 through the switch's egress port to host 0, as a gather `Program` replayed by `PhaseReplay` on the
 whole switch (`Reduction(config, None, None)`).
 
-Expected values come from the port's drop-tail rule as `engine.network.Link` implements it and from
+Expected values come from the port's drop-tail rule as `engine.links.Link` implements it and from
 RFC 6298's arithmetic (docs/theory.md#retransmission-timeout-rfc-6298; the collapse it explains:
 docs/theory.md#incast), never from the simulator's output:
 

@@ -1,7 +1,7 @@
 """The engine's modules import one another in layers, without a circle.
 
 `engine.config` is the floor: every layer reads it, so it may import only the standard library and
-the modules below every layer (the wire constants of `engine.network`, which imports nothing of the
+the modules below every layer (the wire constants of `engine.links`, which imports nothing of the
 engine but `engine.eventlist` and `engine.units`; and the backends' names, `engine.backends.names`,
 which imports nothing). A circle through it (as when it imported the workload readers, which import
 the system layer, which imports it; or the registry's package, whose loader imports every backend,
@@ -26,7 +26,7 @@ from pathlib import Path
 
 ENGINE_DIR = Path(__file__).resolve().parent.parent / "engine"
 # What engine.config may import, besides the standard library (see the module docstring).
-CONFIG_FLOOR = {"engine.network", "engine.eventlist", "engine.units", "engine.backends.names"}
+CONFIG_FLOOR = {"engine.links", "engine.eventlist", "engine.units", "engine.backends.names"}
 PROJECT_DIR = ENGINE_DIR.parent
 # The project's packages whose modules must not import one another's private names
 PROJECT_PACKAGES = ("engine", "sweep", "hydra_plugins")

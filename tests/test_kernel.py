@@ -43,8 +43,8 @@ def test_the_pure_python_kernel_gives_the_golden_rows():
         "import json, engine\n"
         "from golden_cases import CASES, golden_path, stable_rows\n"
         "assert engine.KERNEL == 'python', engine.KERNEL\n"
-        "import engine.network, engine.transport.tcp\n"
-        "assert engine.network.__file__.endswith('.py') and engine.transport.tcp.__file__.endswith('.py')\n"
+        "import engine.links, engine.transport.tcp\n"
+        "assert engine.links.__file__.endswith('.py') and engine.transport.tcp.__file__.endswith('.py')\n"
         "for case in sorted(CASES):\n"
         "    expected = json.loads(golden_path(case).read_text())\n"
         "    actual = json.loads(json.dumps(stable_rows(case), sort_keys=True))\n"
@@ -56,14 +56,14 @@ def test_the_pure_python_kernel_gives_the_golden_rows():
     assert f"identical {len(CASES)}" in done.stdout
 
 
-@pytest.mark.skipif(extension_path("engine.network") is None, reason="no compiled kernel installed")
+@pytest.mark.skipif(extension_path("engine.links") is None, reason="no compiled kernel installed")
 def test_an_edited_source_is_not_shadowed_by_its_stale_compiled_copy(tmp_path):
     """Edit a kernel module after the build: the edit must run (interpreted), with a warning. The
     check compares contents, not file times (a wheel install writes sources after extensions)."""
     shutil.copytree(REPO / "engine", tmp_path / "engine", ignore=shutil.ignore_patterns("__pycache__"))
     env = {key: value for key, value in os.environ.items() if key != PURE_PYTHON_ENV}
     env["PYTHONPATH"] = str(tmp_path)
-    show = "import engine, engine.network as n\nprint(engine.KERNEL, n.__spec__.origin)"
+    show = "import engine, engine.links as n\nprint(engine.KERNEL, n.__spec__.origin)"
 
     untouched = _python(show, env, cwd=tmp_path)
     assert untouched.returncode == 0 and untouched.stderr == "", untouched.stderr
@@ -72,12 +72,12 @@ def test_an_edited_source_is_not_shadowed_by_its_stale_compiled_copy(tmp_path):
         os.utime(path, (time.time() + 60, time.time() + 60))
     assert _python(show, env, cwd=tmp_path).stdout.split()[0] == "compiled"
 
-    edited = tmp_path / "engine" / "network.py"
+    edited = tmp_path / "engine" / "links.py"
     edited.write_text(edited.read_text() + "\n# an edit\n")
     done = _python(show, env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["python", str(edited)]
-    assert "engine.network changed since the compiled kernel was built" in done.stderr
+    assert "engine.links changed since the compiled kernel was built" in done.stderr
 
 
 def test_a_signal_handler_interrupts_a_long_run_promptly():

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from engine import ConfigError, load_config, prepare, run
-from engine.network import Link
+from engine.links import Link
 
 MSS = 1500 - 40  # MTU 1500 minus IPv4 (20) and TCP (20) headers: TCP timestamps off
 HEADERS = 40
@@ -144,7 +144,7 @@ def test_conservation_at_every_switch_of_a_leaf_spine():
 def test_ring_all_reduce_puts_its_volume_on_every_nic(backend):
     """A ring all-reduce of S bytes on n NPUs: 2(n-1) steps, each sending one block of S/n bytes
     to the next NPU, so every NIC carries 2(n-1)/n x S bytes of payload, plus 40 bytes of headers
-    per MSS segment of each block (engine.network.wire_bytes); so does the switch port into each
+    per MSS segment of each block (engine.links.wire_bytes); so does the switch port into each
     NPU. Utilisation: those bytes x 8 / (100 Gb/s x the run's length)."""
     n, size = 4, 1_000_000
     rows = run({"engine": {"backend": backend, "link_stats": "all"}, "network": {"topology": "switch", "npus": n},

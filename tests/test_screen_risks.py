@@ -10,7 +10,7 @@ import pytest
 from sweep_support import compose_config
 
 import engine
-from engine.network import wire_bytes
+from engine.links import wire_bytes
 from engine.transport.cc import slow_start_dominates
 
 MSS = 1460

@@ -8,7 +8,7 @@ import pytest
 from scenario import HAND_BUILT_SETTINGS, Wire, build_path, drop_segment_and_its_first_retransmission
 
 from engine.eventlist import EventList
-from engine.network import Packet
+from engine.links import Packet
 from engine.transport import TcpSender, make_congestion_control
 from engine.units import PS_PER_MS, PS_PER_US
 

@@ -24,7 +24,7 @@ import pytest
 import engine
 from engine import ConfigError, load_config
 from engine.eventlist import EventList
-from engine.network import Packet, PacketSink, wire_bytes
+from engine.links import Packet, PacketSink, wire_bytes
 from engine.transport import TcpReceiver, TcpSettings
 from engine.units import PS_PER_MS, PS_PER_US
 from tests.scenario import HAND_BUILT_SETTINGS, build_path

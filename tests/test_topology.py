@@ -16,7 +16,7 @@ import engine
 from engine import load_config
 from engine.config import smallest_fat_tree_k
 from engine.eventlist import EventList
-from engine.network import Link, Packet, PacketSink
+from engine.links import Link, Packet, PacketSink
 from engine.topology import build_topology
 from engine.units import PS_PER_NS, PS_PER_US, gbps_to_bps, serialisation_ps
 

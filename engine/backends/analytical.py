@@ -16,9 +16,9 @@ from typing import Any, Callable, ClassVar, Final, cast
 
 from ..config import SimConfig
 from ..eventlist import EventList, EventSource
+from ..links import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..linkstats import fluid_link_rows
 from ..memory import estimate_messages, process_bytes
-from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..simulation import Simulation
 from ..system.collectives import SystemLayer
 from ..system.maxmin import FluidFlow, MaxMinSharing, SharedLink

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..config import FatTreeNetwork, LeafSpineNetwork, SimConfig, require
 from ..eventlist import StopFlag, run_together
-from ..network import Link
+from ..links import Link
 from ..simulation import Simulation
 from ..system.algorithms import ALL, RING, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey

@@ -1,4 +1,4 @@
-"""`engine.backend=packet`: the packet-level TCP/IP engine (`engine.network`, `engine.transport`).
+"""`engine.backend=packet`: the packet-level TCP/IP engine (`engine.links`, `engine.transport`).
 
 Every message of the system layer (or flow of the `flows` workload) goes over a TCP connection of
 the `Simulation`, packet by packet through NIC queues, links and switches: slow start, losses,

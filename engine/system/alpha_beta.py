@@ -49,7 +49,7 @@ from collections import Counter
 from typing import Callable
 
 from ..eventlist import EventList
-from ..network import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
+from ..links import TCP_IP_HEADER_BYTES, Link, unloaded_latency_ps, wire_bytes
 from ..topology import Topology
 from ..units import serialisation_ps
 from .algorithms import RING, XOR, Program, SymmetricStep

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..eventlist import EventList, EventSource
-from ..network import TCP_IP_HEADER_BYTES, Link, wire_bytes
+from ..links import TCP_IP_HEADER_BYTES, Link, wire_bytes
 from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topology
 from ..transport.cc import slow_start_dominates
 from ..units import BITS_PER_BYTE, PS_PER_S, serialisation_ps

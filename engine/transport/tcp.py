@@ -25,7 +25,7 @@ from typing import Callable, Final
 
 from ..config import SimConfig
 from ..eventlist import EventList
-from ..network import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES, HostNic, HostSender, Packet, PacketSink
+from ..links import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES, HostNic, HostSender, Packet, PacketSink
 from ..units import BYTES_PER_KB, PS_PER_S, ms_to_ps, s_to_ps, us_to_ps
 from .cc import UNSET_SSTHRESH, CongestionControl, HyStartPlusPlus
 from .recovery import ProportionalRateReduction, RackState

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 from ...config import SimConfig
 from ...eventlist import EventList
-from ...network import Link
+from ...links import Link
 from ...system.messages import MessageLog
 from ...topology import (
     DumbbellTopology,
