@@ -4,12 +4,12 @@
 dataclasses, refusing anything that cannot run with a `ConfigError` that names the key, the value
 and what is allowed. Nothing here knows about Hydra.
 
-A topology and a workload type are each a dataclass of their own over a shared base (`NetworkConfig`,
-`WorkloadConfig`): its fields are its keys, its defaults the values a preset starts from
-(`sweep.config_bases` registers them as Hydra's bases), its `check` what it refuses. They are found by
-name in `TOPOLOGY_CONFIGS` and `WORKLOAD_CONFIGS`; code that needs one type's keys narrows with
-`isinstance`. A key of another variant of the same section (`network.spines` on a switch) is accepted
-and left out: it cannot change the simulation (`engine.keys`).
+A topology, a congestion control and a workload type are each a dataclass of their own over a
+shared base (`NetworkConfig`, `TcpConfig`, `WorkloadConfig`): its fields are its keys, its defaults the
+values a preset starts from (`sweep.config_bases` registers them as Hydra's bases), its `check` what it
+refuses. They are found by name in `TOPOLOGY_CONFIGS`, `TCP_CONFIGS` and `WORKLOAD_CONFIGS`; code that
+needs one variant's keys narrows with `isinstance`. A key of another variant of the same section
+(`network.spines` on a switch) is accepted and left out: it cannot change the simulation (`engine.keys`).
 
 This module is the floor of the engine: it imports the standard library, the wire constants of
 `engine.links` and the backends' names (`engine.backends.names`, which imports nothing), never
@@ -33,7 +33,6 @@ from typing import Any, ClassVar, Mapping
 from .backends.names import BACKEND_NAMES, DEFAULT_BACKEND
 from .links import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 
-CONGESTION_CONTROLS = ("newreno", "cubic", "dctcp")
 # What the sender does with its SACK scoreboard at an RTO: keep it and resend only the holes (Linux,
 # ns-3, RFC 6675 with erratum 1610) or discard it and resend everything from snd_una (RFC 2018).
 SACK_AFTER_RTO = ("keep", "discard")
@@ -226,35 +225,81 @@ class HierarchicalNetwork(NetworkConfig):
 
 @dataclass(frozen=True)
 class TcpConfig:
-    """TCP parameters (`tcp.*`)."""
+    """TCP parameters every congestion control shares (`tcp.*`); `cc` names the subclass
+    (`TCP_CONFIGS`), whose own fields are its algorithm's constants."""
 
-    cc: str = "newreno"
-    mss_bytes: int | None = None
-    init_cwnd_pkts: int = 10
-    min_rto_ms: float = 200.0
-    max_rto_s: float = 60.0
-    initial_rto_ms: float = 1000.0
-    clock_granularity_us: float = 1.0
-    delayed_ack: bool = False
+    cc: str = "newreno"  # the congestion control: one of TCP_CONFIGS
+    mss_bytes: int | None = None  # null = network.mtu_bytes - 40 (the payload per segment, less 12 with timestamps)
+    init_cwnd_pkts: int = 10  # initial congestion window, segments
+    min_rto_ms: float = 200.0  # RTO floor (RFC 6298 says 1 s; Linux uses 200 ms)
+    max_rto_s: float = 60.0  # RTO cap under exponential backoff
+    initial_rto_ms: float = 1000.0  # RTO before the first RTT sample (with the handshake: the SYN's)
+    clock_granularity_us: float = 1.0  # G of RFC 6298
+    delayed_ack: bool = False  # ACK every 2nd segment or after delayed_ack_timeout_ms
     delayed_ack_timeout_ms: float = 40.0
-    linux_delayed_ack: bool = False
-    sack: bool = True
-    sack_after_rto: str = "keep"  # one of SACK_AFTER_RTO
-    timestamps: bool = True  # RFC 7323 timestamp option on every segment (Linux's and ns-3's default)
-    handshake: bool = True  # a SYN/SYN-ACK RTT sample seeds the RTO before the first message
-    ecn: bool = False
-    rcv_wnd_kb: float | None = None
-    slow_start_after_idle: bool = True
-    rack_tlp: bool = False
+    linux_delayed_ack: bool = False  # with delayed_ack: Linux's quick ACKs, sub-MSS segments ACKed at once
+    sack: bool = True  # selective acknowledgements
+    # At an RTO keep the SACK scoreboard and resend its holes (Linux, ns-3), or discard it (RFC 2018):
+    # one of SACK_AFTER_RTO
+    sack_after_rto: str = "keep"
+    # RFC 7323 timestamp option on every segment (Linux's and ns-3's default): 12 header bytes, RTT
+    # samples from retransmissions too, so an RTO's backoff ends at the next ACK
+    timestamps: bool = True
+    # Connections open before the workload (outside its timing): the SYN/SYN-ACK RTT sample seeds the
+    # RTO (RFC 6298 2.2); false: no sample before the first data ACK
+    handshake: bool = True
+    ecn: bool = False  # ECN-capable (always, with dctcp)
+    rcv_wnd_kb: float | None = None  # receive window cap, KiB; null = unlimited
+    slow_start_after_idle: bool = True  # cwnd restarts after an idle RTO (Linux's default)
+    rack_tlp: bool = False  # RACK-TLP loss detection and tail loss probes (RFC 8985; needs sack)
     pto_slack_ms: float = 0.0  # added to RACK-TLP's probe timeout with more than one segment out (Linux: 2)
-    prr: bool = False
-    hystart: bool = False
+    prr: bool = False  # proportional rate reduction in SACK recovery (RFC 6937, PRR-SSRB)
+    hystart: bool = False  # HyStart++ slow-start exit on an RTT rise (RFC 9406)
     # RFC 5681 DupThresh: duplicate ACKs (RFC 6675 IsLost: SACKed ranges) that start fast retransmit;
     # Linux's net.ipv4.tcp_reordering and ns-3's ReTxThreshold, 3 in both
     dupthresh: int = 3
-    dctcp_g: float = 1.0 / 16
-    cubic_c: float = 0.4
-    cubic_beta: float = 0.7
+
+    def check(self) -> None:
+        """Raise `ConfigError` for a constant this congestion control cannot run with."""
+
+    def cc_constants(self) -> dict[str, float]:
+        """Its congestion control's constants, as `engine.transport.make_congestion_control` takes them."""
+        return {}
+
+
+@dataclass(frozen=True)
+class NewRenoTcp(TcpConfig):
+    """NewReno (RFC 5681, RFC 6582): no constants of its own."""
+
+
+@dataclass(frozen=True)
+class DctcpTcp(TcpConfig):
+    """DCTCP (RFC 8257): ECN-capable, its window cut by the fraction of marked bytes."""
+
+    cc: str = "dctcp"
+    dctcp_g: float = 1.0 / 16  # the weight of a window's marked fraction in its estimate
+
+    def check(self) -> None:
+        require(0 < self.dctcp_g <= 1, "tcp.dctcp_g", self.dctcp_g, "a number in (0, 1]")
+
+    def cc_constants(self) -> dict[str, float]:
+        return {"dctcp_g": self.dctcp_g}
+
+
+@dataclass(frozen=True)
+class CubicTcp(TcpConfig):
+    """CUBIC (RFC 9438)."""
+
+    cc: str = "cubic"
+    cubic_c: float = 0.4  # C of W(t) = C (t - K)^3 + W_max
+    cubic_beta: float = 0.7  # the window kept at a loss
+
+    def check(self) -> None:
+        _positive("tcp.cubic_c", self.cubic_c)
+        require(0 < self.cubic_beta < 1, "tcp.cubic_beta", self.cubic_beta, "a number in (0, 1)")
+
+    def cc_constants(self) -> dict[str, float]:
+        return {"cubic_c": self.cubic_c, "cubic_beta": self.cubic_beta}
 
 
 @dataclass(frozen=True)
@@ -461,7 +506,7 @@ class SimConfig:
     seed: int = 0
     engine: EngineConfig = field(default_factory=EngineConfig)
     network: NetworkConfig = field(default_factory=SwitchNetwork)
-    tcp: TcpConfig = field(default_factory=TcpConfig)
+    tcp: TcpConfig = field(default_factory=NewRenoTcp)
     host: HostConfig = field(default_factory=HostConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     workload: WorkloadConfig = field(default_factory=DlrmWorkload)
@@ -497,12 +542,14 @@ def _by_name(name_key: str, *classes: type) -> dict[str, Any]:
 TOPOLOGY_CONFIGS: dict[str, type[NetworkConfig]] = _by_name(
     "topology", SwitchNetwork, DumbbellNetwork, RingNetwork, LeafSpineNetwork, FatTreeNetwork, HierarchicalNetwork,
     FullMeshNetwork)
+# A congestion control's config class by `tcp.cc` (dctcp before cubic: the order of the runs table's columns).
+TCP_CONFIGS: dict[str, type[TcpConfig]] = _by_name("cc", NewRenoTcp, DctcpTcp, CubicTcp)
 # A workload type's config class by `workload.type` (flows first: the order of the runs table's columns).
 WORKLOAD_CONFIGS: dict[str, type[WorkloadConfig]] = _by_name(
     "type", FlowsWorkload, DlrmWorkload, AstraWorkload, ChakraWorkload, CollectiveWorkload)
 # The sections whose keys depend on a variant: (its naming key, the variants' classes by name).
 VARIANT_SECTIONS: dict[str, tuple[str, dict[str, Any]]] = {
-    "network": ("topology", TOPOLOGY_CONFIGS), "workload": ("type", WORKLOAD_CONFIGS)}
+    "network": ("topology", TOPOLOGY_CONFIGS), "tcp": ("cc", TCP_CONFIGS), "workload": ("type", WORKLOAD_CONFIGS)}
 
 
 @functools.cache
@@ -628,7 +675,7 @@ def load_config(mapping: Mapping[str, Any]) -> SimConfig:
     seed = _coerce("seed", mapping.get("seed", 0), "int")
     engine = EngineConfig(**_section(EngineConfig, mapping.get("engine"), "engine"))
     network = _variant("network", mapping.get("network"))
-    tcp = TcpConfig(**_section(TcpConfig, mapping.get("tcp"), "tcp"))
+    tcp = _variant("tcp", mapping.get("tcp"))
     host = HostConfig(**_section(HostConfig, mapping.get("host"), "host"))
     system = SystemConfig(**_section(SystemConfig, mapping.get("system"), "system"))
     workload = _variant("workload", mapping.get("workload"))
@@ -660,7 +707,7 @@ def _validate(config: SimConfig) -> None:
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
     net.check()
 
-    _one_of("tcp.cc", tcp.cc, CONGESTION_CONTROLS)
+    tcp.check()
     if tcp.mss_bytes is not None:
         require(0 < tcp.mss_bytes <= net.mtu_bytes - 40, "tcp.mss_bytes", tcp.mss_bytes,
                 f"between 1 and network.mtu_bytes - 40 = {net.mtu_bytes - 40} (IPv4 + TCP headers)")
@@ -690,9 +737,6 @@ def _validate(config: SimConfig) -> None:
         require(tcp.rcv_wnd_kb * 1024 >= config.mss_bytes, "tcp.rcv_wnd_kb", tcp.rcv_wnd_kb,
                 f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")
     require(tcp.dupthresh >= 1, "tcp.dupthresh", tcp.dupthresh, "an integer >= 1 (RFC 5681's DupThresh is 3)")
-    require(0 < tcp.dctcp_g <= 1, "tcp.dctcp_g", tcp.dctcp_g, "a number in (0, 1]")
-    _positive("tcp.cubic_c", tcp.cubic_c)
-    require(0 < tcp.cubic_beta < 1, "tcp.cubic_beta", tcp.cubic_beta, "a number in (0, 1)")
 
     _validate_host(config.host)
     _validate_system(config)

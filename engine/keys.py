@@ -24,6 +24,7 @@ from .config import (
     ChakraWorkload,
     ConfigError,
     SimConfig,
+    section_classes,
     section_keys,
 )
 
@@ -55,9 +56,6 @@ KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
         lambda config: config.network.SWITCH_PORTS and (config.tcp.ecn or config.tcp.cc == "dctcp" or (
             backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
     **{f"host.{key}": _HOST_STACK for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
-    "tcp.dctcp_g": _when("tcp.cc", "dctcp"),
-    "tcp.cubic_c": _when("tcp.cc", "cubic"),
-    "tcp.cubic_beta": _when("tcp.cc", "cubic"),
     "tcp.delayed_ack_timeout_ms": _when("tcp.delayed_ack", True),
     "tcp.pto_slack_ms": _when("tcp.rack_tlp", True),
     "tcp.sack_after_rto": _when("tcp.sack", True),
@@ -151,28 +149,28 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
     """`mapping` (what `load_config` turned into `config`) with every key of `unused_keys(config)`
     that it sets put back to its default: configs that differ only in keys that cannot change their
     simulation map to one identity. Defaults, not deletion, so a config whose unused keys hold
-    their defaults (every preset's) keeps the identity it had. A key of another variant has no
-    default here: it is left out, but in a network section composed from a preset (one that spells
-    every key of its topology), where every other topology's key is spelled null, as the network
-    presets of before spelled them (their datasets resume). A key added since
+    their defaults (every preset's) keeps the identity it had. A key of another variant is left out;
+    but a section composed from a preset (it spells every key its variants share) spells what the
+    presets of before spelled (`_PRESETS_SPELLED`), so their datasets resume. A key added since
     `IDENTITY_KEYS_2026_12` is left out while it holds its default."""
     identity = {key: dict(value) if isinstance(value, Mapping) else value for key, value in mapping.items()}
     unused = unused_keys(config)
-    network = identity.get("network")
-    # composed from a preset (it spells every key of its topology): as the padded presets of before
-    composed = isinstance(network, dict) and all(item.name in network for item in fields(config.network))
     for key in unused:
         section, name = key.split(".")
         values = identity.get(section)
-        if not isinstance(values, dict):
+        if not isinstance(values, dict) or name not in values:
             continue
         if _owns(config, key):
-            if name in values:
-                values[name] = _listed(_default(getattr(config, section), name))
-        elif section == "network" and composed and key in IDENTITY_KEYS_2026_12:
-            values[name] = None
+            values[name] = _listed(_default(getattr(config, section), name))
         else:
-            values.pop(name, None)
+            del values[name]
+    for section, spelled in _PRESETS_SPELLED.items():
+        values = identity.get(section)
+        if isinstance(values, dict) and set(_shared_keys(section)) <= set(values):
+            for name in section_keys(section):
+                if name not in values and f"{section}.{name}" in IDENTITY_KEYS_2026_12 \
+                        and (spelled == "default" or not _owns(config, f"{section}.{name}")):
+                    values[name] = None if spelled == "null" else _listed(_owner_default(section, name))
     for section in SECTIONS:  # keys added since IDENTITY_KEYS_2026_12, at their defaults
         values = identity.get(section)
         if isinstance(values, dict):
@@ -187,6 +185,24 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
         if all(f"{section}.{name}" in unused for name in section_keys(section)):
             identity.pop(section, None)
     return identity
+
+
+# What the presets of before spelled for a key of IDENTITY_KEYS_2026_12 they did not set, which the
+# run_ids of their runs hash: a network preset every other topology's key null, a tcp preset every
+# key at its default (the constants of every congestion control); a workload preset nothing.
+_PRESETS_SPELLED = {"network": "null", "tcp": "default"}
+
+
+def _shared_keys(section: str) -> tuple[str, ...]:
+    """The keys every variant of a section has."""
+    classes = section_classes(section)
+    return tuple(name for name in section_keys(section)
+                 if all(name in {item.name for item in fields(cls)} for cls in classes))
+
+
+def _owner_default(section: str, name: str) -> Any:
+    """The default of key `name` in the first of its section's classes that has it."""
+    return next(item.default for cls in section_classes(section) for item in fields(cls) if item.name == name)
 
 
 def own_keys(mapping: Mapping[str, Any], config: SimConfig) -> dict[str, Any]:

@@ -84,8 +84,7 @@ class Simulation:
                     ack_links: tuple[PacketSink, ...]) -> TcpConnection:
         """A connection with a fresh congestion state, not yet opened."""
         tcp = self.config.tcp
-        cc = make_congestion_control(tcp.cc, self.settings.mss_bytes, tcp.init_cwnd_pkts,
-                                     dctcp_g=tcp.dctcp_g, cubic_c=tcp.cubic_c, cubic_beta=tcp.cubic_beta)
+        cc = make_congestion_control(tcp.cc, self.settings.mss_bytes, tcp.init_cwnd_pkts, **tcp.cc_constants())
         return TcpConnection(self.eventlist, self.settings, cc, flow_id, src, dst, data_links, ack_links)
 
     def _handshake(self, connection: TcpConnection, syn_links: tuple[Link, ...],

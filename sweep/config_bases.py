@@ -1,10 +1,10 @@
-"""The bases Hydra's presets of network and workload inherit from, registered in Hydra's ConfigStore.
+"""The bases Hydra's presets of network, tcp and workload inherit from, registered in Hydra's ConfigStore.
 
-Each topology and workload type is a dataclass of `engine.config` (`TOPOLOGY_CONFIGS`,
-`WORKLOAD_CONFIGS`) whose fields are its keys and whose defaults are its values unless a preset says
-otherwise; registered here as `base/network/<topology>` and `base/workload/<type>`, so a preset
-(`conf/network/leaf_spine.yaml`) starts from `- /base/network@_here_: leaf_spine` and says only what
-differs. Registered as plain nodes, not as structured configs: the engine is the one place values
+Each topology, congestion control and workload type is a dataclass of `engine.config`
+(`VARIANT_SECTIONS`) whose fields are its keys and whose defaults are its values unless a preset says
+otherwise; registered here as `base/network/<topology>`, `base/tcp/<cc>` and `base/workload/<type>`,
+so a preset (`conf/network/leaf_spine.yaml`) starts from `- /base/network@_here_: leaf_spine` and says
+only what differs. Registered as plain nodes, not as structured configs: the engine is the one place values
 are checked (`engine.load_config`, whose errors name the key, the value and what is allowed), and
 untyped leaves keep the grid composer's fast path (`sweep.plan.Composer`).
 """

@@ -10,6 +10,7 @@ import pytest
 
 import engine
 from engine import ConfigError, check_backend, load_config
+from engine.config import CubicTcp, DctcpTcp
 
 ONE_FLOW = {"workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 10_000}]}}
 
@@ -72,7 +73,7 @@ BAD_CONFIGS = [
     ("flow-missing-bytes", with_overrides(workload={"flows": [{"src": 0, "dst": 1}]}),
      "workload.flows[0].bytes", "None", "required"),
     ("unknown-cc", with_overrides(tcp={"cc": "bbr"}),
-     "tcp.cc", "'bbr'", "newreno, cubic, dctcp"),
+     "tcp.cc", "'bbr'", "one of newreno, dctcp, cubic"),
     ("unknown-topology", with_overrides(network={"topology": "torus"}),
      "network.topology", "'torus'", "switch, dumbbell, ring, leaf_spine, fat_tree, hierarchical"),
     ("incast-senders-equal-npus",
@@ -110,9 +111,9 @@ BAD_CONFIGS = [
      "engine.backend", "'alpha_beta'", "packet for workload.type=flows"),
     ("rcv-wnd-below-one-mss", with_overrides(tcp={"rcv_wnd_kb": 1}),
      "tcp.rcv_wnd_kb", "1", "one MSS"),
-    ("cubic-beta-one", with_overrides(tcp={"cubic_beta": 1.0}),
+    ("cubic-beta-one", with_overrides(tcp={"cc": "cubic", "cubic_beta": 1.0}),
      "tcp.cubic_beta", "1.0", "(0, 1)"),
-    ("dctcp-g-zero", with_overrides(tcp={"dctcp_g": 0}),
+    ("dctcp-g-zero", with_overrides(tcp={"cc": "dctcp", "dctcp_g": 0}),
      "tcp.dctcp_g", "0", "(0, 1]"),
     ("rack-without-sack", with_overrides(tcp={"rack_tlp": True, "sack": False}),
      "tcp.rack_tlp", "True", "unless tcp.sack is true"),
@@ -193,7 +194,7 @@ def test_defaults_are_valid_and_match_design():
     # Linux's loss recovery and slow-start exit are options, off unless asked for (tcp=linux)
     assert not (tcp.rack_tlp or tcp.prr or tcp.hystart or tcp.linux_delayed_ack)
     assert tcp.pto_slack_ms == 0  # RFC 8985's probe timeout when tcp.rack_tlp is turned on alone
-    assert tcp.dctcp_g == 1 / 16 and tcp.cubic_c == 0.4 and tcp.cubic_beta == 0.7
+    assert DctcpTcp().dctcp_g == 1 / 16 and (CubicTcp().cubic_c, CubicTcp().cubic_beta) == (0.4, 0.7)
     assert config.workload.flows[0].src == 0 and config.workload.flows[0].dst == 1
 
 

@@ -116,9 +116,7 @@ def tcp_setting_lines(config: SimConfig) -> list[str]:
         ("delayed_ack_timeout_ps", ms_to_ps(tcp.delayed_ack_timeout_ms)),
         ("ecn", int(tcp.ecn or tcp.cc == "dctcp")),
         ("slow_start_after_idle", int(tcp.slow_start_after_idle)),
-        ("dctcp_g", repr(tcp.dctcp_g)),
-        ("cubic_c", repr(tcp.cubic_c)),
-        ("cubic_beta", repr(tcp.cubic_beta)),
+        *((key, repr(value)) for key, value in tcp.cc_constants().items()),
     ]
     if tcp.rcv_wnd_kb is not None:
         settings.append(("rcv_buf_bytes", int(tcp.rcv_wnd_kb * 1024)))  # KiB -> bytes
