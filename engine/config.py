@@ -75,6 +75,9 @@ class NetworkConfig:
     # Whether its links queue in switch ports (a ring's: its forwarding ports), where `buffer_kb` and
     # `ecn_threshold_kb` apply
     SWITCH_PORTS: ClassVar[bool] = True
+    # Whether its hosts send through interfaces of their own (`host.*` applies), not through ports
+    # that also forward others' packets (the ring's)
+    HOST_INTERFACES: ClassVar[bool] = True
 
     topology: str = "switch"  # the key of `TOPOLOGY_CONFIGS` naming the subclass
     npus: int = 8
@@ -131,6 +134,8 @@ class DumbbellNetwork(NetworkConfig):
 @dataclass(frozen=True)
 class RingNetwork(NetworkConfig):
     """NPUs in a bidirectional ring, each forwarding for the others."""
+
+    HOST_INTERFACES: ClassVar[bool] = False
 
     topology: str = "ring"
 

@@ -23,6 +23,7 @@ from .config import (
     VARIANT_SECTIONS,
     ChakraWorkload,
     ConfigError,
+    DctcpTcp,
     SimConfig,
     section_classes,
     section_keys,
@@ -36,24 +37,25 @@ def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
             lambda config: getattr(getattr(config, section), name) in values)
 
 
-# A host's own transmit path exists on the backends that model it, and on every topology but the ring,
-# whose NPUs send their own packets through the ports that forward others' (`RingPort`).
+# A host's own transmit path exists on the backends that model it, and on the topologies whose hosts
+# have interfaces of their own (not the ring's NPUs, which send through the ports that forward: `RingPort`)
 _HOST_STACK = (
-    f"engine.backend={'|'.join(sorted(backends_with('MODELS_HOST_STACK')))} on a topology other than ring",
-    lambda config: backend_class(config.engine.backend).MODELS_HOST_STACK and config.network.topology != "ring")
+    f"engine.backend={'|'.join(sorted(backends_with('MODELS_HOST_STACK')))} on network.topology="
+    f"{'|'.join(name for name, cls in TOPOLOGY_CONFIGS.items() if cls.HOST_INTERFACES)}",
+    lambda config: backend_class(config.engine.backend).MODELS_HOST_STACK and config.network.HOST_INTERFACES)
 # The topologies whose links queue in switch ports (`NetworkConfig.SWITCH_PORTS`)
 _WITH_SWITCH_PORTS = f"network.topology={'|'.join(name for name, cls in TOPOLOGY_CONFIGS.items() if cls.SWITCH_PORTS)}"
 # Where a key of its variant is read, when it is not read in every config of that variant: outside
-# its condition it cannot change the simulation (another congestion control's constants, a setting of
-# an option that is off). Evaluated only for configs whose variant has the key.
+# its condition it cannot change the simulation (a setting of an option that is off, a flows pattern,
+# a topology without switch ports). Evaluated only for configs whose variant has the key.
 KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
+    "network.buffer_kb": (_WITH_SWITCH_PORTS, lambda config: config.network.SWITCH_PORTS),
     # Only ECN-capable packets are marked; and on ns3 a threshold without a buffer limit also puts
     # the port's own queue disc in place of ns-3's default device queue, which drops at 100 packets.
-    "network.buffer_kb": (_WITH_SWITCH_PORTS, lambda config: config.network.SWITCH_PORTS),
     "network.ecn_threshold_kb": (
         f"{_WITH_SWITCH_PORTS} with ECN-capable traffic (tcp.cc=dctcp or tcp.ecn=true; on engine.backend="
         f"{'|'.join(backends_with('ECN_THRESHOLD_SETS_QUEUE'))} also network.buffer_kb=null)",
-        lambda config: config.network.SWITCH_PORTS and (config.tcp.ecn or config.tcp.cc == "dctcp" or (
+        lambda config: config.network.SWITCH_PORTS and (config.tcp.ecn or isinstance(config.tcp, DctcpTcp) or (
             backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
     **{f"host.{key}": _HOST_STACK for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
     "tcp.delayed_ack_timeout_ms": _when("tcp.delayed_ack", True),
