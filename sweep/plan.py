@@ -39,7 +39,7 @@ from .rows import RunResult, TableRows
 from .runner import MIB, point_id, run_id, stored_rows
 from .schema import PRESET_COLUMNS
 
-register_config_bases()  # before anything composes a config: the presets of network and workload start from them
+register_config_bases()  # before anything composes a config: the network, tcp and workload presets start from them
 
 
 def validate(config: Mapping[str, Any]) -> engine.SimConfig:

@@ -245,10 +245,10 @@ def stored_rows(config: Mapping[str, Any], result: RunResult, identity: str | No
     measured values and `repro`), and the rows of its other tables, each with `run_id` (empty tables
     kept: an empty table writes no part; `flows` kept as columns). `sim_config`: `config` validated,
     if at hand (`run_id`)."""
-    identity = identity or run_id(config, sim_config)
     if sim_config is None:
         with contextlib.suppress(engine.ConfigError):  # a config the engine refuses is stored as it was given
             sim_config = engine.load_config(config)
+    identity = identity or run_id(config, sim_config)
     measured = result.measured
     runs_row = {
         "run_id": identity,
