@@ -13,13 +13,10 @@ what explains the gap are in docs/dlrm.md.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
-import yaml
 
 import engine
+from sweep.cli import compose_config
 
-PRESET = Path(__file__).resolve().parents[1] / "conf" / "workload" / "dlrm_dcnv2.yaml"
 TRAIN_SAMPLES = 4_195_197_692  # MLLOG train_samples: one epoch of Criteo 1TB
 
 # mlcommons/training_results_v4.0, NVIDIA/results/<system>/dlrm_dcnv2/result_0.txt: run_start, then
@@ -79,7 +76,8 @@ def published_step_s(log: dict) -> tuple[float, int]:
 
 def simulated_step(backend: str, gpus: int, global_batch: int) -> dict:
     """The middle of three simulated steps: its time and where it goes."""
-    workload = {**yaml.safe_load(PRESET.read_text()), "batch_per_npu": global_batch // gpus, "iterations": 3}
+    workload = {**compose_config(["workload=dlrm_dcnv2"])["workload"], "batch_per_npu": global_batch // gpus,
+                "iterations": 3}
     rows = engine.run({"engine": {"backend": backend}, "network": NETWORKS[gpus],
                        "system": {"all_reduce": "ring", "all_to_all": "direct"}, "workload": workload})
     assert rows["runs"][0]["status"] == "ok", rows["runs"][0]["error"]

@@ -45,11 +45,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
-from omegaconf import OmegaConf
 from validate_phase import spearman
 
 import engine
-from sweep.cli import CONF_DIR
+from sweep.cli import compose_config
 
 HERE = Path(__file__).resolve().parent
 CSV = HERE / "validate_hybrid.csv"
@@ -61,10 +60,10 @@ FIELDS = ["label", "kind", "topology", "npus", "spines", "buffer_kb", "backend",
 
 
 def preset(group: str, name: str) -> dict[str, Any]:
-    """A preset of the sweep's config group (conf/<group>/<name>.yaml) as a plain dict."""
-    loaded = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / group / f"{name}.yaml"))
-    assert isinstance(loaded, dict)
-    return {str(key): value for key, value in loaded.items()}
+    """A preset of the sweep's config group (`group=name`) as Hydra composes it, every key its variant has."""
+    section = compose_config([f"{group}={name}"])[group]
+    assert isinstance(section, dict)
+    return section
 
 
 def leaf_spine(npus: int, spines: int, buffer_kb: float) -> dict[str, Any]:

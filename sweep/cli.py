@@ -39,6 +39,17 @@ from .schema import PRESET_COLUMNS
 CONF_DIR = str(importlib.resources.files("sweep.conf"))
 
 
+def compose_config(overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The resolved root config `python -m sweep` composes from `overrides` (`["network=leaf_spine",
+    "tcp=cubic"]`), as a plain dict without Hydra's own node: a preset with every key its variant has,
+    for scripts and notebooks (`engine.run(compose_config([...]))`)."""
+    with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base=None):
+        composed = hydra.compose(config_name="config", overrides=list(overrides))
+    config = OmegaConf.to_container(composed, resolve=True)
+    assert isinstance(config, dict)  # the root config is a mapping
+    return {str(key): value for key, value in config.items()}
+
+
 # Exit codes (see the module docstring).
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1

@@ -1,14 +1,13 @@
-"""Helpers for the sweep tests: compose configs from conf/ with Hydra's compose API."""
+"""Helpers for the sweep tests: configs composed from conf/ (`sweep.cli.compose_config`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Sequence
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from sweep.cli import CONF_DIR, compose_config
 
-from sweep.cli import CONF_DIR
+__all__ = ["GROUPS", "compose_config", "group_options", "small_config"]
 
 GROUPS = ("network", "tcp", "system", "workload")
 
@@ -16,15 +15,6 @@ GROUPS = ("network", "tcp", "system", "workload")
 def group_options(group: str) -> list[str]:
     """The presets of a config group: the YAML files in conf/<group>/."""
     return sorted(path.stem for path in (Path(CONF_DIR) / group).glob("*.yaml"))
-
-
-def compose_config(overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The resolved root config with `overrides`, as the plain dict `python -m sweep` builds."""
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-        composed = compose(config_name="config", overrides=list(overrides))
-    config = OmegaConf.to_container(composed, resolve=True)
-    assert isinstance(config, dict)
-    return config
 
 
 def small_config(tmp_path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
