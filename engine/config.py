@@ -565,6 +565,12 @@ def section_classes(section: str) -> tuple[type, ...]:
     return (type(getattr(SimConfig(), section)),)
 
 
+@functools.cache  # asked for every key of every config a sweep plans
+def field_defaults(cls: type) -> dict[str, Any]:
+    """The fields of a config class and their defaults (every field of a config section has one)."""
+    return {item.name: item.default for item in fields(cls)}
+
+
 @functools.cache  # asked for every config loaded
 def section_keys(section: str) -> tuple[str, ...]:
     """Every key of a section in any of its variants, each once, in declaration order (the order of

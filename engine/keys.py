@@ -12,7 +12,6 @@ below it knows none of this.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any, Callable, Mapping
 
 from .backends import backend_class, backends_with
@@ -25,6 +24,7 @@ from .config import (
     ConfigError,
     DctcpTcp,
     SimConfig,
+    field_defaults,
     section_classes,
     section_keys,
 )
@@ -80,7 +80,7 @@ def _variants_with(key: str) -> list[str]:
     if section not in VARIANT_SECTIONS:
         return []
     return [variant for variant, cls in VARIANT_SECTIONS[section][1].items()
-            if name in {item.name for item in fields(cls)}]
+            if name in field_defaults(cls)]
 
 
 def key_condition(key: str) -> str:
@@ -121,7 +121,7 @@ CONDITIONAL_KEYS = tuple(key for key in ALL_KEYS if key_condition(key))
 def _owns(config: SimConfig, key: str) -> bool:
     """Whether `config`'s class for `key`'s section has the key (a key of another variant: not)."""
     section, name = key.split(".")
-    return name in {item.name for item in fields(getattr(config, section))}
+    return name in field_defaults(getattr(config, section).__class__)
 
 
 def unused_keys(config: SimConfig) -> tuple[str, ...]:
@@ -199,12 +199,12 @@ def _shared_keys(section: str) -> tuple[str, ...]:
     """The keys every variant of a section has."""
     classes = section_classes(section)
     return tuple(name for name in section_keys(section)
-                 if all(name in {item.name for item in fields(cls)} for cls in classes))
+                 if all(name in field_defaults(cls) for cls in classes))
 
 
 def _owner_default(section: str, name: str) -> Any:
     """The default of key `name` in the first of its section's classes that has it."""
-    return next(item.default for cls in section_classes(section) for item in fields(cls) if item.name == name)
+    return next(field_defaults(cls)[name] for cls in section_classes(section) if name in field_defaults(cls))
 
 
 def own_keys(mapping: Mapping[str, Any], config: SimConfig) -> dict[str, Any]:
@@ -214,14 +214,14 @@ def own_keys(mapping: Mapping[str, Any], config: SimConfig) -> dict[str, Any]:
     for section in VARIANT_SECTIONS:
         values = mapping.get(section)
         if isinstance(values, Mapping):
-            names = {item.name for item in fields(getattr(config, section))}
+            names = field_defaults(getattr(config, section).__class__)
             own[section] = {name: value for name, value in values.items() if name in names}
     return own
 
 
 def _default(values: Any, name: str) -> Any:
     """The default of field `name` of `values`' class (a config section)."""
-    return next(item.default for item in fields(values) if item.name == name)
+    return field_defaults(values.__class__)[name]
 
 
 def _listed(value: Any) -> Any:
