@@ -38,6 +38,8 @@ from .links import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 SACK_AFTER_RTO = ("keep", "discard")
 # Which links get a row in the `links` table: none, the switches' egress ports, or every link.
 LINK_STATS = ("none", "switch_ports", "all")
+# what the hybrid backend reduces a fat tree to: pairs of pods or of edge switches, or pods while they fit
+HYBRID_FAT_TREE_GROUPS = ("auto", "pod", "edge")
 # dlrm: how the bottom MLP's output meets the embeddings: pairwise dot products (DLRM 2019) or DCNv2's
 # low-rank cross layers (MLPerf Training's DLRM-DCNv2).
 INTERACTIONS = ("dot", "dcn")
@@ -502,6 +504,7 @@ class EngineConfig:
     max_sim_time_s: float = 10.0
     link_stats: str = "none"
     incast_rto: bool = False  # phase backend: charge an RTO to every phase flagged as an incast
+    hybrid_fat_tree_group: str = "auto"  # hybrid backend on a fat tree: its reduced networks' groups
 
 
 @dataclass(frozen=True)
@@ -716,6 +719,7 @@ def _validate(config: SimConfig) -> None:
     _one_of("engine.backend", eng.backend, BACKEND_NAMES)
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
+    _one_of("engine.hybrid_fat_tree_group", eng.hybrid_fat_tree_group, HYBRID_FAT_TREE_GROUPS)
     net.check()
 
     tcp.check()

@@ -50,6 +50,7 @@ KERNEL_MODULES = (
     "engine.backends.base",
     "engine.backends.packet",
     "engine.backends.analytical",
+    "engine.backends.reduction",
 )
 # mypyc compiles them into one shared library, `engine/_kernel__mypyc.*.so`, holding all their code,
 # and a small shim extension per module that loads it.

@@ -121,13 +121,28 @@ def test_at_two_pods_hybrid_on_a_fat_tree_is_the_packet_run_to_the_picosecond() 
     assert_same_run(hybrid, packet)
 
 
-def test_a_fat_tree_with_a_partial_pod_folds_it_and_waits_the_packet_runs_rto_waves() -> None:
-    # k = 6, 24 NPUs: two whole pods of 9 (the pair) and a partial one of 6, folded onto the pair; its
-    # NPUs' messages are sent and awaited as they arrive. Each all-to-all is a whole RTO chain with as
-    # many waves as the full packet run's (RFC 6298's doubling: 200 + 400 ms, then 200 ms)
+def test_at_two_edge_switches_hybrid_on_a_fat_tree_is_the_packet_run_to_the_picosecond() -> None:
+    # k = 8, 8 NPUs: one pod, two edge switches of k/2 = 4 hosts; with fewer than two pods the reduction's
+    # groups are edge switches (engine.hybrid_fat_tree_group=auto), and their pair, in one pod as in the
+    # full run, is the whole fat tree
+    workload = {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2}
+    network = {"topology": "fat_tree", "npus": 8, "fat_tree_k": 8, "uplink_gbps": 25, "buffer_kb": 32}
+    hybrid, packet = hybrid_and_packet(network, workload)
+    assert hybrid["runs"][0]["drops"] > 0 and hybrid["runs"][0]["hybrid_packet_sims"] == 2
+    assert_same_run(hybrid, packet)
+
+
+@pytest.mark.parametrize("group", ["pod", "edge"])
+def test_a_fat_tree_with_a_partial_pod_folds_it_and_waits_the_packet_runs_rto_waves(group: str) -> None:
+    # k = 6, 24 NPUs: two whole pods of 9 and a partial one of 6; eight edge switches of 3. The pods'
+    # reduction simulates the two whole pods and folds the partial one onto them; the edges' simulates
+    # two pairs of edge switches (each pair in two pods, as most of a host's peers are) and folds the
+    # other four. Each all-to-all is a whole RTO chain with as many waves as the full packet run's (RFC
+    # 6298's doubling: 200 + 400 ms, then 200 ms)
     workload = {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2}
     network = {"topology": "fat_tree", "npus": 24, "uplink_gbps": 25, "buffer_kb": 32}
-    hybrid, packet = hybrid_and_packet(network, workload)
+    hybrid, packet = (engine.run({"engine": {"backend": backend, "hybrid_fat_tree_group": group}, "network": network,
+                                  "workload": workload}) for backend in ("hybrid", "packet"))
     assert hybrid["runs"][0]["status"] == "ok" and hybrid["runs"][0]["drops"] > 0
     assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [waves_of(ms) for ms in all_to_all_ms(packet)] == [2, 1]
 
@@ -199,7 +214,9 @@ def test_same_config_and_seed_same_result() -> None:
 # -- (d) what it does not reduce yet is refused ----------------------------------------------------
 
 @pytest.mark.parametrize(("overrides", "key"), [
-    ({"network": {"topology": "fat_tree", "npus": 16, "fat_tree_k": 8}}, "network.npus"),  # one pod of 16
+    ({"engine": {"backend": "hybrid", "hybrid_fat_tree_group": "pod"},
+      "network": {"topology": "fat_tree", "npus": 16, "fat_tree_k": 8}}, "network.npus"),  # one pod of 16
+    ({"network": {"topology": "fat_tree", "npus": 4, "fat_tree_k": 8}}, "network.npus"),  # one edge switch of 4
     ({"network": {"topology": "ring", "npus": 8}}, "network.topology"),
     ({"network": {"topology": "hierarchical", "npus": 8, "npus_per_node": 4, "scaleup_gbps": 400,
                   "scaleup_latency_us": 0.5}}, "network.topology"),

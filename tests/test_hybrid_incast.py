@@ -1,7 +1,7 @@
 """The hybrid backend's packet episodes against hand arithmetic on one switch port (issue 28, "What it
 must show"): N synchronised senders each send one message of exactly one initial window to rank 0,
-through the switch's egress port to host 0, as a gather `Program` replayed by `PhaseReplay` on the
-whole switch (`Reduction(config, None, None)`).
+through the switch's egress port to host 0, as a gather `Program` replayed by `replay_phase` on the
+whole switch (`Reduction(config, None)`).
 
 Expected values come from the port's drop-tail rule as `engine.links.Link` implements it and from
 RFC 6298's arithmetic (docs/theory.md#retransmission-timeout-rfc-6298; the collapse it explains:
@@ -31,7 +31,7 @@ from fractions import Fraction
 
 import pytest
 
-from engine.backends.hybrid import PacketEpisodes, PhaseReplay, Reduction
+from engine.backends.reduction import PacketEpisodes, Reduction, replay_phase
 from engine.config import SimConfig, load_config
 from engine.system.algorithms import Program, Send, Step
 from engine.transport.tcp import TcpSender
@@ -76,11 +76,14 @@ def run_gather(config: SimConfig, message_bytes: int) -> tuple[PacketEpisodes, i
     # rank r's peer is rank 0: (r + npus - r) mod npus, consumed by rank 0's step 0
     program: Program = [[Step((), npus - 1)]] + [[Step((Send(npus - rank, message_bytes, 0),), 0)]
                                                  for rank in range(1, npus)]
-    episodes = PacketEpisodes(config, Reduction(config, None, None))
-    flow_ids = {(rank, 0): rank for rank in range(1, npus)}
+    episodes = PacketEpisodes(config, Reduction(config, None))
     eventlist = episodes.sim.eventlist
     finished_ps: list[int] = []
-    replay = PhaseReplay(episodes, program, flow_ids, 0, lambda: finished_ps.append(eventlist.now_ps))
+
+    def flow_ids(senders: list[int], peers: list[int]) -> list[int]:
+        return senders  # each sender's connection to rank 0 has its rank as flow id
+
+    replay = replay_phase(episodes, program, flow_ids, 0, lambda: finished_ps.append(eventlist.now_ps))
     eventlist.call_at(START_PS, replay.start)
     assert eventlist.run(START_PS + 10 * 10**12)  # every timer done well within 10 s
     (finished,) = finished_ps

@@ -31,7 +31,6 @@ the pairs simulated, `hybrid_packet_wall_s` their wall time.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Callable
 
@@ -45,18 +44,22 @@ from ..system.algorithms import ALL, RING, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from ..system.collectives import Chunk, CollectivePhase
 from ..system.phase import FluidPart, FluidPhases
-from ..topology import FatTreeTopology, LeafSpineTopology, Topology, flow_hash
-from ..transport import TcpConnection
+from ..topology import FatTreeTopology, LeafSpineTopology, Topology
 from ..units import ns_to_ps, s_to_ps
 from .base import SCREEN_RISK_COLUMNS
 from .phase import PhaseBackend
+from .reduction import (
+    REDUCED_CONNECTIONS_MAX,
+    PacketEpisodes,
+    Reduction,
+    group_size,
+    reduced_connections,
+    replay_phase,
+    simulated_pairs,
+)
 
 REDUCED_TOPOLOGIES = ("leaf_spine", "fat_tree", "switch")
 PAIRS = 2  # group pairs simulated at most: with the groups most loaded on an uplink, every leaf of 4 (64 NPUs)
-# connections the reduced networks may hold at most (each rank of the simulated pairs to every other NPU):
-# 589,760 at 9,216 NPUs, 16 a leaf (1.9 GiB peak); a switch is simulated whole up to 1,024 NPUs; a fat
-# tree's pods grow as k^2 / 4, so its pod pairs pass it from 4,096 NPUs (k = 26: 2 pairs x 338 x 4,095)
-REDUCED_CONNECTIONS_MAX = 1_048_576
 # what a reduced connection costs in a lossy episode: the packet engine's connection (BYTES_PER_CONNECTION), its
 # flow id entry, its share of the replays' step state and of a burst's packets; measured 2.2-2.5 KiB at 1,024 and
 # 9,216 NPUs (benchmarks/hybrid_scale.csv: peak RSS less the lossless run's, over the connections)
@@ -74,219 +77,18 @@ TRIGGER_QUEUE_SHARE = 0.5
 PACKET_COUNTERS = ("retransmits", "timeouts", "drops")  # the packet columns the reduced simulation fills
 
 
-def group_hosts(topology: Topology) -> int | None:
-    """The hosts of one group of the reduction (a leaf of a leaf-spine, a pod of a fat tree), or None
-    where the reduced network is the whole network (a switch)."""
-    if isinstance(topology, LeafSpineTopology):
-        return topology.hosts_per_leaf
-    if isinstance(topology, FatTreeTopology):
-        return topology.half * topology.half
-    return None
-
-
-def group_uplinks(topology: Topology, groups: int) -> list[list[Link]]:
+def group_uplinks(topology: Topology, size: int, groups: int) -> list[list[Link]]:
     """Each group's links towards the rest of the fabric, whose overflow the reduction must keep: a
-    leaf's uplinks; a pod's edge uplinks and its aggregation switches' core uplinks."""
+    leaf's uplinks; an edge switch's uplinks; a pod's edge uplinks and its aggregation switches' core
+    uplinks (`size` the group's hosts)."""
     if isinstance(topology, LeafSpineTopology):
         return [list(row) for row in topology.leaf_up[:groups]]
     assert isinstance(topology, FatTreeTopology)
     half = topology.half
+    if size == half:  # edge switches
+        return [topology.edge_up[edge * half:edge * half + half] for edge in range(groups)]
     return [[links[switch * half + port] for links in (topology.edge_up, topology.agg_up)
              for switch in range(pod * half, pod * half + half) for port in range(half)] for pod in range(groups)]
-
-
-class Reduction:
-    """Which NPUs of the full run one reduced network simulates, where each NPU of the full run lands
-    in it, and the routes of a full-run pair of NPUs there: a mirrored pair of groups (leaves of a
-    leaf-spine, pods of a fat tree), or the whole network on a switch (`groups` None)."""
-
-    def __init__(self, config: SimConfig, group_size: int | None, groups: tuple[int, int] | None,
-                 scale: float = 1.0) -> None:
-        self.npus = config.network.npus
-        self.seed = config.seed
-        self.groups = groups
-        self.scale = scale  # how many of the full run's group pairs this one stands for
-        if group_size is None or groups is None:  # the whole network
-            self.ranks = list(range(self.npus))
-            self.group_size = self.npus
-        else:
-            self.group_size = group_size
-            self.ranks = [group * group_size + i for group in groups for i in range(group_size)]
-
-    def host(self, sender: int, npu: int) -> int:
-        """The reduced host standing for the full run's `npu`, as a peer of `sender` (a simulated NPU):
-        itself in the pair's groups, else the NPU at its position in the group of the pair that is not
-        the sender's."""
-        if self.groups is None:
-            return npu
-        size = self.group_size
-        first, second = self.groups
-        group = npu // size
-        if group not in self.groups:
-            group = second if sender // size == first else first
-        return (0 if group == first else size) + npu % size
-
-    def routes(self, reduced: Simulation, sender: int, npu: int,
-               flow_id: int) -> tuple[tuple[int, int], tuple[Link, ...], tuple[Link, ...]]:
-        """The reduced hosts of the full-run pair (`sender`, `npu`) and its data and ACK routes there:
-        the paths the full run's ECMP hash (its unordered pair of NPUs and flow id) picks."""
-        src, dst = self.host(sender, sender), self.host(sender, npu)
-        topology = reduced.topology
-        if self.groups is None:  # one switch: the network itself, on its own links (`Topology.routes`)
-            return (src, dst), topology.path(src, dst, flow_id), topology.path(dst, src, flow_id)
-        assert isinstance(topology, (LeafSpineTopology, FatTreeTopology))
-        ecmp_hash = flow_hash(self.seed, min(sender, npu), max(sender, npu), flow_id)
-        return (src, dst), topology.path_for_hash(src, dst, ecmp_hash), topology.path_for_hash(dst, src, ecmp_hash)
-
-
-class PhaseReplay:
-    """One phase of an episode replayed on the reduced network: the step programs of its simulated
-    ranks, as `SystemLayer`'s `_ProgramRun` runs them (a rank issues its step's
-    messages `delay_ps` after entering it, and enters the next once they are out and the messages its
-    step consumes are in); `on_finished` is called when its last rank has finished."""
-
-    def __init__(self, episodes: PacketEpisodes, program: Program, flow_ids: dict[tuple[int, int], int],
-                 delay_ps: int, on_finished: Callable[[], None]) -> None:
-        self.episodes = episodes
-        self.program = program
-        self.flow_ids = flow_ids
-        self.delay_ps = delay_ps
-        self.on_finished = on_finished
-        ranks = episodes.reduction.ranks
-        self.ranks = ranks
-        self.position = [0] * len(ranks)
-        self.issued = [False] * len(ranks)
-        self.received = [[0] * len(program[rank]) for rank in ranks]
-        # what each step of each rank waits for: the messages the simulated ranks send it. That is the
-        # program's count where the pair mirrors the full run (whole groups), and where a peer group is
-        # partial (a fat tree's last pod) it is what arrives, so that no rank waits for a message
-        # nobody sends
-        self.expected = [[0] * len(program[rank]) for rank in ranks]
-        reduction = episodes.reduction
-        for rank in ranks:
-            for step in program[rank]:
-                for send in step.sends:
-                    receiver = reduction.host(rank, (rank + send.peer_offset) % reduction.npus)
-                    self.expected[receiver][send.peer_step] += 1
-        self.ranks_left = len(ranks)
-
-    def start(self) -> None:
-        """Every simulated rank enters its first step now."""
-        for index in range(len(self.ranks)):
-            self._enter(index)
-
-    def _enter(self, index: int) -> None:
-        steps = self.program[self.ranks[index]]
-        if self.position[index] == len(steps):
-            self.ranks_left -= 1
-            if self.ranks_left == 0:
-                self.on_finished()
-            return
-        self.issued[index] = False
-        if self.delay_ps:
-            eventlist = self.episodes.sim.eventlist
-            eventlist.call_at(eventlist.now_ps + self.delay_ps, lambda: self._issue(index))
-        else:
-            self._issue(index)
-
-    def _issue(self, index: int) -> None:
-        rank = self.ranks[index]
-        step = self.program[rank][self.position[index]]
-        reduction = self.episodes.reduction
-        for send in step.sends:
-            peer = (rank + send.peer_offset) % reduction.npus
-            connection = self.episodes.connection(rank, peer, self.flow_ids[(rank, peer)])
-            # reduced host h stands for the peer, and is this replay's rank h (`Reduction.ranks`)
-            receiver = reduction.host(rank, peer)
-            connection.send_message(send.size_bytes, _Receipt(self, receiver, send.peer_step))
-        self.issued[index] = True
-        self._try_advance(index)
-
-    def _try_advance(self, index: int) -> None:
-        steps = self.program[self.ranks[index]]
-        position = self.position[index]
-        if (self.issued[index] and position < len(steps)
-                and self.received[index][position] >= self.expected[index][position]):
-            self.position[index] = position + 1
-            self._enter(index)
-
-    def receive(self, index: int, step_index: int) -> None:
-        """A message consumed by step `step_index` of rank `index` has arrived."""
-        self.received[index][step_index] += 1
-        if self.position[index] == step_index:
-            self._try_advance(index)
-
-
-class _Receipt:
-    """Called when a replayed message has arrived: counts it for the step of the rank that consumes it."""
-
-    __slots__ = ("replay", "index", "step_index")
-
-    def __init__(self, replay: PhaseReplay, index: int, step_index: int) -> None:
-        self.replay = replay
-        self.index = index
-        self.step_index = step_index
-
-    def __call__(self) -> None:
-        self.replay.receive(self.index, self.step_index)
-
-
-class PacketEpisodes:
-    """The persistent packet simulation of one reduced network (its own event list, topology and
-    connections: one per full-run pair of NPUs that a simulated rank sends to, opened on first use)."""
-
-    def __init__(self, config: SimConfig, reduction: Reduction) -> None:
-        self.reduction = reduction
-        self.sim = Simulation(reduced_config(config), HybridBackend.MODELS_HOST_STACK)
-        self._connections: dict[tuple[int, int], TcpConnection] = {}
-
-    def connection(self, sender: int, npu: int, flow_id: int) -> TcpConnection:
-        """The persistent connection of the full-run pair (`sender`, `npu`) on the reduced network."""
-        key = (sender, npu)
-        connection = self._connections.get(key)
-        if connection is None:
-            (src, dst), data_links, ack_links = self.reduction.routes(self.sim, sender, npu, flow_id)
-            connection = self.sim.open_routed_connection(src, dst, flow_id, data_links, ack_links)
-            self._connections[key] = connection
-        return connection
-
-    def drops(self) -> int:
-        """Packets dropped on the reduced network's links so far."""
-        return sum(link.drops for link in self.sim.topology.links)
-
-    def counters(self) -> dict[str, int]:
-        """Retransmissions, timeouts and drops of the reduced network, scaled to the full run."""
-        senders = [connection.sender for connection in self.sim.connections]
-        scale = self.reduction.scale
-        return {"retransmits": round(scale * sum(sender.retransmits for sender in senders)),
-                "timeouts": round(scale * sum(sender.timeouts for sender in senders)),
-                "drops": round(scale * self.drops())}
-
-
-def reduced_config(config: SimConfig) -> SimConfig:
-    """The config of a reduced network: two groups (leaves, pods), the rest as the run's."""
-    net = config.network
-    if isinstance(net, LeafSpineNetwork):
-        return dataclasses.replace(config, network=dataclasses.replace(net, npus=2 * net.hosts_per_leaf))
-    if isinstance(net, FatTreeNetwork):
-        reduced = dataclasses.replace(net, npus=2 * (net.k // 2) ** 2, fat_tree_k=net.k)
-        return dataclasses.replace(config, network=reduced)
-    return config
-
-
-def simulated_pairs(npus: int, group_size: int) -> int:
-    """How many group pairs are simulated: `PAIRS`, or fewer where the run has fewer whole groups."""
-    return min(PAIRS, npus // group_size // 2)
-
-
-def reduced_connections(config: SimConfig) -> int:
-    """The connections the reduced networks hold at most: each rank of the simulated group pairs (or
-    of the whole switch) to every other NPU."""
-    ranks = reduced_config(config).network.npus
-    npus = config.network.npus
-    if ranks < npus:  # group pairs: up to PAIRS of them
-        ranks *= simulated_pairs(npus, ranks // 2)
-    return ranks * (npus - 1)
 
 
 class _ReplayedPhase:
@@ -345,13 +147,14 @@ class HybridPhases(FluidPhases):
         self._rechecks: set[int] = set()  # when `_recheck` is scheduled
         self._due_ended = StopFlag()  # raised when a due phase ends during the current `_catch_up`
         topology = sim.topology
-        self._group_size = group_hosts(topology)
+        self._group_size = group_size(config)
         self._group_uplinks: np.ndarray | None = None  # [group, link]: indices into the links
         if self._group_size is not None:
             index = {id(link): position for position, link in enumerate(topology.links)}
             groups = config.network.npus // self._group_size
             self._group_uplinks = np.array([[index[id(link)] for link in row]
-                                            for row in group_uplinks(topology, groups)], dtype=np.int64)
+                                            for row in group_uplinks(topology, self._group_size, groups)],
+                                           dtype=np.int64)
 
     def start(self, layer: AlphaBetaSystemLayer, chunk: Chunk, queue: int, phase: CollectivePhase, key: PhaseKey,
               duration_ps: int) -> None:
@@ -406,8 +209,7 @@ class HybridPhases(FluidPhases):
             fluid.end = replayed
             self._replaying += 1
             for episodes in self.episodes:
-                replay = PhaseReplay(episodes, program, self._flow_ids(program, episodes.reduction), self.delay_ps,
-                                      replayed.replay_finished)
+                replay = replay_phase(episodes, program, self._flow_ids, self.delay_ps, replayed.replay_finished)
                 episodes.sim.eventlist.call_at(replay_ps, replay.start)
         self._catch_up(now)
 
@@ -493,35 +295,29 @@ class HybridPhases(FluidPhases):
         (program,) = layer.plan_phase(phase, dim)
         return program
 
-    def _flow_ids(self, program: Program, reduction: Reduction) -> dict[tuple[int, int], int]:
-        """The full run's flow id of every pair of NPUs that `reduction`'s ranks send to in `program`."""
-        senders, peers = [], []
-        for rank in reduction.ranks:
-            for step in program[rank]:
-                for send in step.sends:
-                    senders.append(rank)
-                    peers.append((rank + send.peer_offset) % reduction.npus)
+    def _flow_ids(self, senders: list[int], peers: list[int]) -> list[int]:
+        """The full run's flow ids of the pairs of NPUs (`senders[i]`, `peers[i]`)."""
         src, dst = np.array(senders, dtype=np.int64), np.array(peers, dtype=np.int64)
-        ids = self.flow_ids.ids(src, dst, distinct=False)  # numbered already, when phase routed the phase
-        return dict(zip(zip(senders, peers), ids.tolist()))
+        ids: list[int] = self.flow_ids.ids(src, dst, distinct=False).tolist()  # numbered when phase routed the phase
+        return ids
 
     def _reductions(self) -> list[Reduction]:
         """The reduced networks: on a switch the network itself; on leaf_spine and fat_tree up to
-        `PAIRS` pairs of groups (leaves, pods), the groups whose uplinks the phases in their fluid part
+        `PAIRS` pairs of groups (leaves; pods or edge switches), the groups whose uplinks the phases in their fluid part
         load most (most messages on one uplink, then most bytes; the lower group first on ties), paired
         in that order."""
         if self._group_size is None or self._group_uplinks is None:
-            return [Reduction(self.config, None, None)]
+            return [Reduction(self.config, None)]
         active = [fluid.stages[fluid.stage] for fluid in self._fluid]  # a stage has just started: not empty
         peak = np.sum([stage.peak_messages for stage in active], axis=0)[self._group_uplinks].max(axis=1)
         load = np.sum([stage.link_bytes for stage in active], axis=0)[self._group_uplinks].sum(axis=1)
-        # whole groups only (a fat tree's last pod may be partial: its NPUs are folded, never simulated)
+        # whole groups only (a fat tree's last pod or edge may be partial: its NPUs are folded, never simulated)
         order = sorted(range(len(peak)), key=lambda group: (-int(peak[group]), -float(load[group]), group))
         pairs = simulated_pairs(self.config.network.npus, self._group_size)
         # the full run's group pairs each simulated pair stands for
         scale = self.config.network.npus / self._group_size / 2 / pairs
-        return [Reduction(self.config, self._group_size, (min(order[2 * i], order[2 * i + 1]),
-                                                          max(order[2 * i], order[2 * i + 1])), scale)
+        return [Reduction(self.config, (min(order[2 * i], order[2 * i + 1]), max(order[2 * i], order[2 * i + 1])),
+                          scale)
                 for i in range(pairs)]
 
     def counters(self) -> dict[str, Any]:
@@ -553,7 +349,7 @@ class HybridBackend(PhaseBackend):
     @classmethod
     def check_config(cls, config: SimConfig) -> None:
         """Refuse what the reduction does not cover yet: topologies but leaf_spine (at least two leaves),
-        fat_tree (at least two whole pods) and switch; reduced networks of more than
+        fat_tree (at least two whole groups: pods, edge switches) and switch; reduced networks of more than
         `REDUCED_CONNECTIONS_MAX` connections; algorithms but rings and direct steps; workloads whose
         collectives do not span the whole network (Chakra traces' process groups)."""
         net = config.network
@@ -564,11 +360,13 @@ class HybridBackend(PhaseBackend):
                     f"at least 2 leaves (2 x network.hosts_per_leaf = {2 * net.hosts_per_leaf}) on "
                     "engine.backend=hybrid (its reduced network is a leaf pair)")
         elif isinstance(net, FatTreeNetwork):
-            k = net.k
-            pod = (k // 2) ** 2
-            require(net.npus >= 2 * pod, "network.npus", net.npus,
-                    f"at least 2 whole pods (2 x (k/2)^2 = {2 * pod} for k = {k}) on engine.backend=hybrid "
-                    "(its reduced network is a pod pair)")
+            size = group_size(config)
+            assert size is not None
+            groups = "pods" if size > net.k // 2 else "edge switches"
+            require(net.npus >= 2 * size, "network.npus", net.npus,
+                    f"at least 2 whole {groups} ({2 * size} NPUs for k = {net.k}) on engine.backend=hybrid with "
+                    f"engine.hybrid_fat_tree_group={config.engine.hybrid_fat_tree_group} (its reduced network is "
+                    "a pair of them)")
         connections = reduced_connections(config)
         require(connections <= REDUCED_CONNECTIONS_MAX, "network.npus", net.npus,
                 f"a size whose reduced networks hold at most {REDUCED_CONNECTIONS_MAX:,} connections on "

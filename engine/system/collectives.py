@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 
 from ..eventlist import EventEntry, EventList, EventSource
 from ..units import ps_to_s
-from .algorithms import Program, SymmetricStep, plan, symmetric_steps
+from .algorithms import Program, Send, Step, SymmetricStep, plan, symmetric_steps
 
 
 class MessageSender(Protocol):
@@ -67,97 +67,138 @@ class CollectiveRecord:
         }
 
 
-class _ProgramRun:
-    """One step program executing on one group of NPUs."""
+class MessageCarrier:
+    """How a program run's messages travel: `carry` sends one message of the step that run rank
+    `index` is issuing, with a `Receipt` for the run rank that consumes it. (A class, not a Protocol,
+    so that the compiled kernel calls `carry` natively.)"""
 
-    __slots__ = ("system", "group", "program", "position", "issued", "received", "ranks_left", "on_done",
-                 "issuers")
+    __slots__ = ()
 
-    def __init__(self, system: SystemLayer, group: tuple[int, ...], program: Program,
-                 on_done: Callable[[], None]) -> None:
-        self.system = system
+    def carry(self, run: ProgramRun, index: int, send: Send) -> None:
+        raise NotImplementedError
+
+
+class _GroupCarrier(MessageCarrier):
+    """The messages of a program run on a group of NPUs, over the system layer's sender: run rank i is
+    the group's rank i, NPU `group[i]`."""
+
+    __slots__ = ("group", "sender")
+
+    def __init__(self, group: tuple[int, ...], sender: MessageSender) -> None:
         self.group = group
-        self.program = program
-        self.position = [0] * len(group)
-        self.issued = [False] * len(group)  # has the rank sent its current step's messages yet?
-        self.received = [[0] * len(steps) for steps in program]
-        self.ranks_left = len(group)
+        self.sender = sender
+
+    def carry(self, run: ProgramRun, index: int, send: Send) -> None:
+        group = self.group
+        peer = (index + send.peer_offset) % len(group)
+        self.sender.send(group[index], group[peer], send.size_bytes, Receipt(run, peer, send.peer_step))
+
+
+def receive_counts(program: Program) -> list[list[int]]:
+    """How many messages each step of each rank of `program` waits for (ranks sharing a list of
+    steps share its counts)."""
+    counts: dict[int, list[int]] = {}
+    rows: list[list[int]] = []
+    for steps in program:
+        row = counts.get(id(steps))
+        if row is None:
+            row = [step.receives for step in steps]
+            counts[id(steps)] = row
+        rows.append(row)
+    return rows
+
+
+class ProgramRun:
+    """Step programs executing: run rank i follows `steps[i]`, issues each step's messages (over
+    `carrier`) `delay_ps` after entering it, and enters the next once they are out and the
+    `expected[i][step]` messages its step consumes are in (they may arrive first); `on_done` is called
+    when every run rank has finished. The system layer runs a group's program so (ranks are the
+    group's); the hybrid backend replays the simulated ranks of a phase so on a reduced network."""
+
+    __slots__ = ("eventlist", "delay_ps", "steps", "expected", "carrier", "position", "issued", "received",
+                 "ranks_left", "on_done", "issuers")
+
+    def __init__(self, eventlist: EventList, delay_ps: int, steps: list[list[Step]], expected: list[list[int]],
+                 carrier: MessageCarrier, on_done: Callable[[], None]) -> None:
+        self.eventlist = eventlist
+        self.delay_ps = delay_ps
+        self.steps = steps
+        self.expected = expected
+        self.carrier = carrier
+        self.position = [0] * len(steps)
+        self.issued = [False] * len(steps)  # has the rank sent its current step's messages yet?
+        self.received = [[0] * len(rank_steps) for rank_steps in steps]
+        self.ranks_left = len(steps)
         self.on_done = on_done
         # one reusable event per rank for its steps' endpoint delay (a rank waits out one at a time)
-        self.issuers = [_StepIssue(self, rank) for rank in range(len(group))] if system.endpoint_delay_ps else []
+        self.issuers = [_StepIssue(self, index) for index in range(len(steps))] if delay_ps else []
 
     def start(self) -> None:
-        for rank in range(len(self.group)):
-            self._enter(rank)
+        """Every run rank enters its first step now."""
+        for index in range(len(self.steps)):
+            self._enter(index)
 
-    def _enter(self, rank: int) -> None:
-        if self.position[rank] == len(self.program[rank]):
+    def _enter(self, index: int) -> None:
+        if self.position[index] == len(self.steps[index]):
             self.ranks_left -= 1
             if self.ranks_left == 0:
                 self.on_done()
             return
-        self.issued[rank] = False
-        delay_ps = self.system.endpoint_delay_ps
-        if delay_ps:
-            eventlist = self.system.eventlist
-            eventlist.schedule_entry(self.issuers[rank].entry, eventlist.now_ps + delay_ps)
+        self.issued[index] = False
+        if self.delay_ps:
+            eventlist = self.eventlist
+            eventlist.schedule_entry(self.issuers[index].entry, eventlist.now_ps + self.delay_ps)
         else:
-            self.issue(rank)
+            self.issue(index)
 
-    def issue(self, rank: int) -> None:
-        """Send the rank's messages of its current step."""
-        step_index = self.position[rank]
-        step = self.program[rank][step_index]
-        group = self.group
-        src = group[rank]
-        sender = self.system.sender
-        assert sender is not None  # a system layer without one times its phases itself (alpha_beta)
-        for send in step.sends:
-            peer = (rank + send.peer_offset) % len(group)
-            sender.send(src, group[peer], send.size_bytes, _Receipt(self, peer, send.peer_step))
-        self.issued[rank] = True
-        self.try_advance(rank)
+    def issue(self, index: int) -> None:
+        """Send the run rank's messages of its current step."""
+        carrier = self.carrier
+        for send in self.steps[index][self.position[index]].sends:
+            carrier.carry(self, index, send)
+        self.issued[index] = True
+        self.try_advance(index)
 
-    def try_advance(self, rank: int) -> None:
+    def try_advance(self, index: int) -> None:
         """Move on once the step's sends are out and its messages are in (they may arrive first)."""
-        step_index = self.position[rank]
-        if self.issued[rank] and step_index < len(self.program[rank]) and \
-                self.received[rank][step_index] >= self.program[rank][step_index].receives:
-            self.position[rank] = step_index + 1
-            self._enter(rank)
+        step_index = self.position[index]
+        if self.issued[index] and step_index < len(self.steps[index]) and \
+                self.received[index][step_index] >= self.expected[index][step_index]:
+            self.position[index] = step_index + 1
+            self._enter(index)
 
 
 class _StepIssue(EventSource):
     """A rank of a program run issuing its current step, once the endpoint delay has passed (at most
     one pending per rank: its `entry` is scheduled again for each step)."""
 
-    __slots__ = ("run", "rank", "entry")
+    __slots__ = ("run", "index", "entry")
 
-    def __init__(self, run: _ProgramRun, rank: int) -> None:
+    def __init__(self, run: ProgramRun, index: int) -> None:
         self.run = run
-        self.rank = rank
+        self.index = index
         self.entry = EventEntry(self)
 
     def do_next_event(self) -> None:
-        self.run.issue(self.rank)
+        self.run.issue(self.index)
 
 
-class _Receipt:
-    """Called when a message to `rank` has arrived: counts it for the step that consumes it.
+class Receipt:
+    """Called when a message to run rank `index` has arrived: counts it for the step that consumes it.
     (An object, not a closure: a few dozen bytes a message in flight instead of a few hundred.)"""
 
-    __slots__ = ("run", "rank", "step_index")
+    __slots__ = ("run", "index", "step_index")
 
-    def __init__(self, run: _ProgramRun, rank: int, step_index: int) -> None:
+    def __init__(self, run: ProgramRun, index: int, step_index: int) -> None:
         self.run = run
-        self.rank = rank
+        self.index = index
         self.step_index = step_index
 
     def __call__(self) -> None:
-        run, rank, step_index = self.run, self.rank, self.step_index
-        run.received[rank][step_index] += 1
-        if run.position[rank] == step_index:
-            run.try_advance(rank)
+        run, index, step_index = self.run, self.index, self.step_index
+        run.received[index][step_index] += 1
+        if run.position[index] == step_index:
+            run.try_advance(index)
 
 
 @dataclass
@@ -354,9 +395,13 @@ class SystemLayer:
             if state["left"] == 0:
                 self._phase_done(chunk, queue)
 
+        sender = self.sender
+        assert sender is not None  # a system layer without one times its phases itself (alpha_beta)
+        counts = [receive_counts(program) for program in programs]
         for group in dim.groups:
-            for program in programs:
-                _ProgramRun(self, group, program, run_done).start()
+            carrier = _GroupCarrier(group, sender)
+            for program, expected in zip(programs, counts):
+                ProgramRun(self.eventlist, self.endpoint_delay_ps, program, expected, carrier, run_done).start()
 
     def _phase_done(self, chunk: Chunk, queue: int) -> None:
         self._busy[queue] = False

@@ -1,0 +1,231 @@
+"""The hybrid backend's reduced networks (docs/hybrid-backend.md): which NPUs of the full run a reduced
+packet network simulates and where the others land in it (`Reduction`), its persistent packet
+simulation (`PacketEpisodes`), and a phase's step programs replayed on it (`replay_phase`: the system
+layer's own `ProgramRun`, its messages carried by `ReducedCarrier`). A kernel module: an episode at
+1,024 NPUs replays about a million messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ..config import FatTreeNetwork, LeafSpineNetwork, SimConfig
+from ..links import Link
+from ..simulation import Simulation
+from ..system.algorithms import Program, Send, Step
+from ..system.collectives import MessageCarrier, ProgramRun, Receipt
+from ..topology import FatTreeTopology, LeafSpineTopology, flow_hash
+from ..transport import TcpConnection
+
+# connections the reduced networks may hold at most (each rank of the simulated pairs to every other NPU):
+# 589,760 at 9,216 NPUs, 16 a leaf (1.9 GiB peak); a switch is simulated whole up to 1,024 NPUs; a fat
+# tree's pods grow as k^2 / 4: pod pairs pass it from 4,096 NPUs (k = 26: 2 pairs x 338 x 4,095), edge
+# pairs (k / 2 hosts each) only past 27,000 NPUs
+REDUCED_CONNECTIONS_MAX = 1_048_576
+# `engine.hybrid_fat_tree_group=auto` reduces a fat tree to pod pairs while they hold at most this many
+# connections, else to edge-switch pairs: a lossy episode of 262,144 (two pod pairs at 1,024 NPUs, k = 16) took
+# 9 s against 1 s for edge pairs, whose iteration times were within 3 % of the pods' on the validation grid
+# (docs/hybrid-backend.md)
+POD_PAIRS_CONNECTIONS_MAX = 131_072
+PAIRS = 2  # group pairs simulated at most: with the groups most loaded on an uplink, every leaf of 4 (64 NPUs)
+
+
+def simulated_pairs(npus: int, group_size: int) -> int:
+    """How many group pairs are simulated: `PAIRS`, or fewer where the run has fewer whole groups."""
+    return min(PAIRS, npus // group_size // 2)
+
+
+def _pair_connections(npus: int, group_size: int) -> int:
+    """The connections of the simulated pairs of groups of `group_size`: each rank to every other NPU."""
+    return 2 * group_size * simulated_pairs(npus, group_size) * (npus - 1)
+
+
+def group_size(config: SimConfig) -> int | None:
+    """The hosts of one group of the reduction: a leaf of a leaf-spine; a pod of a fat tree or, with
+    `engine.hybrid_fat_tree_group=edge` (or `auto` where there are fewer than two pods or their pairs
+    would hold more than `POD_PAIRS_CONNECTIONS_MAX` connections), an edge switch; None where the reduced
+    network is the whole network (a switch)."""
+    net = config.network
+    if isinstance(net, LeafSpineNetwork):
+        return net.hosts_per_leaf
+    if isinstance(net, FatTreeNetwork):
+        half = net.k // 2
+        choice = config.engine.hybrid_fat_tree_group
+        pod = half * half
+        if choice == "auto":  # pods where there are two and their pairs are small
+            fits = net.npus >= 2 * pod and _pair_connections(net.npus, pod) <= POD_PAIRS_CONNECTIONS_MAX
+            choice = "pod" if fits else "edge"
+        return pod if choice == "pod" else half
+    return None
+
+
+def second_group_host(config: SimConfig) -> int:
+    """The reduced network's host of the second group's first rank (the first group's are hosts 0..g-1):
+    the next group's, but for an edge pair of a fat tree of two pods or more, which sits on the first
+    edge switch of the second pod, so that the pair's traffic crosses the core as most of the full run's
+    does."""
+    size = group_size(config)
+    assert size is not None, "a pair of groups"
+    net = config.network
+    if isinstance(net, FatTreeNetwork):
+        pod = (net.k // 2) ** 2
+        if size < pod and net.npus >= 2 * pod:
+            return pod
+    return size
+
+
+def reduced_config(config: SimConfig) -> SimConfig:
+    """The config of a reduced network: the hosts up to the second group's last (two leaves, two pods,
+    or two edge switches of a fat tree with the hosts between them idle), the rest as the run's."""
+    net = config.network
+    if not isinstance(net, (LeafSpineNetwork, FatTreeNetwork)):
+        return config
+    size = group_size(config)
+    assert size is not None
+    npus = second_group_host(config) + size
+    if isinstance(net, FatTreeNetwork):  # the full run's k, not the one npus implies
+        return dataclasses.replace(config, network=dataclasses.replace(net, npus=npus, fat_tree_k=net.k))
+    return dataclasses.replace(config, network=dataclasses.replace(net, npus=npus))
+
+
+def reduced_connections(config: SimConfig) -> int:
+    """The connections the reduced networks hold at most: each rank of the simulated group pairs (or
+    of the whole switch) to every other NPU."""
+    npus = config.network.npus
+    size = group_size(config)
+    return npus * (npus - 1) if size is None else _pair_connections(npus, size)
+
+
+class Reduction:
+    """Which NPUs of the full run one reduced network simulates (its run ranks), which run rank stands
+    for each NPU of the full run, and the routes of a full-run pair of NPUs there: a mirrored pair of
+    groups (leaves of a leaf-spine; pods or edge switches of a fat tree), or the whole network on a
+    switch (`groups` None)."""
+
+    def __init__(self, config: SimConfig, groups: tuple[int, int] | None, scale: float = 1.0) -> None:
+        self.npus: int = config.network.npus
+        self.seed: int = config.seed
+        self.scale = scale  # how many of the full run's group pairs this one stands for
+        size = group_size(config)
+        if size is None or groups is None:  # the whole network
+            self.ranks = list(range(self.npus))
+            self.group_size = self.npus
+            self.first = self.second = -1
+            self.hosts = self.ranks
+        else:
+            self.group_size = size
+            self.first, self.second = groups
+            self.ranks = [group * size + i for group in groups for i in range(size)]
+            second_host = second_group_host(config)
+            # the reduced network's host of each run rank
+            self.hosts = [*range(size), *range(second_host, second_host + size)]
+
+    def position(self, sender: int, npu: int) -> int:
+        """The run rank standing for the full run's `npu`, as a peer of `sender` (a simulated NPU):
+        itself in the pair's groups, else the NPU at its position in the group of the pair that is not
+        the sender's."""
+        if self.first < 0:
+            return npu
+        size = self.group_size
+        first = self.first
+        group = npu // size
+        if group != first and group != self.second:
+            group = self.second if sender // size == first else first
+        return (0 if group == first else size) + npu % size
+
+    def routes(self, reduced: Simulation, sender: int, npu: int,
+               flow_id: int) -> tuple[tuple[int, int], tuple[Link, ...], tuple[Link, ...]]:
+        """The reduced hosts of the full-run pair (`sender`, `npu`) and its data and ACK routes there:
+        the paths the full run's ECMP hash (its unordered pair of NPUs and flow id) picks."""
+        src, dst = self.hosts[self.position(sender, sender)], self.hosts[self.position(sender, npu)]
+        topology = reduced.topology
+        if self.first < 0:  # one switch: the network itself, on its own links (`Topology.routes`)
+            return (src, dst), topology.path(src, dst, flow_id), topology.path(dst, src, flow_id)
+        assert isinstance(topology, (LeafSpineTopology, FatTreeTopology))
+        ecmp_hash = flow_hash(self.seed, min(sender, npu), max(sender, npu), flow_id)
+        return (src, dst), topology.path_for_hash(src, dst, ecmp_hash), topology.path_for_hash(dst, src, ecmp_hash)
+
+
+class PacketEpisodes:
+    """The persistent packet simulation of one reduced network (its own event list, topology and
+    connections: one per full-run pair of NPUs that a simulated rank sends to, opened on first use;
+    its hosts send through Linux's transmit path, `host.*`)."""
+
+    def __init__(self, config: SimConfig, reduction: Reduction) -> None:
+        self.reduction = reduction
+        self.sim = Simulation(reduced_config(config), True)
+        self._connections: dict[tuple[int, int], TcpConnection] = {}
+
+    def connection(self, sender: int, npu: int, flow_id: int) -> TcpConnection:
+        """The persistent connection of the full-run pair (`sender`, `npu`) on the reduced network."""
+        key = (sender, npu)
+        connection = self._connections.get(key)
+        if connection is None:
+            (src, dst), data_links, ack_links = self.reduction.routes(self.sim, sender, npu, flow_id)
+            connection = self.sim.open_routed_connection(src, dst, flow_id, data_links, ack_links)
+            self._connections[key] = connection
+        return connection
+
+    def drops(self) -> int:
+        """Packets dropped on the reduced network's links so far."""
+        return sum(link.drops for link in self.sim.topology.links)
+
+    def counters(self) -> dict[str, int]:
+        """Retransmissions, timeouts and drops of the reduced network, scaled to the full run."""
+        senders = [connection.sender for connection in self.sim.connections]
+        scale = self.reduction.scale
+        return {"retransmits": round(scale * sum(sender.retransmits for sender in senders)),
+                "timeouts": round(scale * sum(sender.timeouts for sender in senders)),
+                "drops": round(scale * self.drops())}
+
+
+class ReducedCarrier(MessageCarrier):
+    """The messages of a phase replayed on a reduced network: run rank i is the reduction's simulated
+    NPU `ranks[i]`; each message goes on the connection of its full-run pair of NPUs, under the full
+    run's flow id, to the reduced host standing for the receiver (which is run rank that host)."""
+
+    __slots__ = ("episodes", "reduction", "ranks", "flow_ids")
+
+    def __init__(self, episodes: PacketEpisodes, flow_ids: dict[tuple[int, int], int]) -> None:
+        self.episodes = episodes
+        self.reduction = episodes.reduction
+        self.ranks = self.reduction.ranks
+        self.flow_ids = flow_ids
+
+    def carry(self, run: ProgramRun, index: int, send: Send) -> None:
+        reduction = self.reduction
+        rank = self.ranks[index]
+        peer = (rank + send.peer_offset) % reduction.npus
+        connection = self.episodes.connection(rank, peer, self.flow_ids[(rank, peer)])
+        connection.send_message(send.size_bytes, Receipt(run, reduction.position(rank, peer), send.peer_step))
+
+
+def replay_phase(episodes: PacketEpisodes, program: Program,
+                 flow_ids: Callable[[list[int], list[int]], list[int]], delay_ps: int,
+                 on_finished: Callable[[], None]) -> ProgramRun:
+    """A phase's `program` (its ranks the full run's NPUs) replayed by the simulated ranks of
+    `episodes`' reduction on its packet network, as the system layer runs it (`delay_ps` its endpoint
+    delay); `flow_ids` gives the full run's flow ids of pairs of NPUs (senders, receivers);
+    `on_finished` is called when the last simulated rank has finished; start it with `start`.
+
+    Each step waits for the messages the simulated ranks send it: the program's count where the pair
+    mirrors the full run (whole groups); where a peer group is partial (a fat tree's last pod) what
+    arrives, so that no rank waits for a message nobody sends."""
+    reduction = episodes.reduction
+    npus = reduction.npus
+    ranks = reduction.ranks
+    steps: list[list[Step]] = [program[rank] for rank in ranks]
+    expected = [[0] * len(rank_steps) for rank_steps in steps]
+    senders: list[int] = []
+    peers: list[int] = []
+    for rank, rank_steps in zip(ranks, steps):
+        for step in rank_steps:
+            for send in step.sends:
+                peer = (rank + send.peer_offset) % npus
+                expected[reduction.position(rank, peer)][send.peer_step] += 1
+                senders.append(rank)
+                peers.append(peer)
+    pair_flow_ids = dict(zip(zip(senders, peers), flow_ids(senders, peers)))
+    return ProgramRun(episodes.sim.eventlist, delay_ps, steps, expected, ReducedCarrier(episodes, pair_flow_ids),
+                      on_finished)
