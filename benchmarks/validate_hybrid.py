@@ -14,7 +14,8 @@ The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NI
 - `all_to_all`: one all-to-all of 1 MiB an NPU alone, 64-256 NPUs, (2, 128 KiB), (16, 128 KiB), (4, 1 MiB);
 - `fat_tree`: astra_dlrm on fat trees (k = 8: pods of 16) of 64 and 128 NPUs, every switch link at 1/2,
   1/4 or 1/8 of the NIC rate, 32 KiB, 64 KiB, 128 KiB or 1 MiB buffers; and 1,024 NPUs (k = 16, 1 iteration)
-  at 1/8 with 64 KiB or 1 MiB.
+  at 1/8 with 64 KiB or 1 MiB; hybrid reduces them to pod pairs (`engine.hybrid_fat_tree_group=pod`);
+- `fat_tree_edge`: the same, hybrid reducing them to edge-switch pairs (`edge`), against the same packet runs.
 
     python benchmarks/validate_hybrid.py                    # every case not in the CSV yet, on packet, hybrid, phase
     python benchmarks/validate_hybrid.py --backends hybrid --rerun   # hybrid again (after a change), packet kept
@@ -73,9 +74,12 @@ def leaf_spine(npus: int, spines: int, buffer_kb: float) -> dict[str, Any]:
 
 
 def case(kind: str, label: str, network: dict[str, Any], workload: dict[str, Any],
-         tcp: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One configuration of the grid."""
-    return {"kind": kind, "label": label, "network": network, "workload": workload, "tcp": tcp or {}}
+         tcp: dict[str, Any] | None = None, hybrid: dict[str, Any] | None = None,
+         reference: str | None = None) -> dict[str, Any]:
+    """One configuration of the grid; `hybrid`: engine keys of the hybrid run only, and `reference` the
+    case whose packet and phase runs it shares (those backends ignore them)."""
+    return {"kind": kind, "label": label, "network": network, "workload": workload, "tcp": tcp or {},
+            "hybrid": hybrid or {}, "reference": reference}
 
 
 def grid() -> Iterator[dict[str, Any]]:
@@ -117,20 +121,22 @@ def grid() -> Iterator[dict[str, Any]]:
             yield case("all_to_all", f"all_to_all {npus} s{spines} b{buffer_kb:.0f}",
                        leaf_spine(npus, spines, buffer_kb),
                        {"type": "collective", "op": "all_to_all", "bytes": MIB, "iterations": 1})
-    for npus in (64, 128):
-        for ratio in (2, 4, 8):
-            for buffer_kb in (32.0, 64.0, 128.0, 1024.0):
-                network = {"topology": "fat_tree", "npus": npus, "uplink_gbps": 100.0 / ratio, "buffer_kb": buffer_kb}
-                yield case("fat_tree", f"fat_tree {npus} {ratio}:1 b{buffer_kb:.0f}", network, ASTRA_DLRM)
-    for buffer_kb in (64.0, 1024.0):
-        network = {"topology": "fat_tree", "npus": 1024, "uplink_gbps": 12.5, "buffer_kb": buffer_kb}
-        yield case("fat_tree", f"fat_tree 1024 8:1 b{buffer_kb:.0f}", network, {**ASTRA_DLRM, "iterations": 1})
+    fat_trees = [(npus, ratio, buffer_kb, ASTRA_DLRM) for npus in (64, 128) for ratio in (2, 4, 8)
+                 for buffer_kb in (32.0, 64.0, 128.0, 1024.0)]
+    fat_trees += [(1024, 8, buffer_kb, {**ASTRA_DLRM, "iterations": 1}) for buffer_kb in (64.0, 1024.0)]
+    for npus, ratio, buffer_kb, workload in fat_trees:  # reduced to pod pairs, then to edge-switch pairs
+        network = {"topology": "fat_tree", "npus": npus, "uplink_gbps": 100.0 / ratio, "buffer_kb": buffer_kb}
+        label = f"fat_tree {npus} {ratio}:1 b{buffer_kb:.0f}"
+        yield case("fat_tree", label, network, workload, hybrid={"hybrid_fat_tree_group": "pod"})
+        yield case("fat_tree_edge", label.replace("fat_tree", "fat_tree edge"), network, workload,
+                   hybrid={"hybrid_fat_tree_group": "edge"}, reference=label)
 
 
 def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
     """One case on one backend, in a child process: its runs row's figures, wall time and peak RSS."""
     spec, backend = item
-    config = {"seed": 0, "engine": {"backend": backend, "max_sim_time_s": LIMIT_S},
+    hybrid = spec["hybrid"] if backend == "hybrid" else {}
+    config = {"seed": 0, "engine": {"backend": backend, "max_sim_time_s": LIMIT_S, **hybrid},
               "network": {"link_gbps": 100.0, "link_latency_us": 1.0, **spec["network"]},
               "tcp": spec["tcp"], "workload": spec["workload"]}
     start = time.perf_counter()
@@ -178,8 +184,20 @@ def loses(row: dict[str, Any]) -> bool:
     return row["status"] == "timeout" or (row["drops"] or 0) > 0
 
 
+ALTERNATIVE_KINDS = ("fat_tree_edge",)  # cases of a non-default reduction, summarised on their own
+
+
 def summary(rows: list[dict[str, Any]]) -> str:
-    """The Markdown summary of the CSV's rows (module docstring)."""
+    """The Markdown summary of the CSV's rows (module docstring): the grid's default reductions, then
+    each of `ALTERNATIVE_KINDS` on its own."""
+    text = kind_summary(rows, None)
+    for alternative in ALTERNATIVE_KINDS:
+        text += f"\n## `{alternative}`\n\n" + kind_summary(rows, alternative)
+    return text
+
+
+def kind_summary(rows: list[dict[str, Any]], alternative: str | None) -> str:
+    """The summary of the cases of kind `alternative`, or with None of every kind but `ALTERNATIVE_KINDS`."""
     by_label: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
         by_label.setdefault(row["label"], {})[row["backend"]] = row
@@ -192,9 +210,12 @@ def summary(rows: list[dict[str, Any]]) -> str:
     groups: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     outcomes: Counter[tuple[bool, bool]] = Counter()  # (packet loses packets, hybrid does)
     from_phase: list[float] = []  # |hybrid / phase - 1| on the lossless cases both ran
+    references = {spec["label"]: spec["reference"] for spec in grid() if spec["reference"]}
     for label, runs in by_label.items():
-        packet, hybrid, phase = runs.get("packet"), runs.get("hybrid"), runs.get("phase")
-        if packet is None or hybrid is None:
+        shared = by_label.get(references.get(label, label), {})  # the packet and phase runs it shares
+        packet, hybrid, phase = shared.get("packet"), runs.get("hybrid"), shared.get("phase")
+        if packet is None or hybrid is None or (
+                hybrid["kind"] != alternative if alternative else hybrid["kind"] in ALTERNATIVE_KINDS):
             continue
         if phase is not None and hybrid["status"] == phase["status"] == "ok" and not loses(packet):
             from_phase.append(abs(hybrid["iteration_time_s"] / phase["iteration_time_s"] - 1))
@@ -212,7 +233,7 @@ def summary(rows: list[dict[str, Any]]) -> str:
         if packet["status"] == "ok" and hybrid["status"] == "ok":
             error = hybrid["iteration_time_s"] / packet["iteration_time_s"] - 1
             errors["lossy" if lossy else "lossless"].append((abs(error), label, max(1 + error, 1 / (1 + error))))
-            groups.setdefault((packet["kind"], packet["topology"], int(packet["npus"])), []).append(
+            groups.setdefault((hybrid["kind"], packet["topology"], int(packet["npus"])), []).append(
                 (hybrid["iteration_time_s"], packet["iteration_time_s"]))
             error_text = f"{100 * error:+.1f} %"
         elif packet["status"] == "timeout" and hybrid["status"] == "timeout":
@@ -275,7 +296,8 @@ def main(argv: list[str] | None = None) -> None:
                 append_row(row)
             rows = kept
         done = {(row["label"], row["backend"]) for row in rows}
-        todo = [(spec, backend) for backend in args.backends for spec in cases if (spec["label"], backend) not in done]
+        todo = [(spec, backend) for backend in args.backends for spec in cases
+                if (spec["label"], backend) not in done and (backend == "hybrid" or not spec["reference"])]
         print(f"{len(todo)} runs to do", file=sys.stderr)
         with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
             for row in pool.imap_unordered(run, todo):

@@ -124,11 +124,11 @@ def test_plan_validates_every_point_and_names_the_bad_one(tmp_path: Path) -> Non
 
 def test_a_grid_may_skip_the_points_their_backend_refuses(tmp_path: Path) -> None:
     """`engine.backend=phase,hybrid` x `network=leaf_spine,fat_tree`: hybrid refuses the fat tree of 32
-    NPUs with k = 10 (pods of 25: not two whole pods for its pod pair). The
-    grid is refused (naming the point) unless a `refused` list is given (`hydra.launcher.skip_refused`,
-    which scaling_oversubscription sets): then the point is left out and listed with its refusal; an
-    invalid config is refused either way."""
-    networks = {"leaf_spine": ["network=leaf_spine"], "fat_tree": ["network=fat_tree", "network.fat_tree_k=10"]}
+    NPUs with k = 10 reduced to pod pairs (pods of 25: not two whole pods for its pod pair). The
+    grid is refused (naming the point) unless a `refused` list is given (`hydra.launcher.skip_refused`):
+    then the point is left out and listed with its refusal; an invalid config is refused either way."""
+    networks = {"leaf_spine": ["network=leaf_spine"],
+                "fat_tree": ["network=fat_tree", "network.fat_tree_k=10", "engine.hybrid_fat_tree_group=pod"]}
     points = [[f"engine.backend={backend}", *networks[topology], "network.npus=32", "workload=collective",
                f"results_dir={tmp_path}"] for backend in ("phase", "hybrid") for topology in ("leaf_spine", "fat_tree")]
     with pytest.raises(GridError, match=r"network.npus=32 .*\(grid point 4 of 4: engine.backend=hybrid"):
@@ -141,8 +141,6 @@ def test_a_grid_may_skip_the_points_their_backend_refuses(tmp_path: Path) -> Non
     assert format_refused(refused, 4).splitlines()[0].startswith("skipped 1 of 4 grid points")
     with pytest.raises(GridError, match="network.link_gbps"):
         plan([[*points[0], "network.link_gbps=-5"]], compose_config, [])
-    experiment = OmegaConf.load(Path(CONF_DIR) / "experiment" / "scaling_oversubscription.yaml")
-    assert experiment.hydra.launcher.skip_refused is True
 
 
 def test_pop_force_and_ray_keys_are_checked() -> None:
