@@ -266,11 +266,14 @@ class StopFlag:
         self.raised = False
 
 
-def run_together(eventlists: list[EventList], until_ps: int, stop: StopFlag) -> None:
+def run_together(eventlists: list[EventList], until_ps: int, stop: StopFlag, max_events: int = -1) -> bool:
     """Run independent event lists as one clock: instant by instant, every list's events at an instant
     before any list's next one, up to `until_ps` or to the end of an instant at which a callback
     raised `stop` (hybrid's reduced networks, engine/backends/hybrid.py: the full run may act at that
-    instant on all of them). Each list's `now_ps` is then the last instant run."""
+    instant on all of them), or, if `max_events` is not negative, to the end of the instant that
+    reaches that many events. Each list's `now_ps` is then the last instant run. Returns True unless
+    it stopped for `max_events` (work up to `until_ps` may be left)."""
+    events_before = sum(eventlist.events_run for eventlist in eventlists)
     while not stop.raised:
         next_ps = until_ps + 1
         for eventlist in eventlists:
@@ -279,7 +282,12 @@ def run_together(eventlists: list[EventList], until_ps: int, stop: StopFlag) -> 
                 if time_ps < next_ps:
                     next_ps = time_ps
         if next_ps > until_ps:
-            return
+            return True
+        events = 0
         for eventlist in eventlists:
             eventlist.run(next_ps)
             eventlist.now_ps = next_ps
+            events += eventlist.events_run
+        if 0 <= max_events <= events - events_before:
+            return False
+    return True

@@ -7,12 +7,14 @@ connection waits K timeouts lasts min_rto (2^K - 1) more), and from the packet e
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
 from sweep_support import compose_config
 
 import engine
+from engine.backends import hybrid
 from engine.config import ConfigError
 from sweep.runner import measure, stored_rows
 from sweep.schema import DECLARED_COLUMNS
@@ -249,3 +251,44 @@ def test_every_column_it_writes_is_declared(tmp_path) -> None:
     for table, table_rows in rows.items():
         produced = {key for row in table_rows for key in row}
         assert produced <= DECLARED_COLUMNS[table].keys(), (table, produced - DECLARED_COLUMNS[table].keys())
+
+
+def test_a_signal_handler_interrupts_a_long_episode_promptly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The episodes run in the compiled kernel, which runs no bytecode, so Python would defer a signal
+    handler (Ctrl-C, a sweep's wall-time budget) to the episode's end; the reduced networks run in
+    slices so it fires while they run, with events left before the instant they run to (one lossy
+    all-to-all of 500 MB an NPU on two leaves: about 15 s of packet events on the leaf pair, the whole
+    network)."""
+    class Budget(Exception):
+        pass
+
+    interrupted = []  # where the handler ran: the method of the hybrid phase timer, and work left in its run
+
+    def out_of_time(signum: int, frame: Any) -> None:
+        while frame is not None and not isinstance(frame.f_locals.get("self"), hybrid.HybridPhases):
+            frame = frame.f_back  # up to the hybrid phase timer the signal interrupted, if any
+        if frame is None:
+            interrupted.append(("elsewhere", False))
+        else:  # in `_catch_up`, events left up to the instant it runs the reduced networks to
+            until_ps = frame.f_locals.get("until_ps", -1)
+            eventlists = [episodes.sim.eventlist for episodes in frame.f_locals["self"].episodes]
+            interrupted.append((frame.f_code.co_name, any(eventlist.pending() and eventlist.next_time_ps() <= until_ps
+                                                          for eventlist in eventlists)))
+        raise Budget
+
+    packet_episodes = hybrid.PacketEpisodes
+
+    def episodes_arming_the_timer(*args: Any) -> Any:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # once the episode opens, whatever the machine's load
+        return packet_episodes(*args)
+
+    monkeypatch.setattr(hybrid, "PacketEpisodes", episodes_arming_the_timer)  # the name HybridPhases calls
+    previous = signal.signal(signal.SIGALRM, out_of_time)
+    try:
+        with pytest.raises(Budget):
+            engine.run(leaf_spine("hybrid", 32, {"type": "collective", "op": "all_to_all", "bytes": 500_000_000},
+                                  max_sim_time_s=100.0))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert interrupted == [("_catch_up", True)]  # within a slice's reach, not after the whole run to `until_ps`

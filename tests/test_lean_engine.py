@@ -108,6 +108,25 @@ def test_run_together_runs_lists_as_one_clock_and_stops_after_the_instant_raised
     assert log[4:] == [(40, "b"), (50, "a")] and second.next_time_ps() == 60  # past 55: left pending
 
 
+def test_run_together_in_slices_ends_each_after_the_instant_that_reaches_max_events():
+    """With `max_events`, `run_together` returns False after the instant whose events reach that many
+    (all of that instant run, in both lists), and True once it has run up to `until_ps`: run again and
+    again, it gives the order one call gives (hybrid runs its reduced networks so, for signal handlers)."""
+    first, second, log = EventList(), EventList(), []
+    for eventlist, name, times in ((first, "a", (10, 30, 50)), (second, "b", (20, 30, 40, 60))):
+        for time_ps in times:
+            eventlist.call_at(time_ps, lambda name=name, time_ps=time_ps: log.append((time_ps, name)))
+    slices = []
+    while True:
+        done = run_together([first, second], 55, StopFlag(), max_events=2)
+        slices.append((len(log), done))
+        if done:
+            break
+    # 10 and 20 (2 events), then 30 in both (2), then 40 and 50 (2): each slice ends at 2; the last finds none left
+    assert slices == [(2, False), (4, False), (6, False), (6, True)]
+    assert log == [(10, "a"), (20, "b"), (30, "a"), (30, "b"), (40, "b"), (50, "a")] and first.now_ps == 50
+
+
 @pytest.mark.parametrize("enabled_before", [True, False])
 def test_the_cyclic_collector_is_off_while_a_run_runs_and_restored_after(enabled_before, monkeypatch):
     """`engine.run` pauses Python's cyclic collector (each full collection walks every live object:

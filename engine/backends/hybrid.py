@@ -39,7 +39,7 @@ import numpy as np
 from ..config import FatTreeNetwork, LeafSpineNetwork, SimConfig, require
 from ..eventlist import StopFlag, run_together
 from ..links import Link
-from ..simulation import Simulation
+from ..simulation import EVENTS_PER_SLICE, Simulation
 from ..system.algorithms import ALL, RING, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from ..system.collectives import Chunk, CollectivePhase
@@ -222,11 +222,15 @@ class HybridPhases(FluidPhases):
         eventlists = [episodes.sim.eventlist for episodes in self.episodes]
         until_ps = min(target_ps, self.limit_ps)
         self._due_ended.raised = False
+        # In slices, as `Simulation.run`: the compiled kernel runs no bytecode, and Python runs signal
+        # handlers (Ctrl-C, a sweep's wall-time budget) only between bytecodes
         if stop_at_due:
-            run_together(eventlists, until_ps, self._due_ended)
+            while not run_together(eventlists, until_ps, self._due_ended, EVENTS_PER_SLICE):
+                pass
         else:  # the reduced networks do not meet: each runs on its own
             for eventlist in eventlists:
-                eventlist.run(until_ps)
+                while not eventlist.run(until_ps, EVENTS_PER_SLICE) and eventlist.next_time_ps() <= until_ps:
+                    pass
         if not self._due_ended.raised:
             if any(eventlist.pending() and eventlist.next_time_ps() <= target_ps for eventlist in eventlists):
                 self._time_out()  # the next event is past the limit, before the target
