@@ -59,7 +59,6 @@ from .reduction import (
 )
 
 REDUCED_TOPOLOGIES = ("leaf_spine", "fat_tree", "switch")
-PAIRS = 2  # group pairs simulated at most: with the groups most loaded on an uplink, every leaf of 4 (64 NPUs)
 # what a reduced connection costs in a lossy episode: the packet engine's connection (BYTES_PER_CONNECTION), its
 # flow id entry, its share of the replays' step state and of a burst's packets; measured 2.2-2.5 KiB at 1,024 and
 # 9,216 NPUs (benchmarks/hybrid_scale.csv: peak RSS less the lossless run's, over the connections)
