@@ -190,14 +190,16 @@ ALTERNATIVE_KINDS = ("fat_tree_edge",)  # cases of a non-default reduction, summ
 def summary(rows: list[dict[str, Any]]) -> str:
     """The Markdown summary of the CSV's rows (module docstring): the grid's default reductions, then
     each of `ALTERNATIVE_KINDS` on its own."""
-    text = kind_summary(rows, None)
+    references = {spec["label"]: spec["reference"] for spec in grid() if spec["reference"]}
+    text = kind_summary(rows, references, None)
     for alternative in ALTERNATIVE_KINDS:
-        text += f"\n## `{alternative}`\n\n" + kind_summary(rows, alternative)
+        text += f"\n## `{alternative}`\n\n" + kind_summary(rows, references, alternative)
     return text
 
 
-def kind_summary(rows: list[dict[str, Any]], alternative: str | None) -> str:
-    """The summary of the cases of kind `alternative`, or with None of every kind but `ALTERNATIVE_KINDS`."""
+def kind_summary(rows: list[dict[str, Any]], references: dict[str, str], alternative: str | None) -> str:
+    """The summary of the cases of kind `alternative`, or with None of every kind but `ALTERNATIVE_KINDS`;
+    `references`: the case whose packet and phase runs a case shares, by label."""
     by_label: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
         by_label.setdefault(row["label"], {})[row["backend"]] = row
@@ -210,7 +212,6 @@ def kind_summary(rows: list[dict[str, Any]], alternative: str | None) -> str:
     groups: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     outcomes: Counter[tuple[bool, bool]] = Counter()  # (packet loses packets, hybrid does)
     from_phase: list[float] = []  # |hybrid / phase - 1| on the lossless cases both ran
-    references = {spec["label"]: spec["reference"] for spec in grid() if spec["reference"]}
     for label, runs in by_label.items():
         shared = by_label.get(references.get(label, label), {})  # the packet and phase runs it shares
         packet, hybrid, phase = shared.get("packet"), runs.get("hybrid"), shared.get("phase")

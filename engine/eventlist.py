@@ -283,11 +283,11 @@ def run_together(eventlists: list[EventList], until_ps: int, stop: StopFlag, max
                     next_ps = time_ps
         if next_ps > until_ps:
             return True
-        events = 0
+        events_after = 0
         for eventlist in eventlists:
             eventlist.run(next_ps)
             eventlist.now_ps = next_ps
-            events += eventlist.events_run
-        if 0 <= max_events <= events - events_before:
+            events_after += eventlist.events_run
+        if 0 <= max_events <= events_after - events_before:
             return False
     return True

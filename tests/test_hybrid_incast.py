@@ -31,6 +31,7 @@ from fractions import Fraction
 
 import pytest
 
+from engine.backends.hybrid import HybridBackend
 from engine.backends.reduction import PacketEpisodes, Reduction, replay_phase
 from engine.config import SimConfig, load_config
 from engine.system.algorithms import Program, Send, Step
@@ -76,7 +77,7 @@ def run_gather(config: SimConfig, message_bytes: int) -> tuple[PacketEpisodes, i
     # rank r's peer is rank 0: (r + npus - r) mod npus, consumed by rank 0's step 0
     program: Program = [[Step((), npus - 1)]] + [[Step((Send(npus - rank, message_bytes, 0),), 0)]
                                                  for rank in range(1, npus)]
-    episodes = PacketEpisodes(config, Reduction(config, None))
+    episodes = PacketEpisodes(config, Reduction(config, None), HybridBackend.MODELS_HOST_STACK)
     eventlist = episodes.sim.eventlist
     finished_ps: list[int] = []
 

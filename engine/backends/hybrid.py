@@ -193,7 +193,8 @@ class HybridPhases(FluidPhases):
         (during an earlier episode, without a risky stage) is replayed whole from where they are, its
         packet time counted from there."""
         if not self.episodes:
-            self.episodes = [PacketEpisodes(self.config, reduction) for reduction in self._reductions()]
+            self.episodes = [PacketEpisodes(self.config, reduction, HybridBackend.MODELS_HOST_STACK)
+                             for reduction in self._reductions()]
         fluids = [fluid for fluid in self._fluid if fluid in self._plans]
         if not fluids:
             return

@@ -151,21 +151,23 @@ class Reduction:
 class PacketEpisodes:
     """The persistent packet simulation of one reduced network (its own event list, topology and
     connections: one per full-run pair of NPUs that a simulated rank sends to, opened on first use;
-    its hosts send through Linux's transmit path, `host.*`)."""
+    `models_host_stack`: its hosts send through Linux's transmit path, `host.*`)."""
 
-    def __init__(self, config: SimConfig, reduction: Reduction) -> None:
+    def __init__(self, config: SimConfig, reduction: Reduction, models_host_stack: bool) -> None:
         self.reduction = reduction
-        self.sim = Simulation(reduced_config(config), True)
+        self.sim = Simulation(reduced_config(config), models_host_stack)
         self._connections: dict[tuple[int, int], TcpConnection] = {}
 
-    def connection(self, sender: int, npu: int, flow_id: int) -> TcpConnection:
-        """The persistent connection of the full-run pair (`sender`, `npu`) on the reduced network."""
-        key = (sender, npu)
-        connection = self._connections.get(key)
+    def connection(self, pair: tuple[int, int], flow_ids: dict[tuple[int, int], int]) -> TcpConnection:
+        """The persistent connection of the full-run `pair` of NPUs (sender, receiver) on the reduced
+        network, opened under its flow id in `flow_ids` on first use."""
+        connection = self._connections.get(pair)
         if connection is None:
+            sender, npu = pair
+            flow_id = flow_ids[pair]
             (src, dst), data_links, ack_links = self.reduction.routes(self.sim, sender, npu, flow_id)
             connection = self.sim.open_routed_connection(src, dst, flow_id, data_links, ack_links)
-            self._connections[key] = connection
+            self._connections[pair] = connection
         return connection
 
     def drops(self) -> int:
@@ -184,7 +186,7 @@ class PacketEpisodes:
 class ReducedCarrier(MessageCarrier):
     """The messages of a phase replayed on a reduced network: run rank i is the reduction's simulated
     NPU `ranks[i]`; each message goes on the connection of its full-run pair of NPUs, under the full
-    run's flow id, to the reduced host standing for the receiver (which is run rank that host)."""
+    run's flow id, to the run rank standing for the receiver (`Reduction.position`)."""
 
     __slots__ = ("episodes", "reduction", "ranks", "flow_ids")
 
@@ -198,7 +200,7 @@ class ReducedCarrier(MessageCarrier):
         reduction = self.reduction
         rank = self.ranks[index]
         peer = (rank + send.peer_offset) % reduction.npus
-        connection = self.episodes.connection(rank, peer, self.flow_ids[(rank, peer)])
+        connection = self.episodes.connection((rank, peer), self.flow_ids)
         connection.send_message(send.size_bytes, Receipt(run, reduction.position(rank, peer), send.peer_step))
 
 
