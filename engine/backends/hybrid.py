@@ -10,7 +10,8 @@ replay is unfinished joins the episode at its start; one that starts without wai
 episode, which replays it from where the reduced networks are. A replayed phase ends no earlier than
 its slowest replay if packets were dropped meanwhile: it lasts max(T_fluid, T_packet) from its start
 (T_fluid as the phase lives it, whatever phases start or end meanwhile); a phase during which nothing
-was dropped keeps phase's figure exactly.
+was dropped keeps phase's figure exactly, its replays running on: the replays of the phases that start
+meanwhile wait for them (a packet run starts a phase's successor once its packets are in).
 
 The reduced networks (`Reduction`), at most `PAIRS` of them:
 - `leaf_spine` and `fat_tree`: a mirrored pair of groups (leaves; pods), the groups whose uplinks the
@@ -32,6 +33,7 @@ the pairs simulated, `hybrid_packet_wall_s` their wall time.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -42,7 +44,7 @@ from ..links import Link
 from ..simulation import EVENTS_PER_SLICE, Simulation
 from ..system.algorithms import ALL, RING, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
-from ..system.collectives import Chunk, CollectivePhase
+from ..system.collectives import Chunk, CollectivePhase, ProgramRun
 from ..system.phase import FluidPart, FluidPhases
 from ..topology import FatTreeTopology, LeafSpineTopology, Topology
 from ..units import ns_to_ps, s_to_ps
@@ -95,26 +97,41 @@ class _ReplayedPhase:
     calls `end` when its fluid time and fixed part are over) no earlier than its replays finish if
     packets were dropped meanwhile (`HybridPhases.phase_due`)."""
 
-    __slots__ = ("phases", "end", "replays_left", "finished_ps", "drops_at_start", "late_ps", "due")
+    __slots__ = ("phases", "end", "start_ps", "unfinished", "late_ps", "finished_ps", "drops_at_start", "ended_ps",
+                 "due")
 
-    def __init__(self, phases: HybridPhases, end: Callable[[], None], replays: int, drops_at_start: int,
-                 late_ps: int) -> None:
+    def __init__(self, phases: HybridPhases, end: Callable[[], None], start_ps: int, pairs: int,
+                 drops_at_start: int) -> None:
         self.phases = phases
         self.end = end  # the phase's own end (the system layer's)
-        self.replays_left = replays  # one a simulated group pair
-        self.finished_ps = -1  # when its replays finished, less `late_ps` (the reduced clocks are the full run's)
+        self.start_ps = start_ps  # its start in the full run
+        self.unfinished = set(range(pairs))  # the simulated pairs whose replay of it has not finished
+        self.late_ps = [0] * pairs  # how much later than the phase its replay started on each pair
+        # when its replays finished, each less its `late_ps` (the reduced clocks are the full run's)
+        self.finished_ps = -1
         self.drops_at_start = drops_at_start  # the reduced networks' drops when its replays started
-        self.late_ps = late_ps  # how much later than the phase its replays started
+        self.ended_ps = -1  # when it ended in the full run with replays unfinished (nothing dropped meanwhile)
         self.due = False  # its fluid time and fixed part are over: it ends when its replays finish
 
     def __call__(self) -> None:
         self.phases.phase_due(self)
 
-    def replay_finished(self) -> None:
-        """One of its replays finished, at the reduced clocks' now."""
-        self.replays_left -= 1
-        if self.replays_left == 0:
-            self.phases.replay_finished(self)
+
+class _DeferredReplay:
+    """A phase's replay on one pair held back until the replays there of the phases that had ended
+    before it started (`blockers`, ended with replays unfinished) finish: in the full run it may be
+    their successor, which a packet run starts only once their packets are in. It then starts as late
+    as the latest of them finished after its phase ended (`shift_ps`)."""
+
+    __slots__ = ("replayed", "run", "replay_ps", "blockers", "shift_ps")
+
+    def __init__(self, replayed: _ReplayedPhase, run: ProgramRun, replay_ps: int,
+                 blockers: list[_ReplayedPhase]) -> None:
+        self.replayed = replayed
+        self.run = run
+        self.replay_ps = replay_ps  # where it would start with nothing ahead of it
+        self.blockers = set(blockers)
+        self.shift_ps = 0
 
 
 class HybridPhases(FluidPhases):
@@ -143,6 +160,10 @@ class HybridPhases(FluidPhases):
         self._risky = False  # a stage filled a port past TRIGGER_QUEUE_SHARE: an episode after the sharing
         self._replaying = 0  # phases whose replays have not all finished: while > 0 an episode lasts
         self._due: list[_ReplayedPhase] = []  # phases past their fluid end waiting for their replays
+        # per simulated pair: the phases that ended in the full run with their replay there unfinished, and
+        # the replays held back until some of those finish
+        self._lagging: list[list[_ReplayedPhase]] = []
+        self._deferred: list[list[_DeferredReplay]] = []
         self._rechecks: set[int] = set()  # when `_recheck` is scheduled
         self._due_ended = StopFlag()  # raised when a due phase ends during the current `_catch_up`
         topology = sim.topology
@@ -195,6 +216,8 @@ class HybridPhases(FluidPhases):
         if not self.episodes:
             self.episodes = [PacketEpisodes(self.config, reduction, HybridBackend.MODELS_HOST_STACK)
                              for reduction in self._reductions()]
+            self._lagging = [[] for _ in self.episodes]
+            self._deferred = [[] for _ in self.episodes]
         fluids = [fluid for fluid in self._fluid if fluid in self._plans]
         if not fluids:
             return
@@ -205,12 +228,18 @@ class HybridPhases(FluidPhases):
             layer, phase, start_ps = self._plans.pop(fluid)
             replay_ps = max(start_ps, reduced_ps)
             program = self._program(layer, phase)
-            replayed = _ReplayedPhase(self, fluid.end, len(self.episodes), drops, replay_ps - start_ps)
+            replayed = _ReplayedPhase(self, fluid.end, start_ps, len(self.episodes), drops)
             fluid.end = replayed
             self._replaying += 1
-            for episodes in self.episodes:
-                replay = replay_phase(episodes, program, self._flow_ids, self.delay_ps, replayed.replay_finished)
-                episodes.sim.eventlist.call_at(replay_ps, replay.start)
+            for pair, episodes in enumerate(self.episodes):
+                replay = replay_phase(episodes, program, self._flow_ids, self.delay_ps,
+                                      partial(self.replay_finished, replayed, pair))
+                blockers = [ended for ended in self._lagging[pair] if ended.ended_ps <= start_ps]
+                if blockers:
+                    self._deferred[pair].append(_DeferredReplay(replayed, replay, replay_ps, blockers))
+                else:
+                    replayed.late_ps[pair] = replay_ps - start_ps
+                    episodes.sim.eventlist.call_at(replay_ps, replay.start)
         self._catch_up(now)
 
     def _catch_up(self, target_ps: int, stop_at_due: bool = False) -> None:
@@ -239,21 +268,53 @@ class HybridPhases(FluidPhases):
                     eventlist.now_ps = max(eventlist.now_ps, target_ps)
         self.packet_wall_s += time.perf_counter() - wall_start
 
-    def replay_finished(self, replayed: _ReplayedPhase) -> None:
-        """Every replay of `replayed` has finished, now: if the phase is due, it ends now."""
+    def replay_finished(self, replayed: _ReplayedPhase, pair: int) -> None:
+        """The replay of `replayed` on simulated pair `pair` has finished, at that pair's now: the replays
+        held back for it there may start; once every pair's has finished, if the phase is due, it ends now."""
+        now_ps = self.episodes[pair].sim.eventlist.now_ps
+        replayed.finished_ps = max(replayed.finished_ps, now_ps - replayed.late_ps[pair])
+        replayed.unfinished.discard(pair)
+        if replayed.ended_ps >= 0:
+            self._lagging[pair].remove(replayed)
+            self._release(replayed, pair, now_ps - replayed.ended_ps)
+        if replayed.unfinished:
+            return
         self._replaying -= 1
-        replayed.finished_ps = self.episodes[0].sim.eventlist.now_ps - replayed.late_ps
         if replayed.due:
             self._due.remove(replayed)
             self.eventlist.call_at(max(replayed.finished_ps, self.eventlist.now_ps), replayed.end)
             self._due_ended.raised = True  # the full run moves on from there (a collective may follow at once)
 
+    def _release(self, ended: _ReplayedPhase, pair: int, lag_ps: int) -> None:
+        """`ended`'s replay on `pair` finished `lag_ps` after the phase ended in the full run: start the
+        replays there that waited for it and nothing else, as much later than their phases as the most
+        late of what they waited for."""
+        waiting = []
+        for deferred in self._deferred[pair]:
+            if ended in deferred.blockers:
+                deferred.blockers.remove(ended)
+                deferred.shift_ps = max(deferred.shift_ps, lag_ps)
+            if deferred.blockers:
+                waiting.append(deferred)
+                continue
+            replayed = deferred.replayed
+            replay_ps = max(deferred.replay_ps, replayed.start_ps + deferred.shift_ps)
+            replayed.late_ps[pair] = replay_ps - replayed.start_ps
+            self.episodes[pair].sim.eventlist.call_at(replay_ps, deferred.run.start)
+        self._deferred[pair] = waiting
+
     def phase_due(self, replayed: _ReplayedPhase) -> None:
         """A replayed phase's fluid time and fixed part are over: it ends now if its replays finished or
         no packet was dropped since they started (phase's figure, exactly), else when they finish (past
         the time limit if the reduced run passes it)."""
-        self._catch_up(self.eventlist.now_ps)
-        if replayed.finished_ps >= 0 or self._drops() == replayed.drops_at_start:
+        now_ps = self.eventlist.now_ps
+        self._catch_up(now_ps)
+        if not replayed.unfinished:
+            replayed.end()
+        elif self._drops() == replayed.drops_at_start:
+            replayed.ended_ps = now_ps  # its replays go on: the phases that start from now wait for them
+            for pair in replayed.unfinished:
+                self._lagging[pair].append(replayed)
             replayed.end()
         elif self.timed_out:
             self.eventlist.call_at(self.limit_ps + 1, replayed.end)
