@@ -7,7 +7,8 @@ The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NI
   1, 2, 4, 8 or 16 spines x 64 KiB, 128 KiB, 256 KiB, 1 MiB or 4 MiB buffers; at 256 and 512 NPUs
   2, 4 or 16 spines x 128 KiB or 1 MiB; at 1,024 NPUs (1 iteration) 2 or 16 spines x 128 KiB or 1 MiB;
 - `threshold`: the same around the buffer that separates loss from none: 64 NPUs with 2 spines (500-612 KiB)
-  and 4 spines (240-296 KiB), 128 NPUs with 4 spines (200-328 KiB) and 8 spines (96-152 KiB);
+  and 4 spines (240-296 KiB), 128 NPUs with 4 spines (200-328 KiB) and 8 spines (96-152 KiB), 256 NPUs with
+  4 spines (304-368 KiB) and 8 spines (96-136 KiB);
 - `tcp`: 128 NPUs, (2 spines, 128 KiB), (4, 256 KiB) and (8, 256 KiB), with CUBIC, DCTCP (marking at
   half the buffer), `tcp=linux`, and NewReno and `tcp=linux` with a 1 ms minimum RTO;
 - `dlrm`: the `dlrm` preset at 64 and 128 NPUs on (2, 128 KiB), (4, 256 KiB) and (16, 1 MiB);
@@ -99,7 +100,8 @@ def grid() -> Iterator[dict[str, Any]]:
             yield case("fabric", f"fabric 1024 s{spines} b{buffer_kb:.0f}", leaf_spine(1024, spines, buffer_kb),
                        {**ASTRA_DLRM, "iterations": 1})
     for npus, spines, buffers_kb in ((64, 2, range(500, 620, 16)), (64, 4, range(240, 300, 8)),
-                                     (128, 4, range(200, 330, 16)), (128, 8, range(96, 160, 8))):
+                                     (128, 4, range(200, 330, 16)), (128, 8, range(96, 160, 8)),
+                                     (256, 4, range(304, 376, 8)), (256, 8, range(96, 144, 8))):
         for buffer_kb in buffers_kb:  # around the buffer that separates loss from none
             yield case("threshold", f"threshold {npus} s{spines} b{buffer_kb}",
                        leaf_spine(npus, spines, float(buffer_kb)), ASTRA_DLRM)

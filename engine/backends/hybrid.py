@@ -22,7 +22,8 @@ The reduced networks (`Reduction`), at most `PAIRS` of them:
   group is folded onto the other group of the pair (at the same position): each group's uplinks then
   carry its own data and the ACKs of the data coming in, as in the full run, and every rank receives
   what its program waits for.
-- `switch`: the whole network (no reduction), up to 1,024 NPUs (`REDUCED_CONNECTIONS_MAX`).
+- `switch`, and a leaf_spine or fat_tree of no more hosts than the pairs would hold: the whole network (no
+  reduction; on a switch up to 1,024 NPUs, `REDUCED_CONNECTIONS_MAX`).
 Connections persist from episode to episode (cwnd, ssthresh, RTT estimate, RTO backoff, idle restart).
 
 Counters: `timeouts`, `retransmits` and `drops` are the reduced simulations', scaled by the group
@@ -54,6 +55,7 @@ from .reduction import (
     REDUCED_CONNECTIONS_MAX,
     PacketEpisodes,
     Reduction,
+    group_hosts,
     group_size,
     reduced_connections,
     replay_phase,
@@ -367,7 +369,8 @@ class HybridPhases(FluidPhases):
         return ids
 
     def _reductions(self) -> list[Reduction]:
-        """The reduced networks: on a switch the network itself; on leaf_spine and fat_tree up to
+        """The reduced networks: the network itself on a switch or where it is no larger than `PAIRS`
+        group pairs (`group_size`); else, on leaf_spine and fat_tree, up to
         `PAIRS` pairs of groups (leaves; pods or edge switches), the groups whose uplinks the phases in their fluid part
         load most (most messages on one uplink, then most bytes; the lower group first on ties), paired
         in that order."""
@@ -425,7 +428,7 @@ class HybridBackend(PhaseBackend):
                     f"at least 2 leaves (2 x network.hosts_per_leaf = {2 * net.hosts_per_leaf}) on "
                     "engine.backend=hybrid (its reduced network is a leaf pair)")
         elif isinstance(net, FatTreeNetwork):
-            size = group_size(config)
+            size = group_hosts(config)
             assert size is not None
             groups = "pods" if size > net.k // 2 else "edge switches"
             require(net.npus >= 2 * size, "network.npus", net.npus,

@@ -29,7 +29,7 @@ REDUCED_CONNECTIONS_MAX = 1_048_576
 # trees were a median 0.01 % from the packet engine's (pods: 0.00 %), at worst a factor 1.50 (pods: 1.26)
 # (docs/hybrid-backend.md)
 POD_PAIRS_CONNECTIONS_MAX = 131_072
-PAIRS = 2  # group pairs simulated at most: with the groups most loaded on an uplink, every leaf of 4 (64 NPUs)
+PAIRS = 2  # group pairs simulated at most; a network of no more hosts than they hold is simulated whole
 
 
 def simulated_pairs(npus: int, group_size: int) -> int:
@@ -42,11 +42,10 @@ def _pair_connections(npus: int, group_size: int) -> int:
     return 2 * group_size * simulated_pairs(npus, group_size) * (npus - 1)
 
 
-def group_size(config: SimConfig) -> int | None:
-    """The hosts of one group of the reduction: a leaf of a leaf-spine; a pod of a fat tree or, with
+def group_hosts(config: SimConfig) -> int | None:
+    """The hosts of one group of the network: a leaf of a leaf-spine; a pod of a fat tree or, with
     `engine.hybrid_fat_tree_group=edge` (or `auto` where there are fewer than two pods or their pairs
-    would hold more than `POD_PAIRS_CONNECTIONS_MAX` connections), an edge switch; None where the reduced
-    network is the whole network (a switch)."""
+    would hold more than `POD_PAIRS_CONNECTIONS_MAX` connections), an edge switch; None on a switch."""
     net = config.network
     if isinstance(net, LeafSpineNetwork):
         return net.hosts_per_leaf
@@ -59,6 +58,17 @@ def group_size(config: SimConfig) -> int | None:
             choice = "pod" if fits else "edge"
         return pod if choice == "pod" else half
     return None
+
+
+def group_size(config: SimConfig) -> int | None:
+    """The hosts of one group of the reduction (`group_hosts`), or None where the reduced network is the
+    whole network: a switch, or a network of no more hosts than `PAIRS` pairs of its groups hold, which
+    the whole network simulates at no more connections than the pairs (p (p - 1) <= 2 PAIRS g (p - 1)),
+    and exactly (64 NPUs on 16-host leaves: the 4 leaves)."""
+    size = group_hosts(config)
+    if size is None or config.network.npus <= 2 * PAIRS * size:
+        return None
+    return size
 
 
 def second_group_host(config: SimConfig) -> int:
@@ -78,12 +88,12 @@ def second_group_host(config: SimConfig) -> int:
 
 def reduced_config(config: SimConfig) -> SimConfig:
     """The config of a reduced network: the hosts up to the second group's last (two leaves, two pods,
-    or two edge switches of a fat tree with the hosts between them idle), the rest as the run's."""
+    or two edge switches of a fat tree with the hosts between them idle), the rest as the run's; the
+    run's own where the whole network is simulated (`group_size` None)."""
     net = config.network
-    if not isinstance(net, (LeafSpineNetwork, FatTreeNetwork)):
-        return config
     size = group_size(config)
-    assert size is not None
+    if size is None:  # the whole network
+        return config
     npus = second_group_host(config) + size
     if isinstance(net, FatTreeNetwork):  # the full run's k, not the one npus implies
         return dataclasses.replace(config, network=dataclasses.replace(net, npus=npus, fat_tree_k=net.k))
@@ -92,7 +102,7 @@ def reduced_config(config: SimConfig) -> SimConfig:
 
 def reduced_connections(config: SimConfig) -> int:
     """The connections the reduced networks hold at most: each rank of the simulated group pairs (or
-    of the whole switch) to every other NPU."""
+    of the whole network) to every other NPU."""
     npus = config.network.npus
     size = group_size(config)
     return npus * (npus - 1) if size is None else _pair_connections(npus, size)
