@@ -725,11 +725,18 @@ class FluidPhases:
         ends = np.zeros(link_count, np.int64)
         arrival = np.zeros(link_count)
         sender_share = self.capacity_bytes_per_ps[hops[0]] / sends_per_rank  # every route has a first link
+        # one share for all where every sender's link has the same rate (each fabric at thousands of NPUs):
+        # then a link's arrival rate is its count times it, and no hop needs its -1 entries masked out
+        one_share = float(sender_share[0]) if len(sender_share) and sender_share.min() == sender_share.max() else None
         for hop, is_endpoint in zip(hops, endpoint):
-            on_route = hop >= 0
-            counted = np.bincount(hop[on_route], minlength=link_count)
+            if one_share is None:
+                on_route = hop >= 0
+                counted = np.bincount(hop[on_route], minlength=link_count)
+                arrival += np.bincount(hop[on_route], weights=sender_share[on_route], minlength=link_count)
+            else:  # routes without this hop (-1) counted at index 0, dropped
+                counted = np.bincount(hop + 1, minlength=link_count + 1)[1:]
+                arrival += counted * one_share
             any_hop += counted
-            arrival += np.bincount(hop[on_route], weights=sender_share[on_route], minlength=link_count)
             if is_endpoint:
                 ends += counted
         return LinkCounts(any_hop, ends, arrival, self._route_kinds(hops))
