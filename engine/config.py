@@ -505,6 +505,7 @@ class EngineConfig:
     link_stats: str = "none"
     incast_rto: bool = False  # phase backend: charge an RTO to every phase flagged as an incast
     hybrid_fat_tree_group: str = "auto"  # hybrid backend on a fat tree: its reduced networks' groups
+    hybrid_memoise: bool = True  # hybrid backend: an episode whose outcome has settled is not simulated again
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ class RunMetrics:
     # the hybrid backend's: episodes simulated at packet level on its reduced networks, and their wall time
     hybrid_packet_sims: int | None = _column()
     hybrid_packet_wall_s: float | None = _column()
+    hybrid_memo_episodes: int | None = _column()  # and episodes timed from a settled record instead
     filled: set[str] = field(default_factory=set, repr=False, compare=False, metadata={"group": "record"})
 
     def fill(self, values: dict[str, Any]) -> None:

@@ -82,7 +82,8 @@ def _network_lines(run: Mapping[str, Any]) -> list[str]:
         ]
     if run.get("hybrid_packet_sims") is not None:  # hybrid: its reduced packet simulation's, scaled to the run
         lines.append(f"  packet episodes  {_count(run.get('hybrid_packet_sims'))} (wall "
-                     f"{_number(run.get('hybrid_packet_wall_s'))} s)   "
+                     f"{_number(run.get('hybrid_packet_wall_s'))} s; "
+                     f"{_count(run.get('hybrid_memo_episodes'))} more from records)   "
                      f"scaled: timeouts {_count(run.get('timeouts'))}   "
                      f"retransmits {_count(run.get('retransmits'))}   drops {_count(run.get('drops'))}")
     if run.get("incast_phases") is not None:

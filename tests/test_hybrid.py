@@ -261,6 +261,57 @@ def test_a_near_threshold_loss_costs_one_rto_as_in_the_packet_run() -> None:
     assert abs(hybrid["runs"][0]["sim_time_s"] - packet["runs"][0]["sim_time_s"]) < TRANSFER_MS / 1e3
 
 
+# -- memoisation: an episode that repeats in a settled TCP state is timed from its record -----------
+
+def outcome(record: Any, kind: Any, offset_ps: int, due_ps: int, end_ps: int) -> None:
+    phase = record.add(kind, record.open_ps + offset_ps)
+    phase.due_ps, phase.end_ps = due_ps, end_ps
+
+
+@pytest.mark.parametrize(("offset_ps", "due_ps", "end_ps", "alike"), [
+    (0, 100, 3_000_000, True),  # the record below, again
+    (0, 100, 3_030_000, True),  # 1 % later (MEMO_TOLERANCE)
+    (0, 100, 3_030_304, False),  # past 1 % of the longer end: 30,303 ps of 3,030,304
+    (0, 3_000_000, 3_000_000, False),  # the same end, at phase's figure this time: not alike
+    (1, 100, 3_000_000, False),  # started 1 ps later after the opening: another episode
+])
+def test_an_episode_settles_when_every_phase_went_as_in_its_previous_occurrence(offset_ps: int, due_ps: int,
+                                                                                end_ps: int, alike: bool) -> None:
+    kind = (1, "all_to_all", 98_304, None, 1)
+    key = (((kind, 0),), 0)
+    previous = hybrid._EpisodeRecord(key, 0, {})
+    outcome(previous, kind, 0, 100, 3_000_000)  # ended past its fluid end: its packets set it
+    record = hybrid._EpisodeRecord(key, 5_000_000, {})
+    outcome(record, kind, offset_ps, due_ps, end_ps)
+    assert record.alike(previous) == alike
+    other_kind = hybrid._EpisodeRecord(key, 5_000_000, {})
+    outcome(other_kind, (1, "all_to_all", 2 * 98_304, None, 1), 0, 100, 3_000_000)
+    assert not other_kind.alike(previous)
+
+
+@pytest.mark.parametrize(("workload", "memoised"), [
+    ({**ASTRA_DLRM, "iterations": 6}, True),  # from the third iteration its episodes meet settled states
+    # the dlrm preset on 64 NPUs: each all-to-all sets ssthresh on more connections than the one before,
+    # so no episode meets its predecessor's state class, and none is timed from a record
+    ({**compose_config(["workload=dlrm"])["workload"], "iterations": 4}, False),
+])
+def test_a_memoised_run_is_the_simulated_one_with_fewer_packet_simulations(workload: dict[str, Any],
+                                                                          memoised: bool) -> None:
+    # Lossy runs, RTO waves in every all-to-all: an episode timed from a record gives each of its phases
+    # the end its simulation gave them, so every collective, the iteration time and the packet counters
+    # equal those of the run that simulates every episode; each episode is either simulated (on each of
+    # the 2 pairs) or timed from a record
+    npus = 128 if memoised else 64
+    simulated, memo = (engine.run(leaf_spine("hybrid", npus, workload, max_sim_time_s=100.0, hybrid_memoise=on))
+                       for on in (False, True))
+    assert simulated["runs"][0]["timeouts"] > 0 and simulated["runs"][0]["hybrid_memo_episodes"] == 0
+    assert_same_run(memo, simulated)
+    pairs = 2 if memoised else 1  # 64 NPUs on 16-host leaves: the whole network, one simulation an episode
+    episodes = simulated["runs"][0]["hybrid_packet_sims"] // pairs
+    assert memo["runs"][0]["hybrid_packet_sims"] // pairs + memo["runs"][0]["hybrid_memo_episodes"] == episodes
+    assert (memo["runs"][0]["hybrid_memo_episodes"] > 0) == memoised
+
+
 def test_a_reduced_run_past_the_time_limit_ends_the_run_as_a_timeout() -> None:
     # one spine: the first all-to-all's RTO chain runs to 12.6 s, past a limit of 1 s
     run = engine.run(leaf_spine("hybrid", 64, ASTRA_DLRM, spines=1, max_sim_time_s=1.0))["runs"][0]

@@ -26,9 +26,15 @@ The reduced networks (`Reduction`), at most `PAIRS` of them:
   reduction; on a switch up to 1,024 NPUs, `REDUCED_CONNECTIONS_MAX`).
 Connections persist from episode to episode (cwnd, ssthresh, RTT estimate, RTO backoff, idle restart).
 
+Memoisation (`engine.hybrid_memoise`): an episode is keyed by its opening phases (kinds, starts after
+the opening) and the connections' TCP state class (`_tcp_class`); once a key's record went as its
+previous one (`_EpisodeRecord.alike`), the next episode with that key is timed from the record
+(`_MemoEpisode`) instead of simulated.
+
 Counters: `timeouts`, `retransmits` and `drops` are the reduced simulations', scaled by the group
-pairs each stands for (groups / 2 / pairs simulated); `hybrid_packet_sims` counts the episodes times
-the pairs simulated, `hybrid_packet_wall_s` their wall time.
+pairs each stands for (groups / 2 / pairs simulated), and the records' of memoised episodes;
+`hybrid_packet_sims` counts the episodes simulated times the pairs, `hybrid_packet_wall_s` their wall
+time, `hybrid_memo_episodes` the episodes timed from records.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from ..system.collectives import Chunk, CollectivePhase, ProgramRun
 from ..system.phase import FluidPart, FluidPhases
 from ..topology import FatTreeTopology, LeafSpineTopology, Topology
+from ..transport.cc import UNSET_SSTHRESH
 from ..units import ns_to_ps, s_to_ps
 from .base import SCREEN_RISK_COLUMNS
 from .phase import PhaseBackend
@@ -78,6 +85,14 @@ REDUCED_WORKLOADS = ("dlrm", "astra", "collective")
 # costs one reduced simulation, and its phases keep phase's figure exactly
 TRIGGER_QUEUE_SHARE = 0.5
 PACKET_COUNTERS = ("retransmits", "timeouts", "drops")  # the packet columns the reduced simulation fills
+# An episode that met the same TCP state class as its previous occurrence (same phases, same starts
+# relative to its opening), and whose every replayed phase ended within this share of its time as there
+# (at phase's figure or past it alike), is taken as settled (`engine.hybrid_memoise`). 1 %: the repeats of
+# lossy iterations differ by microseconds in RTO-long phases (docs/hybrid-backend.md, "Memoisation")
+MEMO_TOLERANCE = 0.01
+PhaseKind = tuple[int, str, int, "int | None", int]  # a phase's dimension, op, chunk bytes, ASTRA-sim tree, queue
+Signature = tuple[tuple[PhaseKind, int], ...]  # an episode's opening phases: kind, start after the opening (ps)
+EpisodeKey = tuple[Signature, int]  # and the TCP state class its connections were in (`HybridPhases._tcp_class`)
 
 
 def group_uplinks(topology: Topology, size: int, groups: int) -> list[list[Link]]:
@@ -94,16 +109,121 @@ def group_uplinks(topology: Topology, size: int, groups: int) -> list[list[Link]
              for switch in range(pod * half, pod * half + half) for port in range(half)] for pod in range(groups)]
 
 
+def _phase_kind(phase: CollectivePhase) -> PhaseKind:
+    """What makes two phases of a run alike for memoisation: the same step program on the same NPUs."""
+    return phase.dimension, phase.op, phase.chunk_bytes, phase.astra_tree, phase.queue
+
+
+class _PhaseOutcome:
+    """How one replayed phase of a recorded episode went: its kind, its start after the episode's
+    opening, and, from its start, when its fluid time and fixed part were over (`due_ps`) and when it
+    ended (`end_ps`); -1 while not known."""
+
+    __slots__ = ("record", "kind", "offset_ps", "due_ps", "end_ps")
+
+    def __init__(self, record: _EpisodeRecord, kind: PhaseKind, offset_ps: int) -> None:
+        self.record = record
+        self.kind = kind
+        self.offset_ps = offset_ps
+        self.due_ps = -1
+        self.end_ps = -1
+
+    def past_fluid(self) -> bool:
+        """It ended past phase's figure: its replays' packets set its end."""
+        return self.end_ps > self.due_ps
+
+    def alike(self, other: _PhaseOutcome) -> bool:
+        """The same phase, started alike, ended alike (`MEMO_TOLERANCE`)."""
+        return (self.kind == other.kind and self.offset_ps == other.offset_ps
+                and self.past_fluid() == other.past_fluid()
+                and abs(self.end_ps - other.end_ps) <= MEMO_TOLERANCE * max(self.end_ps, other.end_ps))
+
+
+class _EpisodeRecord:
+    """An episode simulated at packet level: its `key` (the phases replayed at its opening, each one's kind
+    and start after the opening, and the TCP state class the connections were in), every replayed phase's
+    outcome in the order they were replayed (joins too), how long its replays lasted, what the reduced
+    networks counted meanwhile (scaled), and the class the next episode opened in."""
+
+    __slots__ = ("key", "open_ps", "counters_at_open", "outcomes", "unended", "duration_ps", "counters", "next_class")
+
+    def __init__(self, key: EpisodeKey, open_ps: int, counters_at_open: dict[str, int]) -> None:
+        self.key = key
+        self.open_ps = open_ps
+        self.counters_at_open = counters_at_open
+        self.outcomes: list[_PhaseOutcome] = []
+        self.unended = 0  # its phases not ended yet
+        self.duration_ps = -1  # from its opening until its last replay finished; -1 while some run
+        self.counters: dict[str, int] = {}
+        self.next_class: int | None = None  # the TCP state class the next episode opened in
+
+    def add(self, kind: PhaseKind, start_ps: int) -> _PhaseOutcome:
+        """A phase replayed in it, starting at `start_ps` in the full run."""
+        outcome = _PhaseOutcome(self, kind, start_ps - self.open_ps)
+        self.outcomes.append(outcome)
+        self.unended += 1
+        return outcome
+
+    def complete(self) -> bool:
+        """Its replays have finished and its phases have ended."""
+        return self.duration_ps >= 0 and not self.unended
+
+    def alike(self, other: _EpisodeRecord) -> bool:
+        """Every phase of it went as in `other` (`_PhaseOutcome.alike`)."""
+        return len(self.outcomes) == len(other.outcomes) and all(
+            mine.alike(theirs) for mine, theirs in zip(self.outcomes, other.outcomes))
+
+
+class _MemoEpisode:
+    """An episode timed from a settled record instead of simulated: each of its phases (the opening's,
+    and those that join it as they joined the record) ends as the record's did, from its own start."""
+
+    __slots__ = ("record", "open_ps", "until_ps", "unserved")
+
+    def __init__(self, record: _EpisodeRecord, open_ps: int) -> None:
+        self.record = record
+        self.open_ps = open_ps
+        self.until_ps = open_ps + record.duration_ps  # it lasts as the record's replays did
+        self.unserved = list(record.outcomes)
+
+    def serve(self, kind: PhaseKind, start_ps: int) -> _PhaseOutcome | None:
+        """The record's outcome of the phase of `kind` that started as this one does (None: the record
+        has none; the phase is simulated)."""
+        for outcome in self.unserved:
+            if outcome.kind == kind and outcome.offset_ps == start_ps - self.open_ps:
+                self.unserved.remove(outcome)
+                return outcome
+        return None
+
+
+class _MemoPhase:
+    """A phase timed from a record: at its fluid end (as `FluidPhases` calls `end`) it ends then, or
+    where the record's ended past its fluid end, as long after its start."""
+
+    __slots__ = ("eventlist", "end", "end_ps")
+
+    def __init__(self, eventlist: Any, end: Callable[[], None], start_ps: int, outcome: _PhaseOutcome) -> None:
+        self.eventlist = eventlist
+        self.end = end
+        self.end_ps = start_ps + outcome.end_ps if outcome.past_fluid() else -1
+
+    def __call__(self) -> None:
+        if self.end_ps > self.eventlist.now_ps:
+            self.eventlist.call_at(self.end_ps, self.end)
+        else:
+            self.end()
+
+
 class _ReplayedPhase:
     """A phase of the full run being replayed on the reduced networks: ends it (as `FluidPhases`
     calls `end` when its fluid time and fixed part are over) no earlier than its replays finish if
-    packets were dropped meanwhile (`HybridPhases.phase_due`)."""
+    packets were dropped meanwhile (`HybridPhases.phase_due`); with `outcome`, records how it went."""
 
     __slots__ = ("phases", "end", "start_ps", "unfinished", "late_ps", "finished_ps", "drops_at_start", "ended_ps",
-                 "due")
+                 "due", "outcome")
 
     def __init__(self, phases: HybridPhases, end: Callable[[], None], start_ps: int, pairs: int,
-                 drops_at_start: int) -> None:
+                 drops_at_start: int, outcome: _PhaseOutcome | None) -> None:
         self.phases = phases
         self.end = end  # the phase's own end (the system layer's)
         self.start_ps = start_ps  # its start in the full run
@@ -114,9 +234,16 @@ class _ReplayedPhase:
         self.drops_at_start = drops_at_start  # the reduced networks' drops when its replays started
         self.ended_ps = -1  # when it ended in the full run with replays unfinished (nothing dropped meanwhile)
         self.due = False  # its fluid time and fixed part are over: it ends when its replays finish
+        self.outcome = outcome
 
     def __call__(self) -> None:
         self.phases.phase_due(self)
+
+    def finish(self) -> None:
+        """End the phase in the full run (now), recording when."""
+        if self.outcome is not None:
+            self.phases.outcome_ended(self.outcome, self.phases.eventlist.now_ps - self.start_ps)
+        self.end()
 
 
 class _DeferredReplay:
@@ -154,6 +281,15 @@ class HybridPhases(FluidPhases):
         # pairs then chosen)
         self.episodes: list[PacketEpisodes] = []
         self.packet_sims = 0  # episodes opened, times the pairs each ran on
+        self.memo_episodes = 0  # episodes timed from a settled record, not simulated
+        self._memo_counters = dict.fromkeys(PACKET_COUNTERS, 0)  # what those records' reduced networks counted
+        self._records: dict[EpisodeKey, _EpisodeRecord] = {}  # the latest record of each key
+        self._settled: dict[EpisodeKey, _EpisodeRecord] = {}  # the keys whose last two records went alike
+        self._recording: _EpisodeRecord | None = None  # the simulated episode that lasts, if recorded
+        self._previous: _EpisodeRecord | None = None  # the latest episode's record, if it was simulated
+        self._memo: _MemoEpisode | None = None  # the latest episode timed from a record
+        # the TCP state class the connections are in after it (None: as the reduced networks hold them)
+        self._memo_class: int | None = None
         self.packet_wall_s = 0.0  # the reduced simulations' wall time
         self.timed_out = False  # a reduced simulation passed `engine.max_sim_time_s`: the run ends there
         # the phases in their fluid part not replayed yet: their layer, phase and start
@@ -203,18 +339,20 @@ class HybridPhases(FluidPhases):
         at 9,216 NPUs would cost more packet events than the episode, for nothing measured)."""
         super()._share(now)
         if self._risky and not self.timed_out:
-            opens = not self._replaying
-            self._replay(now)
-            self.packet_sims += len(self.episodes) if opens else 0
+            opens = not self._replaying and (self._memo is None or now >= self._memo.until_ps)
+            memoised = self._replay(now, opens)
+            self.packet_sims += len(self.episodes) if opens and not memoised else 0
         self._risky = False
         self._plans = {fluid: plan for fluid, plan in self._plans.items() if fluid in self._fluid}
 
-    def _replay(self, now: int) -> None:
+    def _replay(self, now: int, opens: bool) -> bool:
         """Start the replays of the phases in their fluid part not replayed yet, on every simulated group
         pair, each from its own start (an episode that opens replays the phases that began before it too),
         and bring the reduced networks up to `now`. A phase that began while the reduced networks ran on
         (during an earlier episode, without a risky stage) is replayed whole from where they are, its
-        packet time counted from there."""
+        packet time counted from there. An opening episode whose signature has settled is timed from its
+        record instead (`_memoise`), and so are the phases that join it as they joined the record; True
+        if it was."""
         if not self.episodes:
             self.episodes = [PacketEpisodes(self.config, reduction, HybridBackend.MODELS_HOST_STACK)
                              for reduction in self._reductions()]
@@ -222,15 +360,31 @@ class HybridPhases(FluidPhases):
             self._deferred = [[] for _ in self.episodes]
         fluids = [fluid for fluid in self._fluid if fluid in self._plans]
         if not fluids:
-            return
-        self._catch_up(min(self._plans[fluid][2] for fluid in fluids))
+            return False
+        memoised = opens and self._memoise(fluids, now)
+        memo = self._memo if self._memo is not None and now < self._memo.until_ps else None
+        simulated = []
+        for fluid in fluids:
+            _, phase, start_ps = self._plans[fluid]
+            outcome = memo.serve(_phase_kind(phase), start_ps) if memo is not None else None
+            if outcome is None:
+                simulated.append(fluid)
+            else:
+                del self._plans[fluid]
+                fluid.end = _MemoPhase(self.eventlist, fluid.end, start_ps, outcome)
+        if not simulated:
+            return memoised
+        if memo is not None and not self._replaying:  # a join the record does not have: simulated after all
+            self.packet_sims += len(self.episodes)
+        self._catch_up(min(self._plans[fluid][2] for fluid in simulated))
         reduced_ps = self.episodes[0].sim.eventlist.now_ps
         drops = self._drops()
-        for fluid in fluids:
+        for fluid in simulated:
             layer, phase, start_ps = self._plans.pop(fluid)
             replay_ps = max(start_ps, reduced_ps)
             program = self._program(layer, phase)
-            replayed = _ReplayedPhase(self, fluid.end, start_ps, len(self.episodes), drops)
+            outcome = self._recording.add(_phase_kind(phase), start_ps) if self._recording is not None else None
+            replayed = _ReplayedPhase(self, fluid.end, start_ps, len(self.episodes), drops, outcome)
             fluid.end = replayed
             self._replaying += 1
             for pair, episodes in enumerate(self.episodes):
@@ -243,6 +397,56 @@ class HybridPhases(FluidPhases):
                     replayed.late_ps[pair] = replay_ps - start_ps
                     episodes.sim.eventlist.call_at(replay_ps, replay.start)
         self._catch_up(now)
+        return memoised
+
+    def _memoise(self, fluids: list[FluidPart], now: int) -> bool:
+        """An episode opens at `now` with `fluids`: time it from the record of its key (its phases' kinds
+        and starts after `now`, and the connections' TCP state class) if that has settled, else simulate
+        and record it (`engine.hybrid_memoise`; off: simulate)."""
+        if not self.config.engine.hybrid_memoise:
+            return False
+        signature = tuple((_phase_kind(self._plans[fluid][1]), self._plans[fluid][2] - now) for fluid in fluids)
+        tcp_class = self._memo_class if self._memo_class is not None else self._tcp_class()
+        if self._previous is not None:
+            self._previous.next_class = tcp_class
+        settled = self._settled.get((signature, tcp_class))
+        if settled is None:
+            self._recording = self._previous = _EpisodeRecord((signature, tcp_class), now, self._totals())
+            self._memo_class = None
+            return False
+        self._recording = self._previous = None
+        self._memo = _MemoEpisode(settled, now)
+        self._memo_class = settled.next_class  # None (not known yet): the reduced networks' own from here
+        self.memo_episodes += 1
+        for key, value in settled.counters.items():
+            self._memo_counters[key] += value
+        return True
+
+    def _tcp_class(self) -> int:
+        """The TCP state class of the reduced networks' connections: each one's RTO (ms), ssthresh and
+        cwnd (segments; ssthresh -1 while unset), in their order of opening; the state that sets how an
+        all-to-all's losses and RTO waves go, but for the RTT estimate's fractions of a millisecond."""
+        return hash(tuple((sender.rtt.rto_ps // 1_000_000_000,
+                           int(sender.cc.ssthresh_bytes // sender.mss_bytes)
+                           if sender.cc.ssthresh_bytes != UNSET_SSTHRESH else -1,
+                           int(sender.cc.cwnd_bytes // sender.mss_bytes))
+                          for episodes in self.episodes for sender in episodes.senders()))
+
+    def outcome_ended(self, outcome: _PhaseOutcome, end_ps: int) -> None:
+        """A recorded phase ended `end_ps` after its start; its record may be complete."""
+        outcome.end_ps = end_ps
+        outcome.record.unended -= 1
+        self._close(outcome.record)
+
+    def _close(self, record: _EpisodeRecord) -> None:
+        """Once `record` is complete, keep it as its signature's latest; settled if it went as the
+        previous one did (`_EpisodeRecord.alike`)."""
+        if not record.complete() or self.timed_out:
+            return
+        previous = self._records.get(record.key)
+        if previous is not None and record.alike(previous):
+            self._settled[record.key] = record
+        self._records[record.key] = record
 
     def _catch_up(self, target_ps: int, stop_at_due: bool = False) -> None:
         """Run the reduced networks up to `target_ps` (their clocks then at it); with `stop_at_due`,
@@ -282,9 +486,14 @@ class HybridPhases(FluidPhases):
         if replayed.unfinished:
             return
         self._replaying -= 1
+        if not self._replaying and self._recording is not None:  # the episode is over
+            record, self._recording = self._recording, None
+            record.duration_ps = now_ps - record.open_ps
+            record.counters = {key: value - record.counters_at_open[key] for key, value in self._totals().items()}
+            self._close(record)
         if replayed.due:
             self._due.remove(replayed)
-            self.eventlist.call_at(max(replayed.finished_ps, self.eventlist.now_ps), replayed.end)
+            self.eventlist.call_at(max(replayed.finished_ps, self.eventlist.now_ps), replayed.finish)
             self._due_ended.raised = True  # the full run moves on from there (a collective may follow at once)
 
     def _release(self, ended: _ReplayedPhase, pair: int, lag_ps: int) -> None:
@@ -310,16 +519,18 @@ class HybridPhases(FluidPhases):
         no packet was dropped since they started (phase's figure, exactly), else when they finish (past
         the time limit if the reduced run passes it)."""
         now_ps = self.eventlist.now_ps
+        if replayed.outcome is not None:
+            replayed.outcome.due_ps = now_ps - replayed.start_ps
         self._catch_up(now_ps)
         if not replayed.unfinished:
-            replayed.end()
+            replayed.finish()
         elif self._drops() == replayed.drops_at_start:
             replayed.ended_ps = now_ps  # its replays go on: the phases that start from now wait for them
             for pair in replayed.unfinished:
                 self._lagging[pair].append(replayed)
-            replayed.end()
+            replayed.finish()
         elif self.timed_out:
-            self.eventlist.call_at(self.limit_ps + 1, replayed.end)
+            self.eventlist.call_at(self.limit_ps + 1, replayed.finish)
         else:
             replayed.due = True
             self._due.append(replayed)
@@ -347,7 +558,7 @@ class HybridPhases(FluidPhases):
         run stops too."""
         self.timed_out = True
         for replayed in self._due:
-            self.eventlist.call_at(self.limit_ps + 1, replayed.end)
+            self.eventlist.call_at(self.limit_ps + 1, replayed.finish)
         self._due.clear()
 
     def _drops(self) -> int:
@@ -388,13 +599,20 @@ class HybridPhases(FluidPhases):
                           scale)
                 for i in range(pairs)]
 
-    def counters(self) -> dict[str, Any]:
-        """The reduced simulations' packet counters, scaled (zero if no episode ran), and their cost."""
+    def _totals(self) -> dict[str, int]:
+        """The reduced simulations' packet counters, scaled (zero if no episode ran)."""
         totals = dict.fromkeys(PACKET_COUNTERS, 0)
         for episodes in self.episodes:
             for key, value in episodes.counters().items():
                 totals[key] += value
-        return {**totals, "hybrid_packet_sims": self.packet_sims, "hybrid_packet_wall_s": self.packet_wall_s}
+        return totals
+
+    def counters(self) -> dict[str, Any]:
+        """The packet counters: the reduced simulations' and the records' of the memoised episodes; and
+        their cost."""
+        totals = {key: value + self._memo_counters[key] for key, value in self._totals().items()}
+        return {**totals, "hybrid_packet_sims": self.packet_sims, "hybrid_packet_wall_s": self.packet_wall_s,
+                "hybrid_memo_episodes": self.memo_episodes}
 
 
 class HybridBackend(PhaseBackend):

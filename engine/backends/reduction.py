@@ -16,7 +16,7 @@ from ..simulation import Simulation
 from ..system.algorithms import Program, Send, Step
 from ..system.collectives import MessageCarrier, ProgramRun, Receipt
 from ..topology import FatTreeTopology, LeafSpineTopology, flow_hash
-from ..transport import TcpConnection
+from ..transport import TcpConnection, TcpSender
 
 # connections the reduced networks may hold at most (each rank of the simulated pairs to every other NPU):
 # 589,760 at 9,216 NPUs, 16 a leaf (1.9 GiB peak); a switch is simulated whole up to 1,024 NPUs; a fat
@@ -180,13 +180,17 @@ class PacketEpisodes:
             self._connections[pair] = connection
         return connection
 
+    def senders(self) -> list[TcpSender]:
+        """The senders of its connections, in their order of opening."""
+        return [connection.sender for connection in self.sim.connections]
+
     def drops(self) -> int:
         """Packets dropped on the reduced network's links so far."""
         return sum(link.drops for link in self.sim.topology.links)
 
     def counters(self) -> dict[str, int]:
         """Retransmissions, timeouts and drops of the reduced network, scaled to the full run."""
-        senders = [connection.sender for connection in self.sim.connections]
+        senders = self.senders()
         scale = self.reduction.scale
         return {"retransmits": round(scale * sum(sender.retransmits for sender in senders)),
                 "timeouts": round(scale * sum(sender.timeouts for sender in senders)),
