@@ -8,6 +8,7 @@ connection waits K timeouts lasts min_rto (2^K - 1) more), and from the packet e
 from __future__ import annotations
 
 import signal
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from sweep_support import compose_config
 
 import engine
 from engine.backends import hybrid
-from engine.config import ConfigError
+from engine.backends.reduction import Reduction
+from engine.config import ConfigError, load_config
 from sweep.runner import measure, stored_rows
 from sweep.schema import DECLARED_COLUMNS
 
@@ -97,21 +99,27 @@ def test_at_two_leaves_a_dlrm_iteration_is_the_packet_runs_but_for_its_fluid_all
     assert abs(h["iteration_time_s"] - p["iteration_time_s"]) < 10e-6
 
 
-@pytest.mark.parametrize(("npus", "hosts_per_leaf", "bytes_per_npu"),
-                         [(16, 2, 98_304), (16, 2, 262_144), (32, 4, 98_304)])
-def test_on_one_spine_the_mirrored_pairs_are_the_full_runs_leaves_to_the_picosecond(npus: int, hosts_per_leaf: int,
-                                                                                   bytes_per_npu: int) -> None:
-    # One spine: every leaf is alike (no ECMP choice, the same fan-in on every uplink), so a mirrored
-    # pair lives what each pair of leaves of the full run lives: its folded peers' data and ACKs cross
-    # its uplink at the instants the other leaves' would. The two simulated pairs are 4 of the 8 leaves
-    # (each stands for 2 pairs: counters scaled by 2); the reduction is then exact: every collective's
-    # end and the scaled counters equal the full run's
-    workload = {"type": "collective", "op": "all_to_all", "bytes": bytes_per_npu, "iterations": 2}
-    network = {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": hosts_per_leaf, "spines": 1,
-               "uplink_gbps": 100, "buffer_kb": 32}
-    hybrid, packet = hybrid_and_packet(network, workload)
-    assert hybrid["runs"][0]["drops"] > 0 and hybrid["runs"][0]["hybrid_packet_sims"] == 4  # 2 episodes, 2 pairs
-    assert_same_run(hybrid, packet)
+def test_a_leaf_spines_four_leaves_receive_what_a_full_runs_leaf_receives_one_sender_leaf_per_distance() -> None:
+    # 8 leaves of 2 hosts, leaves 1, 2, 5 and 6 simulated (m = 4). A peer d leaves on from its sender
+    # (d = 1..7) lands in simulated leaf (s + 1 + d mod 3) mod 4 at its own position: at each distance
+    # the four leaves send to four different leaves (a permutation, as the full run's leaves do), and a
+    # leaf takes the other leaves' peers from the three others: d = 1, 4, 7 from s - 2, d = 2, 5 from
+    # s - 3 and d = 3, 6 from s - 1 (3 + 2 + 2 = G - 1 = 7 leaves' worth, as in the full run)
+    config = load_config({"network": {"topology": "leaf_spine", "npus": 16, "hosts_per_leaf": 2,
+                                                  "spines": 1}})
+    reduction = Reduction(config, (1, 2, 5, 6))
+    assert reduction.ranks == [2, 3, 4, 5, 10, 11, 12, 13]
+    for distance in range(1, 8):
+        receivers = sorted(reduction.position(sender, (sender + 2 * distance) % 16) // 2
+                           for sender in (2, 4, 10, 12))  # each simulated leaf's first host
+        assert receivers == [0, 1, 2, 3]
+    senders_into_first: Counter[int] = Counter()  # simulated leaf 0 (leaf 1 of the full run), from the first hosts
+    for sender in (4, 10, 12):
+        for peer in range(16):
+            if peer // 2 != sender // 2 and reduction.position(sender, peer) in (0, 1):
+                senders_into_first[sender // 2] += 1
+    assert senders_into_first == {5: 3 * 2, 2: 2 * 2, 6: 2 * 2} and sum(senders_into_first.values()) == 7 * 2
+    assert reduction.position(2, 3) == reduction.ranks.index(3)  # a peer in the sender's own leaf is itself
 
 
 def test_a_network_no_larger_than_the_pairs_is_simulated_whole() -> None:
@@ -232,7 +240,7 @@ def test_a_replay_starts_no_earlier_than_the_replays_of_the_phases_ended_before_
 
 def test_a_lossy_128_npu_iteration_lands_within_one_rto_wave_of_the_packet_run() -> None:
     # the packet engine: 6,000 ms an iteration = two all-to-alls of 3,000 ms = 200 (2^4 - 1): K = 4.
-    # 8 leaves: hybrid simulates 2 mirrored pairs of them, each standing for 2 of the full run's pairs
+    # 8 leaves: hybrid simulates 4 of them in one network, each standing for 2 of the full run's leaves
     packet_waves = 4
     assert 2 * rto_chain_ms(packet_waves) == PACKET_128_ITERATION_MS
     rows = engine.run(leaf_spine("hybrid", 128, ASTRA_DLRM, max_sim_time_s=60.0))  # two 6 s iterations
@@ -242,7 +250,7 @@ def test_a_lossy_128_npu_iteration_lands_within_one_rto_wave_of_the_packet_run()
         assert abs(waves_of(ms) - packet_waves) <= 1
     iteration_ms = run["iteration_time_s"] * 1e3
     assert 2 * rto_chain_ms(packet_waves - 1) < iteration_ms < 2 * rto_chain_ms(packet_waves + 1) + 2 * TRANSFER_MS
-    # the pairs' timeouts scaled by the two leaf pairs each stands for, against the full run's count
+    # the four leaves' timeouts scaled by the two leaves each stands for, against the full run's count
     assert 0.75 < run["timeouts"] / PACKET_128_TIMEOUTS < 1.25
 
 
@@ -290,7 +298,7 @@ def test_an_episode_settles_when_every_phase_went_as_in_its_previous_occurrence(
 
 
 @pytest.mark.parametrize(("workload", "memoised"), [
-    ({**ASTRA_DLRM, "iterations": 6}, True),  # from the third iteration its episodes meet settled states
+    ({**ASTRA_DLRM, "iterations": 4}, True),  # its last all-to-all meets a settled state
     # the dlrm preset on 64 NPUs: each all-to-all sets ssthresh on more connections than the one before,
     # so no episode meets its predecessor's state class, and none is timed from a record
     ({**compose_config(["workload=dlrm"])["workload"], "iterations": 4}, False),
@@ -299,16 +307,16 @@ def test_a_memoised_run_is_the_simulated_one_with_fewer_packet_simulations(workl
                                                                           memoised: bool) -> None:
     # Lossy runs, RTO waves in every all-to-all: an episode timed from a record gives each of its phases
     # the end its simulation gave them, so every collective, the iteration time and the packet counters
-    # equal those of the run that simulates every episode; each episode is either simulated (on each of
-    # the 2 pairs) or timed from a record
-    npus = 128 if memoised else 64
-    simulated, memo = (engine.run(leaf_spine("hybrid", npus, workload, max_sim_time_s=100.0, hybrid_memoise=on))
+    # equal those of the run that simulates every episode; each episode is either simulated (on one
+    # reduced network: 4 leaves of 8; at 64 NPUs the whole network) or timed from a record
+    npus, spines, buffer_kb = (128, 1, 256) if memoised else (64, 2, 128)
+    simulated, memo = (engine.run(leaf_spine("hybrid", npus, workload, spines, buffer_kb, max_sim_time_s=100.0,
+                                             hybrid_memoise=on))
                        for on in (False, True))
     assert simulated["runs"][0]["timeouts"] > 0 and simulated["runs"][0]["hybrid_memo_episodes"] == 0
     assert_same_run(memo, simulated)
-    pairs = 2 if memoised else 1  # 64 NPUs on 16-host leaves: the whole network, one simulation an episode
-    episodes = simulated["runs"][0]["hybrid_packet_sims"] // pairs
-    assert memo["runs"][0]["hybrid_packet_sims"] // pairs + memo["runs"][0]["hybrid_memo_episodes"] == episodes
+    episodes = simulated["runs"][0]["hybrid_packet_sims"]
+    assert memo["runs"][0]["hybrid_packet_sims"] + memo["runs"][0]["hybrid_memo_episodes"] == episodes
     assert (memo["runs"][0]["hybrid_memo_episodes"] > 0) == memoised
 
 

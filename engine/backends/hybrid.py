@@ -13,15 +13,15 @@ its slowest replay if packets were dropped meanwhile: it lasts max(T_fluid, T_pa
 was dropped keeps phase's figure exactly, its replays running on: the replays of the phases that start
 meanwhile wait for them (a packet run starts a phase's successor once its packets are in).
 
-The reduced networks (`Reduction`), at most `PAIRS` of them:
-- `leaf_spine` and `fat_tree`: a mirrored pair of groups (leaves; pods), the groups whose uplinks the
-  opening stage loads most, with their real hosts and every switch above them, and the run's link
-  rates, latencies, buffers, TCP and host stack. Each rank of the pair runs its step program as in the
-  full run, every message of it on a persistent connection of its own pair of NPUs under the full
-  run's flow id, routed where the full run's ECMP hash routes it (`path_for_hash`). A peer in another
-  group is folded onto the other group of the pair (at the same position): each group's uplinks then
-  carry its own data and the ACKs of the data coming in, as in the full run, and every rank receives
-  what its program waits for.
+The reduced networks (`Reduction`), of the groups whose uplinks the opening stage loads most, with their
+real hosts and every switch above them, and the run's link rates, latencies, buffers, TCP and host stack:
+- `leaf_spine`: one network of `LEAF_SPINE_GROUPS` leaves; `fat_tree`: up to `PAIRS` mirrored pairs of
+  groups (pods; edge switches). Each simulated rank runs its step program as in the full run, every
+  message of it on a persistent connection of its own pair of NPUs under the full run's flow id, routed
+  where the full run's ECMP hash routes it (`path_for_hash`). A peer in another group is folded onto a
+  simulated group by its group distance (`Reduction.position`; with a pair, onto the other group): each
+  group's uplinks then carry its own data and the ACKs of the data coming in, as in the full run, and
+  every rank receives what its program waits for.
 - `switch`, and a leaf_spine or fat_tree of no more hosts than the pairs would hold: the whole network (no
   reduction; on a switch up to 1,024 NPUs, `REDUCED_CONNECTIONS_MAX`).
 Connections persist from episode to episode (cwnd, ssthresh, RTT estimate, RTO backoff, idle restart).
@@ -33,7 +33,7 @@ previous one (`_EpisodeRecord.alike`), the next episode with that key is timed f
 
 Counters: `timeouts`, `retransmits` and `drops` are the reduced simulations', scaled by the group
 pairs each stands for (groups / 2 / pairs simulated), and the records' of memoised episodes;
-`hybrid_packet_sims` counts the episodes simulated times the pairs, `hybrid_packet_wall_s` their wall
+`hybrid_packet_sims` counts the episodes simulated times the reduced networks, `hybrid_packet_wall_s` their wall
 time, `hybrid_memo_episodes` the episodes timed from records.
 """
 
@@ -59,6 +59,7 @@ from ..units import ns_to_ps, s_to_ps
 from .base import SCREEN_RISK_COLUMNS
 from .phase import PhaseBackend
 from .reduction import (
+    LEAF_SPINE_GROUPS,
     REDUCED_CONNECTIONS_MAX,
     PacketEpisodes,
     Reduction,
@@ -280,7 +281,7 @@ class HybridPhases(FluidPhases):
         # one persistent packet simulation per simulated group pair, made at the first episode (the
         # pairs then chosen)
         self.episodes: list[PacketEpisodes] = []
-        self.packet_sims = 0  # episodes opened, times the pairs each ran on
+        self.packet_sims = 0  # episodes opened, times the reduced networks each ran on
         self.memo_episodes = 0  # episodes timed from a settled record, not simulated
         self._memo_counters = dict.fromkeys(PACKET_COUNTERS, 0)  # what those records' reduced networks counted
         self._records: dict[EpisodeKey, _EpisodeRecord] = {}  # the latest record of each key
@@ -581,10 +582,10 @@ class HybridPhases(FluidPhases):
 
     def _reductions(self) -> list[Reduction]:
         """The reduced networks: the network itself on a switch or where it is no larger than `PAIRS`
-        group pairs (`group_size`); else, on leaf_spine and fat_tree, up to
-        `PAIRS` pairs of groups (leaves; pods or edge switches), the groups whose uplinks the phases in their fluid part
-        load most (most messages on one uplink, then most bytes; the lower group first on ties), paired
-        in that order."""
+        group pairs (`group_size`); else the groups whose uplinks the phases in their fluid part load most
+        (most messages on one uplink, then most bytes; the lower group first on ties): on leaf_spine the
+        first `LEAF_SPINE_GROUPS` leaves in one network, on fat_tree up to `PAIRS` pairs of groups (pods or
+        edge switches), paired in that order."""
         if self._group_size is None or self._group_uplinks is None:
             return [Reduction(self.config, None)]
         active = [fluid.stages[fluid.stage] for fluid in self._fluid]  # a stage has just started: not empty
@@ -593,11 +594,11 @@ class HybridPhases(FluidPhases):
         # whole groups only (a fat tree's last pod or edge may be partial: its NPUs are folded, never simulated)
         order = sorted(range(len(peak)), key=lambda group: (-int(peak[group]), -float(load[group]), group))
         pairs = simulated_pairs(self.config.network.npus, self._group_size)
-        # the full run's group pairs each simulated pair stands for
-        scale = self.config.network.npus / self._group_size / 2 / pairs
-        return [Reduction(self.config, (min(order[2 * i], order[2 * i + 1]), max(order[2 * i], order[2 * i + 1])),
-                          scale)
-                for i in range(pairs)]
+        # the full run's groups each simulated group stands for
+        scale = self.config.network.npus / self._group_size / (2 * pairs)
+        if isinstance(self.config.network, LeafSpineNetwork):
+            return [Reduction(self.config, tuple(sorted(order[:LEAF_SPINE_GROUPS])), scale)]
+        return [Reduction(self.config, tuple(sorted(order[2 * i:2 * i + 2])), scale) for i in range(pairs)]
 
     def _totals(self) -> dict[str, int]:
         """The reduced simulations' packet counters, scaled (zero if no episode ran)."""

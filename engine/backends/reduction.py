@@ -18,7 +18,7 @@ from ..system.collectives import MessageCarrier, ProgramRun, Receipt
 from ..topology import FatTreeTopology, LeafSpineTopology, flow_hash
 from ..transport import TcpConnection, TcpSender
 
-# connections the reduced networks may hold at most (each rank of the simulated pairs to every other NPU):
+# connections the reduced networks may hold at most (each simulated rank to every other NPU):
 # 589,760 at 9,216 NPUs, 16 a leaf (1.9 GiB peak); a switch is simulated whole up to 1,024 NPUs; a fat
 # tree's pods grow as k^2 / 4: pod pairs pass it from 4,096 NPUs (k = 26: 2 pairs x 338 x 4,095), edge
 # pairs (k / 2 hosts each) from 13,719 NPUs (k = 40: 2 pairs x 40 x 13,718)
@@ -30,15 +30,21 @@ REDUCED_CONNECTIONS_MAX = 1_048_576
 # (docs/hybrid-backend.md)
 POD_PAIRS_CONNECTIONS_MAX = 131_072
 PAIRS = 2  # group pairs simulated at most; a network of no more hosts than they hold is simulated whole
+# A leaf-spine's reduced network: the 2 PAIRS leaves its all-to-all loads most, together, each rank's peers
+# in other leaves folded over the three others by their leaf distance (`Reduction.position`): a leaf's
+# downlinks then take data from three uplinks at once, as the full run's take from G - 1; two mirrored
+# pairs (one uplink each) missed the validation grid's threshold band (docs/hybrid-backend.md)
+LEAF_SPINE_GROUPS = 2 * PAIRS
 
 
 def simulated_pairs(npus: int, group_size: int) -> int:
-    """How many group pairs are simulated: `PAIRS`, or fewer where the run has fewer whole groups."""
+    """How many group pairs are simulated (twice as many groups: a fat tree's pairs, a leaf-spine's
+    `LEAF_SPINE_GROUPS` leaves): `PAIRS`, or fewer where the run has fewer whole groups."""
     return min(PAIRS, npus // group_size // 2)
 
 
 def _pair_connections(npus: int, group_size: int) -> int:
-    """The connections of the simulated pairs of groups of `group_size`: each rank to every other NPU."""
+    """The connections of the simulated groups of `group_size` (two a pair): each rank to every other NPU."""
     return 2 * group_size * simulated_pairs(npus, group_size) * (npus - 1)
 
 
@@ -87,14 +93,15 @@ def second_group_host(config: SimConfig) -> int:
 
 
 def reduced_config(config: SimConfig) -> SimConfig:
-    """The config of a reduced network: the hosts up to the second group's last (two leaves, two pods,
-    or two edge switches of a fat tree with the hosts between them idle), the rest as the run's; the
-    run's own where the whole network is simulated (`group_size` None)."""
+    """The config of a reduced network: the hosts up to its last group's last (`LEAF_SPINE_GROUPS`
+    leaves; two pods, or two edge switches of a fat tree with the hosts between them idle), the rest as
+    the run's; the run's own where the whole network is simulated (`group_size` None)."""
     net = config.network
     size = group_size(config)
     if size is None:  # the whole network
         return config
-    npus = second_group_host(config) + size
+    npus = (LEAF_SPINE_GROUPS * size if isinstance(net, LeafSpineNetwork)
+            else second_group_host(config) + size)
     if isinstance(net, FatTreeNetwork):  # the full run's k, not the one npus implies
         return dataclasses.replace(config, network=dataclasses.replace(net, npus=npus, fat_tree_k=net.k))
     return dataclasses.replace(config, network=dataclasses.replace(net, npus=npus))
@@ -110,40 +117,50 @@ def reduced_connections(config: SimConfig) -> int:
 
 class Reduction:
     """Which NPUs of the full run one reduced network simulates (its run ranks), which run rank stands
-    for each NPU of the full run, and the routes of a full-run pair of NPUs there: a mirrored pair of
-    groups (leaves of a leaf-spine; pods or edge switches of a fat tree), or the whole network on a
-    switch (`groups` None)."""
+    for each NPU of the full run, and the routes of a full-run pair of NPUs there: `LEAF_SPINE_GROUPS`
+    leaves of a leaf-spine, a mirrored pair of groups of a fat tree (pods or edge switches), or the
+    whole network on a switch (`groups` None)."""
 
-    def __init__(self, config: SimConfig, groups: tuple[int, int] | None, scale: float = 1.0) -> None:
+    def __init__(self, config: SimConfig, groups: tuple[int, ...] | None, scale: float = 1.0) -> None:
         self.npus: int = config.network.npus
         self.seed: int = config.seed
-        self.scale = scale  # how many of the full run's group pairs this one stands for
+        self.scale = scale  # how many of the full run's groups each simulated one stands for
         size = group_size(config)
+        self.index: dict[int, int] = {}  # the simulated groups' order in the reduced network
         if size is None or groups is None:  # the whole network
             self.ranks = list(range(self.npus))
             self.group_size = self.npus
-            self.first = self.second = -1
             self.hosts = self.ranks
         else:
             self.group_size = size
-            self.first, self.second = groups
+            self.groups = -(-self.npus // size)  # the full run's groups (a fat tree's last may be partial)
+            self.index = {group: index for index, group in enumerate(groups)}
             self.ranks = [group * size + i for group in groups for i in range(size)]
-            second_host = second_group_host(config)
-            # the reduced network's host of each run rank
-            self.hosts = [*range(size), *range(second_host, second_host + size)]
+            # the reduced network's host of each run rank: the groups one after the other, but for a fat
+            # tree's edge pair (`second_group_host`)
+            first_hosts = [index * size for index in range(len(groups))]
+            if len(groups) == 2:
+                first_hosts[1] = second_group_host(config)
+            self.hosts = [first + i for first in first_hosts for i in range(size)]
 
     def position(self, sender: int, npu: int) -> int:
-        """The run rank standing for the full run's `npu`, as a peer of `sender` (a simulated NPU):
-        itself in the pair's groups, else the NPU at its position in the group of the pair that is not
-        the sender's."""
-        if self.first < 0:
+        """The run rank standing for the full run's `npu`, as a peer of `sender` (a simulated NPU): itself
+        in the sender's group; else the NPU at its position in simulated group (s + 1 + d mod (m - 1))
+        mod m, s the sender's group's index among the m simulated ones and d how many groups on the full
+        run's peer is (npu's group less the sender's, mod G). As every simulated group's ranks send to the
+        peers d groups on at once in an all-to-all's step, the m groups each send to another then, as the
+        full run's groups do, and each group's downlinks take data from m - 1 uplinks; with m = 2 every
+        other group's peer lands in the partner group (the mirrored pair)."""
+        index = self.index
+        if not index:
             return npu
         size = self.group_size
-        first = self.first
-        group = npu // size
-        if group != first and group != self.second:
-            group = self.second if sender // size == first else first
-        return (0 if group == first else size) + npu % size
+        group, sender_group = npu // size, sender // size
+        if group == sender_group:
+            return index[group] * size + npu % size
+        groups = len(index)
+        distance = (group - sender_group) % self.groups
+        return (index[sender_group] + 1 + distance % (groups - 1)) % groups * size + npu % size
 
     def routes(self, reduced: Simulation, sender: int, npu: int,
                flow_id: int) -> tuple[tuple[int, int], tuple[Link, ...], tuple[Link, ...]]:
@@ -151,7 +168,7 @@ class Reduction:
         the paths the full run's ECMP hash (its unordered pair of NPUs and flow id) picks."""
         src, dst = self.hosts[self.position(sender, sender)], self.hosts[self.position(sender, npu)]
         topology = reduced.topology
-        if self.first < 0:  # one switch: the network itself, on its own links (`Topology.routes`)
+        if not self.index:  # one switch: the network itself, on its own links (`Topology.routes`)
             return (src, dst), topology.path(src, dst, flow_id), topology.path(dst, src, flow_id)
         assert isinstance(topology, (LeafSpineTopology, FatTreeTopology))
         ecmp_hash = flow_hash(self.seed, min(sender, npu), max(sender, npu), flow_id)
