@@ -127,13 +127,14 @@ class Reduction:
         self.scale = scale  # how many of the full run's groups each simulated one stands for
         size = group_size(config)
         self.index: dict[int, int] = {}  # the simulated groups' order in the reduced network
+        self.groups = 1  # the full run's groups (a fat tree's last may be partial)
         if size is None or groups is None:  # the whole network
             self.ranks = list(range(self.npus))
             self.group_size = self.npus
             self.hosts = self.ranks
         else:
             self.group_size = size
-            self.groups = -(-self.npus // size)  # the full run's groups (a fat tree's last may be partial)
+            self.groups = -(-self.npus // size)
             self.index = {group: index for index, group in enumerate(groups)}
             self.ranks = [group * size + i for group in groups for i in range(size)]
             # the reduced network's host of each run rank: the groups one after the other, but for a fat
