@@ -645,7 +645,7 @@ class HybridBackend(PhaseBackend):
         if isinstance(net, LeafSpineNetwork):
             require(net.npus >= 2 * net.hosts_per_leaf, "network.npus", net.npus,
                     f"at least 2 leaves (2 x network.hosts_per_leaf = {2 * net.hosts_per_leaf}) on "
-                    "engine.backend=hybrid (its reduced network is a leaf pair)")
+                    "engine.backend=hybrid (it reduces a leaf-spine to some of its leaves)")
         elif isinstance(net, FatTreeNetwork):
             size = group_hosts(config)
             assert size is not None
