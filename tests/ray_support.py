@@ -19,11 +19,20 @@ RAY_ENV = {
 }
 
 
+_HANDED_OUT: set[int] = set()  # every port free_port gave in this process
+
+
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on (now)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A TCP port of 127.0.0.1 that nothing listens on (now), never one it gave before in this process: the
+    system may hand the same free port to two probes in a row, and a Ray node given one port for two of its
+    components refuses to start."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def session_pids(session_id: int) -> list[int]:
