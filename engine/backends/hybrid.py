@@ -32,7 +32,7 @@ previous one (`_EpisodeRecord.alike`), the next episode with that key is timed f
 (`_MemoEpisode`) instead of simulated.
 
 Counters: `timeouts`, `retransmits` and `drops` are the reduced simulations', scaled by the group
-pairs each stands for (groups / 2 / pairs simulated), and the records' of memoised episodes;
+groups each simulated group stands for (groups / groups simulated), and the records' of memoised episodes;
 `hybrid_packet_sims` counts the episodes simulated times the reduced networks, `hybrid_packet_wall_s` their wall
 time, `hybrid_memo_episodes` the episodes timed from records.
 """
@@ -46,7 +46,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config import FatTreeNetwork, LeafSpineNetwork, SimConfig, require
-from ..eventlist import StopFlag, run_together
+from ..eventlist import EventList, StopFlag, run_together
 from ..links import Link
 from ..simulation import EVENTS_PER_SLICE, Simulation
 from ..system.algorithms import ALL, RING, Program
@@ -179,10 +179,9 @@ class _MemoEpisode:
     """An episode timed from a settled record instead of simulated: each of its phases (the opening's,
     and those that join it as they joined the record) ends as the record's did, from its own start."""
 
-    __slots__ = ("record", "open_ps", "until_ps", "unserved")
+    __slots__ = ("open_ps", "until_ps", "unserved")
 
     def __init__(self, record: _EpisodeRecord, open_ps: int) -> None:
-        self.record = record
         self.open_ps = open_ps
         self.until_ps = open_ps + record.duration_ps  # it lasts as the record's replays did
         self.unserved = list(record.outcomes)
@@ -203,7 +202,7 @@ class _MemoPhase:
 
     __slots__ = ("eventlist", "end", "end_ps")
 
-    def __init__(self, eventlist: Any, end: Callable[[], None], start_ps: int, outcome: _PhaseOutcome) -> None:
+    def __init__(self, eventlist: EventList, end: Callable[[], None], start_ps: int, outcome: _PhaseOutcome) -> None:
         self.eventlist = eventlist
         self.end = end
         self.end_ps = start_ps + outcome.end_ps if outcome.past_fluid() else -1
@@ -351,7 +350,7 @@ class HybridPhases(FluidPhases):
         pair, each from its own start (an episode that opens replays the phases that began before it too),
         and bring the reduced networks up to `now`. A phase that began while the reduced networks ran on
         (during an earlier episode, without a risky stage) is replayed whole from where they are, its
-        packet time counted from there. An opening episode whose signature has settled is timed from its
+        packet time counted from there. An opening episode whose key has settled is timed from its
         record instead (`_memoise`), and so are the phases that join it as they joined the record; True
         if it was."""
         if not self.episodes:
@@ -440,7 +439,7 @@ class HybridPhases(FluidPhases):
         self._close(outcome.record)
 
     def _close(self, record: _EpisodeRecord) -> None:
-        """Once `record` is complete, keep it as its signature's latest; settled if it went as the
+        """Once `record` is complete, keep it as its key's latest; settled if it went as the
         previous one did (`_EpisodeRecord.alike`)."""
         if not record.complete() or self.timed_out:
             return
