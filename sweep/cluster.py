@@ -103,11 +103,13 @@ _heap_frozen = False  # set in a worker process once Ray's import-time objects a
 
 
 def _on_worker(run_fn: Callable[[Any, float | None], RunResult], config: Any,
-               max_wall_time_s: float | None, memory_bytes: int | None = None) -> RunResult:
-    """The body of a run's Ray task: `run_fn` on the config, held to the `memory_bytes` it declared
-    (a run that needs more is an error row that says so; the worker carries on), then where it ran
-    in its runs row: `worker_node` (the Ray node id), `worker` (`host:pid` of the worker process) and
-    `attempt` (0 for the first execution, 1 after its worker process or node died once, ...)."""
+               max_wall_time_s: float | None, declared_bytes: int | None = None,
+               reserved_bytes: int | None = None) -> RunResult:
+    """The body of a run's Ray task: `run_fn` on the config under the memory rules of `sweep.memory`
+    (held to `declared_bytes` if declared; stopped past `reserved_bytes` only if the node runs short:
+    an error row that says so, and the worker carries on), then where it ran in its runs row:
+    `worker_node` (the Ray node id), `worker` (`host:pid` of the worker process) and `attempt` (0 for
+    the first execution, 1 after its worker process or node died once, ...)."""
     import ray  # noqa: PLC0415 - on a worker, where Ray is loaded already
 
     global _heap_frozen
@@ -117,7 +119,7 @@ def _on_worker(run_fn: Callable[[Any, float | None], RunResult], config: Any,
         gc.collect()
         gc.freeze()
         _heap_frozen = True
-    result = measure_within_limits(run_fn, config, max_wall_time_s, memory_bytes)
+    result = measure_within_limits(run_fn, config, max_wall_time_s, declared_bytes, reserved_bytes)
     try:
         node = ray.get_runtime_context().get_node_id()
     except Exception:  # noqa: BLE001 - provenance only: never fail a finished run over it
@@ -295,7 +297,7 @@ class RayExecutor:
     max_in_flight: int | None = None
     max_retries: int = 2
     max_wall_time_s: float | None = None
-    run_memory_mb: float | None = None  # every run's memory declaration; None: each run's estimate
+    run_memory_mb: float | None = None  # every run's memory declaration (a limit); None: each reserves its estimate
     run_fn: Callable[[Any, float | None], RunResult] = measure
     poll_s: float = 1.0
     log_path: Path | None = None
@@ -387,17 +389,18 @@ class RayExecutor:
         in_flight: dict[Any, PlannedRun] = {}  # ObjectRef -> its run
         while True:
             while len(in_flight) < window and (run := next(todo, None)) is not None:
-                memory_bytes = run.declared_memory_bytes(self.run_memory_mb)
-                if memory_bytes is None:  # nothing declared (a run planned by hand)
+                declared, reserved = run.declared_bytes(self.run_memory_mb), run.reserved_bytes(self.run_memory_mb)
+                if reserved is None:  # nothing declared nor estimated (a run planned by hand)
                     in_flight[task.remote(run_fn, run.sim_config, self.max_wall_time_s)] = run
-                elif memory_bytes > largest_node_bytes:  # Ray would wait for such a node for ever
+                elif declared is not None and declared > largest_node_bytes:  # Ray would wait for ever
                     yield run, failed_result(
-                        f"the run declares {memory_bytes / MIB:,.0f} MiB of memory (hydra.launcher.run_memory_mb, "
-                        f"or else estimated from its config), more than any Ray node offers "
-                        f"({largest_node_bytes / MIB:,.0f} MiB)")
-                else:  # Ray starts no more runs at once than the nodes' memory holds
-                    ref = task.options(memory=memory_bytes).remote(run_fn, run.sim_config, self.max_wall_time_s,
-                                                                   memory_bytes)
+                        f"the run declares {declared / MIB:,.0f} MiB of memory (hydra.launcher.run_memory_mb), "
+                        f"more than any Ray node offers ({largest_node_bytes / MIB:,.0f} MiB)")
+                else:  # Ray starts no more runs at once than the nodes' memory holds; an estimate beyond the
+                    # largest node (a guess) reserves that node whole rather than wait for one that never comes
+                    reserved = min(reserved, largest_node_bytes)
+                    ref = task.options(memory=reserved).remote(run_fn, run.sim_config, self.max_wall_time_s,
+                                                               declared, reserved)
                     in_flight[ref] = run
             if not in_flight:
                 return

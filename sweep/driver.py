@@ -41,8 +41,9 @@ class Executor(Protocol):
 
 @dataclass
 class InProcessExecutor:
-    """Runs the runs one after the other in this process, each held to the limits a Ray worker holds
-    it to: the wall-time budget and its memory declaration (`run_memory_mb`, else its estimate).
+    """Runs the runs one after the other in this process, under the rules a Ray worker runs them by:
+    the wall-time budget and the memory rules of `sweep.memory` (a declaration, `run_memory_mb`, is a
+    limit; the estimate only marks when a run has outgrown its reservation).
     `last` is the last run done and its outcome, for a caller that shows it (`python -m sweep`)."""
 
     max_wall_time_s: float | None = None
@@ -60,7 +61,8 @@ class InProcessExecutor:
         """Run each run here, in order; yield it with its outcome."""
         for run in runs:
             result = measure_within_limits(self.run_fn, run.sim_config, self.max_wall_time_s,
-                                           run.declared_memory_bytes(self.run_memory_mb))
+                                           run.declared_bytes(self.run_memory_mb),
+                                           run.reserved_bytes(self.run_memory_mb))
             self.last = (run, result)
             yield run, result
 

@@ -179,7 +179,8 @@ class PlannedRun:
     """One grid point, ready to run: its overrides as the sweeper gave them, the resolved config
     (without `force`), its run_id, whether to run it even if the dataset already has it, the
     presets it was composed from (`sweep.schema.PRESET_COLUMNS` of its runs row), the memory it
-    will need (`engine.estimate_run_bytes`), which a sweep declares to Ray and holds it to, and,
+    is estimated to need (`engine.estimate_run_bytes`), which a sweep reserves with Ray unless the
+    run declares its own (never a limit: `sweep.memory`), and,
     for the refined run of a two-fidelity sweep, why its point was chosen (`sweep.fidelity`)."""
 
     overrides: tuple[str, ...]
@@ -204,12 +205,15 @@ class PlannedRun:
         (or here, for a run made by hand)."""
         return self.validated if self.validated is not None else validate(self.config)
 
-    def declared_memory_bytes(self, run_memory_mb: float | None) -> int | None:
-        """The memory this run declares (to Ray) and is held to: `run_memory_mb` MiB if set, else its
-        estimate; None if neither (a run planned by hand: nothing declared, nothing held)."""
-        if run_memory_mb is not None:
-            return int(run_memory_mb * MIB)
-        return self.memory_bytes or None
+    def declared_bytes(self, run_memory_mb: float | None) -> int | None:
+        """The memory this run declares (`run_memory_mb` MiB), a limit it is held to; None if undeclared."""
+        return None if run_memory_mb is None else int(run_memory_mb * MIB)
+
+    def reserved_bytes(self, run_memory_mb: float | None) -> int | None:
+        """The memory this run reserves with its scheduler: its declaration if any, else its estimate,
+        which never stops it (`sweep.memory`); None if neither (a run planned by hand)."""
+        declared = self.declared_bytes(run_memory_mb)
+        return declared if declared is not None else (self.memory_bytes or None)
 
     def rows(self, result: RunResult) -> TableRows:
         """The rows stored for `result`, this run's outcome (`sweep.runner.stored_rows`)."""

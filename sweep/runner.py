@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import re
-import resource
 import shlex
 import signal
 import subprocess
@@ -37,6 +36,7 @@ from engine.backends import DEFAULT_BACKEND
 from engine.keys import identity_mapping, own_keys
 
 from .internals import HYDRA_WORDS
+from .memory import MIB, MachineMemoryExhausted, MachineWatch, declared_limit, peak_resident_bytes, reset_peak
 from .rows import ColumnRows, RunResult, TableRows
 
 # Keys that say where and how a run is executed, not what is simulated: they do not change run_id.
@@ -200,38 +200,8 @@ def _wall_time_alarm(max_wall_time_s: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-# The `error` of a run stopped for using more memory than it may (`memory_limit`).
+# The `error` of a run stopped for using more memory than it may (`sweep.memory`), before what says why.
 OUT_OF_MEMORY = "MemoryError: the run needed more memory than it may use"
-MIB = 2**20
-
-
-def _data_bytes() -> int:
-    """This process's data segment and private writable mappings (Linux /proc: VmData), in bytes."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024  # kB -> bytes
-    raise OSError("no VmData in /proc/self/status")
-
-
-@contextlib.contextmanager
-def memory_limit(max_bytes: int | None) -> Iterator[None]:
-    """Hold this process to `max_bytes` more memory than it uses now while inside: an allocation
-    beyond raises MemoryError (Linux: RLIMIT_DATA, which counts the heap and private mappings,
-    where Python's objects live). Elsewhere, or with `max_bytes` None, nothing is limited."""
-    try:
-        limit = _data_bytes() + max_bytes if max_bytes is not None else None
-    except OSError:  # no /proc: not Linux
-        limit = None
-    if limit is None:
-        yield
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
 def stored_rows(config: Mapping[str, Any], result: RunResult, identity: str | None = None,
@@ -302,7 +272,7 @@ def measure(config: Mapping[str, Any] | engine.SimConfig, max_wall_time_s: float
         tables = {table: table_rows for table, table_rows in rows.items() if table != "runs"}
     except WallTimeExceeded as exc:
         measured = {"status": "timeout", "error": str(exc)}
-    except MemoryError:  # past `memory_limit`
+    except MemoryError:  # past its declaration, or outgrown while the machine ran short (`sweep.memory`)
         measured = {"status": "error", "error": OUT_OF_MEMORY}
     except Exception as exc:  # noqa: BLE001 - any engine failure must become a row, not kill a sweep
         measured = {"status": "error", "error": _error_tail(exc)}
@@ -319,15 +289,46 @@ def measure(config: Mapping[str, Any] | engine.SimConfig, max_wall_time_s: float
 
 
 def measure_within_limits(run_fn: Callable[[Any, float | None], RunResult], config: Any,
-                          max_wall_time_s: float | None, memory_bytes: int | None) -> RunResult:
-    """`run_fn(config, max_wall_time_s)` (`measure`, unless a test swaps it) held to `memory_bytes`
-    (`memory_limit`): a run that needs more ends as an error that says how much it declared."""
-    with memory_limit(memory_bytes):
-        result = run_fn(config, max_wall_time_s)
-    if result.measured.get("error") == OUT_OF_MEMORY and memory_bytes is not None:
-        result.measured["error"] = (f"{OUT_OF_MEMORY}: {memory_bytes / MIB:,.0f} MiB (its declaration: "
-                                    "hydra.launcher.run_memory_mb, or else estimated from its config)")
+                          max_wall_time_s: float | None, declared_bytes: int | None,
+                          reserved_bytes: int | None) -> RunResult:
+    """`run_fn(config, max_wall_time_s)` (`measure`, unless a test swaps it) under the run's memory rules
+    (`sweep.memory`): held to `declared_bytes` if the run declared memory, and stopped past its reservation
+    (`reserved_bytes`: its declaration or estimate; None: nothing reserved) only if the machine runs
+    short. A run stopped either way ends as an error that says what stopped it, the peak it reached and
+    what to declare. Its row keeps its peak resident memory (`peak_memory_mb`) and what it reserved
+    (`reserved_memory_mb`)."""
+    reset_peak()
+    watch = MachineWatch(reserved_bytes or 0)
+    with declared_limit(declared_bytes), watch:
+        try:
+            result = run_fn(config, max_wall_time_s)
+        except MemoryError:  # the watch stopped it outside what `run_fn` catches (a test's run_fn)
+            result = failed_result(OUT_OF_MEMORY)
+    peak = peak_resident_bytes()
+    peak_mib = None if peak is None else peak / MIB
+    if result.measured.get("error") == OUT_OF_MEMORY:
+        result.measured["error"] = _out_of_memory_error(watch.stopped, declared_bytes, reserved_bytes, peak)
+    result.measured.update(peak_memory_mb=peak_mib,
+                           reserved_memory_mb=None if reserved_bytes is None else reserved_bytes / MIB)
     return result
+
+
+def _out_of_memory_error(stopped: MachineMemoryExhausted | None, declared_bytes: int | None,
+                         reserved_bytes: int | None, peak_bytes: int | None) -> str:
+    """The one line that says why a run ran out of memory, the peak it reached and what it could declare."""
+    peak_bytes = max(peak_bytes or 0, stopped.resident_bytes if stopped is not None else 0)
+    # what to declare: a quarter above the peak, in whole hundreds of MiB (it needed more than it reached)
+    advice = (f"declare hydra.launcher.run_memory_mb={math.ceil(1.25 * peak_bytes / MIB / 100) * 100} or more "
+              "(Ray then runs fewer at once)")
+    if stopped is not None:
+        reserved = (f"its declaration of {declared_bytes / MIB:,.0f} MiB" if declared_bytes is not None
+                    else f"its estimate of {(reserved_bytes or 0) / MIB:,.0f} MiB")
+        return (f"{OUT_OF_MEMORY}: it reached {peak_bytes / MIB:,.0f} MiB, past {reserved}, when the machine had "
+                f"{stopped.available_bytes / MIB:,.0f} MiB left; {advice}")
+    if declared_bytes is not None:
+        return (f"{OUT_OF_MEMORY}: {declared_bytes / MIB:,.0f} MiB (its declaration: hydra.launcher.run_memory_mb), "
+                f"peak {peak_bytes / MIB:,.0f} MiB resident; {advice}")
+    return f"{OUT_OF_MEMORY}: the allocator refused at {peak_bytes / MIB:,.0f} MiB resident; {advice}"
 
 
 def execute(config: Mapping[str, Any], max_wall_time_s: float | None = None) -> TableRows:

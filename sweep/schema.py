@@ -39,6 +39,8 @@ _FIDELITY = {"point_id": _TEXT, "refine_reason": _TEXT}
 # Where and from what a row came (sweep.runner, sweep.cluster).
 _PROVENANCE = {"repro": _TEXT, "engine_version": _TEXT, "git_commit": _TEXT, "started_at": _TEXT,
                "worker_node": _TEXT, "worker": _TEXT, "attempt": _INT}
+# What a run held and reserved where it ran (sweep.memory; null on a row made where no run ran).
+_MEMORY = {"peak_memory_mb": _FLOAT, "reserved_memory_mb": _FLOAT}
 
 
 def config_leaf_types() -> dict[str, pa.DataType]:
@@ -56,7 +58,7 @@ def config_leaf_types() -> dict[str, pa.DataType]:
 
 def _declared() -> dict[str, dict[str, pa.DataType]]:
     runs = {"run_id": _TEXT, **_FIDELITY, "status": _TEXT, "error": _TEXT, **dict.fromkeys(PRESET_COLUMNS, _TEXT),
-            **config_leaf_types(), **_RUN_METRICS, **_PROVENANCE}
+            **config_leaf_types(), **_RUN_METRICS, **_PROVENANCE, **_MEMORY}
     flows = {"run_id": _TEXT, "flow_id": _INT, "src": _INT, "dst": _INT, "bytes": _INT, "start_s": _FLOAT,
              "end_s": _FLOAT, "fct_s": _FLOAT, "goodput_gbps": _FLOAT, "retransmits": _INT, "timeouts": _INT,
              "ecn_marks": _INT}

@@ -1,5 +1,6 @@
-"""A run's memory: estimated from its config before it runs (what a sweep declares to Ray), and a
-limit that turns a run needing more into an error row instead of a process the machine kills."""
+"""A run's memory: estimated from its config before it runs (what a sweep reserves with Ray, never a
+limit), a declaration that is a limit, and a machine running short that stops the runs past their
+reservation: each an error row with the peak it reached instead of a process the machine kills."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import pytest
 from sweep_support import compose_config
 
 import engine
+import sweep.memory
 from engine import estimate_run_bytes
 from engine.backends.ns3 import NS3_BYTES_PER_CONNECTION, NS3_HELPER_BYTES
 from engine.memory import BASE_BYTES, estimate_messages, messages_per_collective
-from sweep.runner import OUT_OF_MEMORY, execute, memory_limit
+from sweep.memory import MIB, declared_limit, peak_resident_bytes, reset_peak
+from sweep.runner import OUT_OF_MEMORY, execute, failed_result, measure, measure_within_limits
 
 DLRM_FILE = "bundled:astra-sim-1.0/DLRM_HybridParallel.txt"
 
@@ -79,9 +82,52 @@ def test_a_run_beyond_its_limit_is_an_error_row_and_the_process_carries_on(tmp_p
     # than the memory this process has mapped and freed before, so the limit stops it early
     big = compose_config([f"results_dir={tmp_path}", "name=m", "workload=astra_dlrm", "workload.iterations=1",
                           "network.npus=512", "engine.backend=packet"])
-    with memory_limit(2**20):  # 1 MiB more than this process holds now
+    with declared_limit(2**20):  # 1 MiB more than this process holds now
         rows = execute(big)
     assert rows["runs"][0]["status"] == "error" and rows["runs"][0]["error"] == OUT_OF_MEMORY
     assert set(rows) == {"runs"}
     small = compose_config([f"results_dir={tmp_path}", "name=m", "workload=dlrm_small", "network.npus=8"])
     assert execute(small)["runs"][0]["status"] == "ok"  # the limit is gone with the block
+
+
+def _holds_64_mib_and_works(config, max_wall_time_s):
+    """A run that holds 64 MiB and uses CPU time until something stops it (the watch's timer counts CPU
+    time), then would run `config`."""
+    held = bytearray(64 * MIB)  # zeroed: resident
+    for _ in range(10**9):  # the watch looks every quarter second of CPU: it raises long before the end
+        sum(range(100))
+    return measure(config, max_wall_time_s) if held else failed_result("unreachable")
+
+
+def test_a_run_far_past_its_estimate_finishes_while_the_machine_has_room(tmp_path) -> None:
+    # the estimate (1 MiB reserved) is a guess: a run past it on a machine with room is not stopped
+    config = compose_config([f"results_dir={tmp_path}", "name=m", "workload=dlrm_small", "network.npus=8"])
+    result = measure_within_limits(measure, config, None, declared_bytes=None, reserved_bytes=MIB)
+    assert result.measured["status"] == "ok"
+    assert result.measured["reserved_memory_mb"] == 1 and result.measured["peak_memory_mb"] > 1
+
+
+def test_a_run_past_its_reservation_on_a_machine_running_short_is_stopped(tmp_path, monkeypatch) -> None:
+    config = compose_config([f"results_dir={tmp_path}", "name=m", "workload=incast", "workload.senders=1"])
+    # a machine of 16 GiB with 1 GiB left: below the floor (8 %, 1.3 GiB)
+    monkeypatch.setattr(sweep.memory, "machine_memory", lambda: (16 * 2**30, 2**30))
+    stopped = measure_within_limits(_holds_64_mib_and_works, config, None, declared_bytes=None, reserved_bytes=MIB)
+    error = stopped.measured["error"]
+    assert stopped.measured["status"] == "error" and error.startswith(f"{OUT_OF_MEMORY}: it reached ")
+    peak = stopped.measured["peak_memory_mb"]
+    assert peak > 64 and ", past its estimate of 1 MiB, when the machine had 1,024 MiB left; " in error
+    # the declaration it advises: a quarter above the peak, rounded up to hundreds of MiB
+    assert f"declare hydra.launcher.run_memory_mb={math.ceil(1.25 * peak / 100) * 100} or more" in error
+    # within its reservation, a run on the same short machine is not stopped by the watch
+    within = measure_within_limits(measure, config, None, declared_bytes=None, reserved_bytes=2**40)
+    assert within.measured["status"] == "ok"
+
+
+def test_the_peak_is_the_runs_own() -> None:
+    reset_peak()
+    before = peak_resident_bytes()
+    held = bytearray(128 * MIB)
+    assert peak_resident_bytes() - before >= 120 * MIB
+    del held
+    reset_peak()
+    assert peak_resident_bytes() < before + 64 * MIB

@@ -218,7 +218,7 @@ def test_a_single_run_is_a_sweep_of_one_held_to_the_same_limits(tmp_path: Path,
     big = compose_config([f"results_dir={tmp_path}", "name=one", "workload=astra_dlrm", "workload.iterations=1",
                           "network.npus=512"])
     assert run_one(big, out=(held := io.StringIO()), err=held, run_memory_mb=1) == EXIT_RUN_FAILED
-    assert f"{OUT_OF_MEMORY}: 1 MiB (its declaration: hydra.launcher.run_memory_mb" in held.getvalue()
+    assert f"{OUT_OF_MEMORY}: 1 MiB (its declaration: hydra.launcher.run_memory_mb), peak " in held.getvalue()
 
     monkeypatch.setattr(engine, "run", lambda cfg, **options: 1 / 0)
     failing = {**config, "seed": 1}

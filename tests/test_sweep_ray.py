@@ -431,26 +431,73 @@ def test_local_ray_on_loopback(tmp_path: Path) -> None:
     assert len(read_table(tmp_path / "results" / "local", "runs")) == 2
 
 
-def test_runs_beyond_their_memory_declaration_are_error_rows(ray_address: str, tmp_path: Path) -> None:
-    """Each run declares its memory to Ray and is held to it: one declared far too small fails with
-    a row that says so, one declared larger than any node is refused without waiting for ever, and
-    the others are stored as usual."""
+def _outgrows_a_short_machine() -> Any:
+    """`measure` after holding 64 MiB more than the run reserved, on a worker made to see a machine with
+    1 MiB left (`sweep.memory.machine_memory` faked in the worker only), working until the watch stops it."""
+    def run_fn(config: Any, max_wall_time_s: float | None = None) -> Any:
+        import sweep.memory
+        from sweep.runner import measure
+
+        real = sweep.memory.machine_memory
+        sweep.memory.machine_memory = lambda: (16 * 2**30, 2**20)
+        try:
+            held = bytearray(64 * 2**20)  # zeroed: resident
+            for _ in range(10**9):  # CPU time for the watch's timer; it raises long before the end
+                sum(range(100))
+            return measure(config, max_wall_time_s) if held else None
+        finally:
+            sweep.memory.machine_memory = real
+    return run_fn
+
+
+def test_an_estimate_never_stops_a_run_a_declaration_does(ray_address: str, tmp_path: Path) -> None:
+    """An estimate only reserves: a run estimated far too low (1 MiB) or beyond every node (1 PiB) runs
+    to the end, and its row keeps its peak and what it reserved. A declaration is a limit: a run declared
+    too small ends with a row that says its peak and what to declare; one declared larger than any node is
+    refused without waiting for ever."""
     import dataclasses
 
     # seed 1 on 256 NPUs: its first all-to-all opens 65,280 connections, more than a worker that ran
     # 8-NPU runs before has mapped and freed
     runs = plan([[f"seed={seed}", "workload=dlrm_small", f"network.npus={256 if seed == 1 else 8}",
-                  f"results_dir={tmp_path}", "name=memory"] for seed in range(4)], compose_config)
+                  f"results_dir={tmp_path}", "name=memory"] for seed in range(3)], compose_config)
     assert all(run.memory_bytes > 0 for run in runs)  # estimated from the config when planned
     runs[1] = dataclasses.replace(runs[1], memory_bytes=2**20)  # 1 MiB: the engine needs more
     runs[2] = dataclasses.replace(runs[2], memory_bytes=2**50)  # 1 PiB: no node has it
     summary = run_sweep(runs, RayExecutor(address=ray_address), show_progress=False)
-    assert dict(summary.statuses) == {"ok": 2, "error": 2}
+    assert dict(summary.statuses) == {"ok": 3}
     stored = read_table(tmp_path / "memory", "runs").set_index("seed")
-    assert stored.loc[[0, 3], "status"].tolist() == ["ok", "ok"]
-    assert stored.loc[1, "error"].startswith("MemoryError: the run needed more memory than it may use: 1 MiB")
-    assert stored.loc[2, "error"].startswith("the run declares 1,073,741,824 MiB of memory")
-    assert "more than any Ray node offers" in stored.loc[2, "error"]
+    assert stored.loc[1, "reserved_memory_mb"] == 1 and stored.loc[1, "peak_memory_mb"] > 1
+    assert stored.loc[2, "reserved_memory_mb"] < 2**30  # the largest node, not the estimate's PiB
+
+    declared = [dataclasses.replace(run, config={**run.config, "name": "declared"}) for run in runs[1:2]]
+    run_sweep(declared, RayExecutor(address=ray_address, run_memory_mb=1), show_progress=False)
+    (error,) = read_table(tmp_path / "declared", "runs")["error"]
+    assert error.startswith("MemoryError: the run needed more memory than it may use: 1 MiB (its declaration: "
+                            "hydra.launcher.run_memory_mb), peak ")
+    assert "declare hydra.launcher.run_memory_mb=" in error
+
+    refused = [dataclasses.replace(run, config={**run.config, "name": "refused"}) for run in runs[:1]]
+    run_sweep(refused, RayExecutor(address=ray_address, run_memory_mb=2**30), show_progress=False)
+    (error,) = read_table(tmp_path / "refused", "runs")["error"]
+    assert error.startswith("the run declares 1,073,741,824 MiB of memory") and "more than any Ray node offers" in error
+
+
+def test_a_run_past_its_estimate_on_a_machine_running_short_is_stopped_with_its_row(ray_address: str,
+                                                                                   tmp_path: Path) -> None:
+    import dataclasses
+
+    (run,) = plan([["workload=incast", "workload.senders=1", f"results_dir={tmp_path}", "name=short"]],
+                  compose_config)
+    run = dataclasses.replace(run, memory_bytes=2**20)
+    summary = run_sweep([run], RayExecutor(address=ray_address, run_fn=_outgrows_a_short_machine()),
+                        show_progress=False)
+    assert dict(summary.statuses) == {"error": 1}
+    (row,) = read_table(tmp_path / "short", "runs").to_dict("records")
+    assert row["error"].startswith("MemoryError: the run needed more memory than it may use: it reached ")
+    assert ", past its estimate of 1 MiB, when the machine had 1 MiB left; declare hydra.launcher.run_memory_mb=" \
+        in row["error"]
+    assert row["peak_memory_mb"] > 64
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ class RayNetsweepLauncherConf:
     max_in_flight: int | None = None  # runs submitted and not yet back; null = 16 per CPU
     max_retries: int = 2  # reruns of a run whose worker process died, before it is an error row
     max_wall_time_s: float | None = None  # a run still going after this wall time: status timeout
-    run_memory_mb: float | None = None  # memory each run declares to Ray and is held to; null = estimated
+    run_memory_mb: float | None = None  # memory each run reserves and is held to; null = reserve its estimate, no limit
     flush_rows: int = 10_000  # write Parquet parts once this many rows are buffered ...
     flush_interval_s: float = 10.0  # ... or this many seconds after the last write
     report: bool = False  # at the end, build each dataset's report and print its summary
