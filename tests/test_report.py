@@ -4,6 +4,7 @@ a run stored twice) and stored with `ResultStore`, as a sweep stores them."""
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -381,3 +382,40 @@ def test_a_narrow_range_is_drawn_from_zero() -> None:
     fig = plot_vs_axis(runs, cc, [], "iteration_time_s", "iteration time (ms)", "t")
     (ax,) = fig.axes
     assert ax.get_yscale() == "linear" and ax.get_ylim() == pytest.approx((0.0, 0.1715 * 1.1))
+
+
+def test_a_replicated_sweep_is_drawn_and_ranked_by_each_points_mean_and_interval(tmp_path: Path) -> None:
+    """Two points (8 and 16 NPUs) of three seeds each, as `replicate.until_ci_pct` stores them, their
+    iteration times set by hand: 8 NPUs 1, 2, 3 ms (mean 2, s = 1: ± t(0.975, 2) s / sqrt(3) = 4.303 /
+    1.732 = 2.484 ms, 124 % of the mean, t from a published table); 16 NPUs 4, 4, 4 ms (± 0). `seed` is
+    no swept parameter: no plot against it, no series per seed; the ranking has a row per point."""
+    from sweep.report.plots import plot_vs_axis
+
+    times_ms = {8: [1.0, 2.0, 3.0], 16: [4.0, 4.0, 4.0]}
+    path = tmp_path / "replicated"
+    with ResultStore(path) as store:
+        for npus, point_ms in times_ms.items():
+            for seed, time_ms in enumerate(point_ms, start=1):
+                rows = execute(compose_config(["name=replicated", "workload=collective", f"network.npus={npus}",
+                                               f"seed={seed}", *ANALYTICAL]))
+                rows["runs"][0]["iteration_time_s"] = time_ms / 1e3
+                store.append(rows)
+    out = build_report(path)
+    assert not list(out.glob("*seed*.png")) and (out / "iteration_time_vs_network_npus.png").exists()
+    summary = (out / SUMMARY_FILE).read_text()
+    assert "Seeds replicate the points (3 runs a point" in summary
+    assert "All points, fastest first" in summary and "All runs" not in summary
+    ranking = [line for line in summary.splitlines() if re.match(r"\| [12] \| ", line)]
+    assert [line.split(" | ")[1:4] for line in ranking] == [["2 ± 2.5", "3", "124"], ["4 ± 0", "3", "0"]]
+    assert "**2 ± 2.5 ms** per iteration (mean of 3 seeds)" in summary
+
+    runs = sweep.load_runs(path)
+    (npus,) = swept_axes(runs)
+    fig = plot_vs_axis(runs, npus, [], "iteration_time_s", "iteration time (ms)", "t")
+    (ax,) = fig.axes
+    (line,) = ax.lines[:1]
+    assert list(line.get_ydata()) == pytest.approx([2.0, 4.0])  # the means, one marker a point
+    (bars,) = [c for c in ax.collections if len(c.get_segments()) == 2]
+    ends = sorted(end for segment in bars.get_segments() for end in sorted(point[1] for point in segment))
+    half_width_ms = 4.303 / math.sqrt(3)  # the table's 3 decimals: within 5e-4
+    assert ends == pytest.approx(sorted([2 - half_width_ms, 2 + half_width_ms, 4.0, 4.0]), abs=5e-4)

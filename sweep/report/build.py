@@ -12,7 +12,7 @@ from typing import Sequence, TextIO
 import pandas as pd
 
 from . import plots, reading, text
-from .axes import Axis, backend_classes, swept_axes
+from .axes import Axis, backend_classes, replicated, swept_axes
 from .reading import Dataset, ReportError, read_dataset
 
 REPORT_DIR = "report"
@@ -42,7 +42,8 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
                       + (f", split by {', '.join(a.words for a in others)}" if others else "")))
     if kind == "training":
         plots.save(plots.plot_breakdown(usable, axes, on), out / "time_breakdown.png")
-        drawn.append(("time_breakdown.png", "iteration time per run (left) and its shares of compute, exposed "
+        per = ("point (the mean of its seeds, with its 95 % interval)" if replicated(usable, axes) else "run")
+        drawn.append(("time_breakdown.png", f"iteration time per {per} (left) and its shares of compute, exposed "
                       "all-to-all and exposed all-reduce (right)"))
     flows = dataset.flows[dataset.flows["run_id"].isin(usable["run_id"])]
     if flows["fct_s"].notna().any():
@@ -90,7 +91,7 @@ def build_report(path: str | os.PathLike[str]) -> Path:
              + "; backends: " + ", ".join(f"{kind} {number}" for kind, number in
                                           runs["engine.backend"].value_counts().items()) + ".", "",
              *text.setting_lines(runs, all_axes), *text.quarantine_lines(dataset.path), "", "## Swept parameters", "",
-             *text.axes_lines(all_axes)]
+             *text.axes_lines(runs, all_axes)]
     if dataset.flows_unread:
         lines += ["", f"The `flows` table ({dataset.flows_unread:,} rows) was not read, being larger than "
                   f"{reading.MAX_FLOW_ROWS:,} rows: no completion-time distributions, and a `flows` run's completion "
@@ -123,8 +124,6 @@ def build_report(path: str | os.PathLike[str]) -> Path:
         axes = swept_axes(frame)
         lines += (text.training_section if kind == "training" else text.flows_section)(dataset, frame, axes)
         usable = frame[(frame["status"] != "error") & frame[METRICS[kind][0]].notna()]
-        lines += text.replicate_lines(usable[usable["status"] == "ok"], axes, METRICS[kind][0],
-                                      METRICS[kind][2].split(" (")[0])
         if not usable.empty:
             kind_plots, kind_lines = _kind_plots(dataset, kind, usable, axes, out)
             drawn += kind_plots

@@ -27,7 +27,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .axes import Axis, at, describe, in_axis_order
+from ..replicate import mean_interval
+from .axes import Axis, at, describe, in_axis_order, point_means, replicated
 from .text import waited_for_rto
 
 if TYPE_CHECKING:  # the module imports sweep.fidelity, hence Hydra: only for a two-fidelity dataset
@@ -199,11 +200,14 @@ def _figure_legend(fig: Figure, axs: np.ndarray, title: str) -> None:
 def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric: str, ylabel: str,
                  title: str) -> Figure:
     """`metric` (seconds, shown in ms) against `axis`: panels and series by the `others` (`layout`),
-    the mean of the runs at each point (median and min-max band where axes are pooled)."""
+    the mean of the runs at each point, with the 95 % Student-t interval of that mean as an error bar
+    where seeds replicate points (median and min-max band where axes are pooled)."""
     plan = layout(frame, others)
     grid = plan.panels(frame)
     fig, axs = _grid(len(grid), len(grid[0]))
     positions = {v: (float(v) if axis.numeric else i) for i, v in enumerate(axis.order)}
+    seeded = replicated(frame, [axis, *others])
+    drawn_ms: list[float] = []  # every value drawn, the tops of intervals and bands included: they choose the scale
     styles = _styles(frame, grid, plan.series)
     order = list(styles)
     for panel_row, ax_row in zip(grid, axs):
@@ -219,9 +223,18 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
                     stats = points.agg(["median", "min", "max"])
                     ax.plot(stats.index, stats["median"], label=label, **style)
                     ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15, color=style["color"])
+                    drawn_ms.extend([*stats["min"], *stats["max"]])
+                elif seeded:  # a point's runs are its seeds: their mean and its 95 % interval
+                    intervals = pd.DataFrame([mean_interval(list(values)) for _, values in points],
+                                             index=[x for x, _ in points], columns=["mean", "half_width"])
+                    half_width = intervals["half_width"].where(np.isfinite(intervals["half_width"]), 0.0)
+                    ax.errorbar(intervals.index, intervals["mean"], yerr=half_width, capsize=4, elinewidth=1.2,
+                                label=label, **style)
+                    drawn_ms.extend([*intervals["mean"], *(intervals["mean"] + half_width)])
                 else:
                     means = points.mean()
                     ax.plot(means.index, means.values, label=label, **style)
+                    drawn_ms.extend(means)
             ax.set_title(panel_title, fontsize="medium")
             ax.grid(True, which="major", alpha=0.3)
     for ax in axs[-1]:
@@ -236,8 +249,10 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
             ax.set_xticks(range(len(axis.order)), labels, rotation=30 if sum(map(len, labels)) > 40 else 0)
     for ax_row in axs:
         ax_row[0].set_ylabel(ylabel)
-    _time_axis(axs, frame[metric].astype(float) * MS)
-    _figure_legend(fig, axs, plan.legend_title() + ("\n(median of the runs; band: min-max)" if plan.pooled else ""))
+    _time_axis(axs, pd.Series(drawn_ms, dtype=float))
+    note = ("\n(median of the runs; band: min-max)" if plan.pooled else
+            "\n(mean of each point's seeds; bars: its 95 % Student-t interval)" if seeded else "")
+    _figure_legend(fig, axs, plan.legend_title() + note)
     _title(fig, title)
     return fig
 
@@ -289,12 +304,19 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
 
 
 def bar_rows(frame: pd.DataFrame, axes: Sequence[Axis], columns: Sequence[str]) -> tuple[pd.DataFrame, str]:
-    """One row per run to draw as a bar (sorted along the axes, labelled in words), or, for more than
-    `MAX_BARS` runs, the mean per combination of the first axes that fit; and a note saying which."""
+    """One row per run to draw as a bar (sorted along the axes, labelled in words), or per point where
+    seeds replicate points (the means of its seeds, `half_width_s` the 95 % interval of the first
+    column's mean), or, for more than `MAX_BARS` of those, the mean per combination of the first axes
+    that fit; and a note saying which."""
     frame = in_axis_order(frame, axes)
+    seeded = replicated(frame, axes)
+    if seeded:
+        frame = point_means(frame, axes, columns[0], columns)
     if len(frame) <= MAX_BARS:
         labels = [describe(row, axes) for _, row in frame.iterrows()]
-        return frame[list(columns)].set_axis(labels), ""
+        kept_columns = [*columns, "half_width_s"] if seeded else list(columns)
+        return (frame[kept_columns].astype(float).set_axis(labels),
+                " (each row: the mean of a point's seeds, with its 95 % Student-t interval)" if seeded else "")
     kept: list[Axis] = []
     for axis in axes:
         if len(frame.drop_duplicates([a.key for a in [*kept, axis]])) <= MAX_BARS:
@@ -322,23 +344,28 @@ def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "
     parts = [(c, label, colour) for c, label, colour in BREAKDOWN
              if c in ("compute_s", "exposed_all_to_all_s", "exposed_all_reduce_s")
              or (frame[c].abs() > 1e-3 * frame["iteration_time_s"]).any()]
-    bars, note = bar_rows(frame, axes, [c for c, _, _ in parts] + ["iteration_time_s"])
+    bars, note = bar_rows(frame, axes, ["iteration_time_s", *(c for c, _, _ in parts)])
     fig, absolute, share = _bar_figure(len(bars))
     y = np.arange(len(bars))
     total_ms = bars["iteration_time_s"].astype(float).to_numpy() * MS
+    # a point's seeds: its mean's 95 % interval (none for one seed)
+    error_ms = bars["half_width_s"].fillna(0).to_numpy() * MS if "half_width_s" in bars else None
     if _is_wide(total_ms):
         absolute.grid(True, axis="y", alpha=0.3)  # full-width rows: a line from the axis would read as a length
-        absolute.plot(total_ms, y, linestyle="none", marker="o", markersize=7, color="#333333")
+        absolute.errorbar(total_ms, y, xerr=error_ms, linestyle="none", marker="o", markersize=7, color="#333333",
+                          capsize=3)
         absolute.set_xscale("log")
         absolute.set_xlim(np.nanmin(total_ms) / 2, np.nanmax(total_ms) * 4)
         _plain_log_ticks(absolute, "x")
         absolute.set_xlabel("iteration time (ms, log scale: dots, not bars)")
     else:
-        absolute.barh(y, total_ms, color="#555555")
-        absolute.set_xlim(0, np.nanmax(total_ms) * 1.2 if np.nanmax(total_ms) > 0 else 1)
+        absolute.barh(y, total_ms, xerr=error_ms, color="#555555", capsize=3)
+        top_ms = np.nanmax(total_ms + (error_ms if error_ms is not None else 0))
+        absolute.set_xlim(0, top_ms * 1.2 if top_ms > 0 else 1)
         absolute.set_xlabel("iteration time (ms)")
-    for i, total in enumerate(total_ms):
-        absolute.annotate(f"{total:.3g} ms", (total, y[i]), xytext=(5, 0), textcoords="offset points",
+    for i, total in enumerate(total_ms):  # beside the bar, past its interval
+        end = total + error_ms[i] if error_ms is not None else total
+        absolute.annotate(f"{total:.3g} ms", (end, y[i]), xytext=(5, 0), textcoords="offset points",
                           va="center", fontsize="x-small")
     left_pct = np.zeros(len(bars))
     for column, label, colour in parts:
