@@ -298,6 +298,21 @@ def point_means(frame: pd.DataFrame, axes: Sequence[Axis], metric: str, columns:
     return pd.DataFrame(rows).infer_objects()
 
 
+def fixed_words(frame: pd.DataFrame, axes: Sequence[Axis], columns: Sequence[str]) -> str:
+    """Those of `columns` that every row of `frame` shares and no axis sweeps, in words (`one switch,
+    16 NPUs, minimum RTO 200 ms`): what a plot holds fixed."""
+    swept = {c for axis in axes for c in axis.columns} | {axis.key for axis in axes}
+    words = []
+    for column in columns:
+        if column in frame and column not in swept and len(frame) and frame[column].nunique(dropna=False) == 1:
+            value = frame[column].iloc[0]
+            if column in PRESET_COLUMNS and is_null(value):  # a run given key by key: no preset to name
+                continue
+            fixed = Axis(column, (column,), False, unit_of(column) if "." in column else "", (value,))
+            words.append(fixed.value_words(value))
+    return ", ".join(words)
+
+
 def at(frame: pd.DataFrame, axis: Axis | None, value: Any) -> pd.DataFrame:
     """The rows of `frame` at `value` on `axis` (null matching null; every row without an axis)."""
     if axis is None:

@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ..replicate import mean_interval
-from .axes import Axis, at, describe, in_axis_order, point_means, replicated
+from .axes import Axis, at, describe, fixed_words, in_axis_order, point_means, replicated, swept_axes
 from .text import waited_for_rto
 
 if TYPE_CHECKING:  # the module imports sweep.fidelity, hence Hydra: only for a two-fidelity dataset
@@ -41,6 +41,11 @@ MAX_CDF_SERIES = 4  # step lines in one panel of a distribution: they cross and 
 MAX_FACET_VALUES = 4  # values of an axis split into panels
 MAX_PANELS = 12
 LOG_RATIO = 30.0    # values spanning this ratio or more are drawn on a log axis
+SCATTER_LOG_RATIO = 10.0  # a scatter of times against times is log-log from this span, else linear from zero
+# Settings a plot's subtitle names where all its runs share them and no axis sweeps them (the summary
+# lists more: text.KEY_SETTINGS)
+PLOT_SETTINGS = ("engine.backend", "network.topology", "network.npus", "network.link_gbps", "network.buffer_kb",
+                 "tcp.cc", "tcp.min_rto_ms", "system.all_reduce", "system.all_to_all", "workload")
 BREAKDOWN = (  # (runs column, legend, colour) of the stacked time breakdown
     ("compute_s", "compute", "#4c72b0"),
     ("exposed_all_to_all_s", "exposed all-to-all", "#dd8452"),
@@ -141,12 +146,15 @@ def _styles(frame: pd.DataFrame, grid: list[list[tuple[str, pd.DataFrame]]], axe
     return {label: STYLES[index % len(STYLES)] for index, label in enumerate(dict.fromkeys(labels))}
 
 
-def _title(fig: Figure, text: str) -> None:
-    """`text` as the figure's title, wrapped to lines that fit its width (a long title would
-    otherwise run past both edges of the image)."""
+def _title(fig: Figure, text: str, fixed: str = "") -> None:
+    """`text` as the figure's title and, on a line of its own, the settings every run drawn shares
+    (`fixed`, from `fixed_words`), wrapped to lines that fit its width (a long title would otherwise
+    run past both edges of the image)."""
     size_pt = 12.0  # matplotlib's "large", the title's default size
     chars_per_line = int(fig.get_figwidth() * 72 / (0.6 * size_pt))  # a character is about 0.6 em wide
-    fig.suptitle(textwrap.fill(text, chars_per_line), fontsize=size_pt)
+    lines = [textwrap.fill(line, chars_per_line, break_on_hyphens=False)  # all-reduce: one word
+             for line in (text, *([f"Fixed: {fixed}"] if fixed else []))]
+    fig.suptitle("\n".join(lines), fontsize=size_pt)
 
 
 def _grid(rows: int, columns: int, width: float = 5.4, height: float = 3.9, sharex: bool = True
@@ -253,7 +261,7 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
     note = ("\n(median of the runs; band: min-max)" if plan.pooled else
             "\n(mean of each point's seeds; bars: its 95 % Student-t interval)" if seeded else "")
     _figure_legend(fig, axs, plan.legend_title() + note)
-    _title(fig, title)
+    _title(fig, title, fixed_words(frame, [axis, *others], PLOT_SETTINGS))
     return fig
 
 
@@ -299,7 +307,7 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
         ax.tick_params(labelbottom=True)  # every panel's own ticks: its legend sits below it
     for ax_row in axs:
         ax_row[0].set_ylabel(f"fraction of {unit} taking this long or longer")
-    _title(fig, title)
+    _title(fig, title, fixed_words(frame, axes, PLOT_SETTINGS))
     return fig
 
 
@@ -337,8 +345,8 @@ def _bar_figure(bars: int) -> tuple[Figure, Any, Any]:
     return fig, left, right
 
 
-def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "") -> Figure:
-    """Per run (`title_end` added to the title): the iteration time (ms; bars from zero, or dots on a log
+def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis]) -> Figure:
+    """Per run: the iteration time (ms; bars from zero, or dots on a log
     axis where the runs span `LOG_RATIO` or more, so that no run is invisible and no length is implied)
     beside its split into compute / exposed all-to-all / exposed all-reduce as shares of the iteration."""
     parts = [(c, label, colour) for c, label, colour in BREAKDOWN
@@ -381,7 +389,7 @@ def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "
         ax.grid(True, axis="x", alpha=0.3)
     fig.legend(loc="outside lower center", ncols=len(parts), fontsize="small")
     _title(fig, "Where an iteration goes: its length (left) and its shares of compute and exposed "
-                 "communication (right)" + title_end + note)
+                 "communication (right)" + note, fixed_words(frame, axes, PLOT_SETTINGS))
     return fig
 
 
@@ -409,19 +417,28 @@ def plot_counters(frame: pd.DataFrame, axes: Sequence[Axis], kind: str) -> Figur
     backends = sorted(frame["engine.backend"].unique())
     _title(fig, f"TCP loss recovery ({', '.join(backends)} backend{'s' if len(backends) > 1 else ''}): "
                 f"the {len(lossy)} {kind} runs that retransmitted"
-                 + (f"; the other {quiet} retransmitted nothing" if quiet else "") + note)
+                + (f"; the other {quiet} retransmitted nothing" if quiet else "") + note,
+           fixed_words(frame, axes, [c for c in PLOT_SETTINGS if c != "engine.backend"]))  # the title names it
     return fig
 
 
+def _two_fidelity_fixed(two: TwoFidelity) -> str:
+    """The settings every point of a two-fidelity dataset shares (its plots name both backends)."""
+    return fixed_words(two.points, swept_axes(two.points), [c for c in PLOT_SETTINGS if c != "engine.backend"])
+
+
 def plot_screen_vs_fine(two: TwoFidelity) -> Figure:
-    """Refined points: `fine_s` against `screen_s` (ms, log-log) with the line y = x; the
-    calibration sample, the top points and the at-risk points marked."""
+    """Refined points: `fine_s` against `screen_s` (ms; log-log where the times span
+    `SCATTER_LOG_RATIO` or more, else linear from zero) with the line y = x; the calibration sample,
+    the top points and the at-risk points marked."""
     refined = two.points[two.points["refined"]]
     fig = Figure(figsize=(7.0, 6.0), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     x, y = refined["screen_s"] * MS, refined["fine_s"] * MS
-    low, high = min(x.min(), y.min()) / 1.5, max(x.max(), y.max()) * 1.5
+    log = _is_wide([*x, *y], ratio=SCATTER_LOG_RATIO)  # a narrower span on log axes magnifies a small one
+    top = max(x.max(), y.max())
+    low, high = (min(x.min(), y.min()) / 1.5, top * 1.5) if log else (0.0, top * 1.1)
     ax.plot([low, high], [low, high], color="#888888", linestyle="--", linewidth=1, label="y = x (no error)")
     marks: list[tuple[pd.Series, dict[str, Any]]] = [
         (two.in_top[refined.index], dict(marker="o", s=70, facecolors="none", edgecolors="#55a868", linewidths=1.5,
@@ -431,17 +448,20 @@ def plot_screen_vs_fine(two: TwoFidelity) -> Figure:
     for mask, style in marks:
         if mask.any():
             ax.scatter(x[mask], y[mask], **style)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
-    _plain_log_ticks(ax, "x")
-    _plain_log_ticks(ax, "y")
+    if log:
+        _plain_log_ticks(ax, "x")
+        _plain_log_ticks(ax, "y")
     ax.set_xlabel(f"iteration time, {two.screen_backend} screen (ms)")
     ax.set_ylabel(f"iteration time, {two.fine_backend} (ms)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left")
-    _title(fig, f"Screen against refinement: {len(refined)} refined points of {len(two.points)}")
+    _title(fig, f"Screen against refinement: {len(refined)} refined points of {len(two.points)}"
+                + ("" if log else " (linear: the times span less than 10x)"), _two_fidelity_fixed(two))
     return fig
 
 
@@ -451,22 +471,24 @@ def plot_calibration(two: TwoFidelity) -> Figure:
     fig = Figure(figsize=(7.0, 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    groups = [("calibration sample", two.sample_errors * 100, "#4c72b0"),
-              ("all refined points", two.points["error"].dropna() * 100, "#888888")]
-    for row, (_label, values, colour) in enumerate(groups):
+    # hollow markers of two colours (no grey): overlapping points show through one another
+    groups = [("calibration sample", two.sample_errors * 100, COLOURS[0], "o"),
+              ("all refined points", two.points["error"].dropna() * 100, COLOURS[1], "s")]
+    for row, (label, values, colour, marker) in enumerate(groups):
         jitter = np.random.default_rng(row).uniform(-0.15, 0.15, len(values))  # fixed: same plot every time
-        ax.scatter(values, np.full(len(values), row) + jitter, s=18, color=colour, alpha=0.8)
+        ax.scatter(values, np.full(len(values), row) + jitter, s=30, marker=marker, facecolors="none",
+                   edgecolors=colour, linewidths=1.4, label=f"{label} ({len(values)})")
     band = two.band
     if band is not None:
-        ax.axvspan(band[0] * 100, band[1] * 100, color="#4c72b0", alpha=0.15, label="calibrated band")
-        ax.legend(fontsize="small", loc="lower right")
+        ax.axvspan(band[0] * 100, band[1] * 100, color=COLOURS[0], alpha=0.15, label="calibrated band")
+    fig.legend(fontsize="small", loc="outside lower center", ncols=3)
     ax.axvline(0, color="#444444", linewidth=1)
     everything = groups[1][1]
     if len(everything) and everything.abs().max() > 100:
         ax.set_xscale("symlog", linthresh=10)
-    ax.set_yticks(range(len(groups)), [f"{label} ({len(values)})" for label, values, _ in groups])
+    ax.set_yticks(range(len(groups)), [f"{label} ({len(values)})" for label, values, _, _ in groups])
     ax.set_ylim(-0.6, len(groups) - 0.4)
     ax.set_xlabel(f"screen error: {two.fine_backend} / {two.screen_backend} - 1 (%)")
     ax.grid(True, axis="x", alpha=0.3)
-    _title(fig, "How far the screen is from the refinement")
+    _title(fig, "How far the screen is from the refinement", _two_fidelity_fixed(two))
     return fig
