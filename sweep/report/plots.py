@@ -346,9 +346,10 @@ def _bar_figure(bars: int) -> tuple[Figure, Any, Any]:
 
 
 def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis]) -> Figure:
-    """Per run: the iteration time (ms; bars from zero, or dots on a log
-    axis where the runs span `LOG_RATIO` or more, so that no run is invisible and no length is implied)
-    beside its split into compute / exposed all-to-all / exposed all-reduce as shares of the iteration."""
+    """Per run (per point where seeds replicate points, with its 95 % interval): the iteration time (ms;
+    bars from zero, or dots on a log axis where the runs span `LOG_RATIO` or more, so that no run is
+    invisible and no length is implied) beside its split into compute / exposed all-to-all / exposed
+    all-reduce as shares of the iteration."""
     parts = [(c, label, colour) for c, label, colour in BREAKDOWN
              if c in ("compute_s", "exposed_all_to_all_s", "exposed_all_reduce_s")
              or (frame[c].abs() > 1e-3 * frame["iteration_time_s"]).any()]
