@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 # Which part of the engine fills a column, where a backend may not model it (`NetworkBackend.FILLS`)
-PACKET, MESSAGE, SCREEN_RISK = "packet_counters", "messages", "screen_risks"
+PACKET, MESSAGE, SCREEN_RISK, EVENT_RATE = "packet_counters", "messages", "screen_risks", "event_rate"
 
 
 def _column(group: str | None = None) -> Any:
@@ -45,7 +45,9 @@ class RunMetrics:
     max_queue_kb: float | None = _column(PACKET)
     events: int | None = _column()  # events the simulation ran (ns-3's own, on the ns3 backend)
     wall_s: float | None = _column()
-    events_per_s: float | None = _column()
+    # events a second of wall time: the engine's speed where the events counted are the run's work (messages,
+    # packets); null where the wall goes elsewhere (hybrid's packet episodes) or the events are a few phases
+    events_per_s: float | None = _column(EVENT_RATE)
     # the workload's per-iteration means (training workloads: dlrm, astra, chakra, collective)
     iterations_done: int | None = _column()
     iteration_time_s: float | None = _column()
@@ -85,5 +87,5 @@ COLUMN_TYPES: dict[str, str] = {item.name: str(item.type).replace(" | None", "")
 
 
 def columns_of(group: str) -> tuple[str, ...]:
-    """The columns of one group (`PACKET`, `MESSAGE`, `SCREEN_RISK`), in order."""
+    """The columns of one group (`PACKET`, `MESSAGE`, `SCREEN_RISK`, `EVENT_RATE`), in order."""
     return tuple(item.name for item in fields(RunMetrics) if item.metadata["group"] == group)

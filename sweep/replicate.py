@@ -27,57 +27,12 @@ if TYPE_CHECKING:
 CONFIDENCE = 0.95
 
 
-def _regularised_incomplete_beta(x: float, a: float, b: float) -> float:
-    """I_x(a, b) by its continued fraction (modified Lentz), to about 1e-14."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast below this point: use the symmetry
-        return 1.0 - _regularised_incomplete_beta(1.0 - x, b, a)
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
-    for m in range(1, 500):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            fraction *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return math.exp(log_front) * fraction / a
-
-
-def student_t_cdf(t: float, degrees: int) -> float:
-    """P(T <= t) for Student's t with `degrees` degrees of freedom."""
-    tail = 0.5 * _regularised_incomplete_beta(degrees / (degrees + t * t), degrees / 2.0, 0.5)
-    return 1.0 - tail if t >= 0 else tail
-
-
-def student_t_quantile(probability: float, degrees: int) -> float:
-    """The t with P(T <= t) = `probability` (> 0.5), by bisection of `student_t_cdf`."""
-    low, high = 0.0, 1.0
-    while student_t_cdf(high, degrees) < probability:
-        high *= 2.0
-    for _ in range(200):
-        middle = (low + high) / 2.0
-        if student_t_cdf(middle, degrees) < probability:
-            low = middle
-        else:
-            high = middle
-        if high - low < 1e-12 * high:
-            break
-    return (low + high) / 2.0
-
-
 def _half_width(deviation: float, count: int) -> float:
     """Half-width of the 95 % Student-t interval of a mean of `count` values of standard deviation `deviation`."""
-    return student_t_quantile(0.5 + CONFIDENCE / 2, count - 1) * deviation / math.sqrt(count)
+    # imported here: scipy.stats takes most of a second to import, and every command imports this module
+    from scipy.stats import t as student_t
+
+    return float(student_t.ppf(0.5 + CONFIDENCE / 2, count - 1)) * deviation / math.sqrt(count)
 
 
 def _mean_deviation(values: Sequence[float]) -> tuple[float, float]:

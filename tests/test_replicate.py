@@ -1,5 +1,5 @@
-"""Replicate until confident (sweep/replicate.py): Student's t against its table, each point's interval
-computed by hand, the stopping rule, and a replicated sweep on Ray as a user types it."""
+"""Replicate until confident (sweep/replicate.py): each point's interval against one computed by hand from
+a published table of Student's t, the stopping rule, and a replicated sweep on Ray as a user types it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sweep_support import compose_config
 
 import engine
 from sweep.plan import plan
-from sweep.replicate import ReplicatePolicy, mean_interval, replicate_points, student_t_quantile
+from sweep.replicate import ReplicatePolicy, mean_interval, replicate_points
 from sweep.store import load_runs
 
 # t(0.975, df) from a table of Student's t distribution (two-sided 95 %), e.g. NIST/SEMATECH e-Handbook
@@ -32,9 +32,10 @@ def _by_hand(values: list[float]) -> tuple[float, float]:
     return mean, T_TABLE_975[n - 1] * s / math.sqrt(n)
 
 
-def test_student_t_quantiles_are_the_tables() -> None:
-    for degrees, table_value in T_TABLE_975.items():
-        assert student_t_quantile(0.975, degrees) == pytest.approx(table_value, abs=5e-4), degrees
+def test_every_tabled_count_of_seeds_gets_the_tables_interval() -> None:
+    for degrees in T_TABLE_975:
+        values = [float(i % 3) for i in range(degrees + 1)]  # 0, 1, 2, 0, ...: a spread at every size
+        assert mean_interval(values) == pytest.approx(_by_hand(values), rel=2.5e-4), degrees  # 3 decimals
 
 
 def test_the_interval_is_t_s_over_root_n() -> None:

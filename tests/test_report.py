@@ -4,6 +4,7 @@ a run stored twice) and stored with `ResultStore`, as a sweep stores them."""
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import matplotlib.colors
 import matplotlib.image
 import pandas as pd
 import pytest
@@ -381,3 +383,96 @@ def test_a_narrow_range_is_drawn_from_zero() -> None:
     fig = plot_vs_axis(runs, cc, [], "iteration_time_s", "iteration time (ms)", "t")
     (ax,) = fig.axes
     assert ax.get_yscale() == "linear" and ax.get_ylim() == pytest.approx((0.0, 0.1715 * 1.1))
+
+
+def test_a_replicated_sweep_is_drawn_and_ranked_by_each_points_mean_and_interval(tmp_path: Path) -> None:
+    """Two points (8 and 16 NPUs) of three seeds each, as `replicate.until_ci_pct` stores them, their
+    iteration times set by hand: 8 NPUs 1, 2, 3 ms (mean 2, s = 1: ± t(0.975, 2) s / sqrt(3) = 4.303 /
+    1.732 = 2.484 ms, 124 % of the mean, t from a published table); 16 NPUs 4, 4, 4 ms (± 0). `seed` is
+    no swept parameter: no plot against it, no series per seed; the ranking has a row per point."""
+    from sweep.report.plots import plot_vs_axis
+
+    times_ms = {8: [1.0, 2.0, 3.0], 16: [4.0, 4.0, 4.0]}
+    path = tmp_path / "replicated"
+    with ResultStore(path) as store:
+        for npus, point_ms in times_ms.items():
+            for seed, time_ms in enumerate(point_ms, start=1):
+                rows = execute(compose_config(["name=replicated", "workload=collective", f"network.npus={npus}",
+                                               f"seed={seed}", *ANALYTICAL]))
+                rows["runs"][0]["iteration_time_s"] = time_ms / 1e3
+                store.append(rows)
+    out = build_report(path)
+    assert not list(out.glob("*seed*.png")) and (out / "iteration_time_vs_network_npus.png").exists()
+    summary = (out / SUMMARY_FILE).read_text()
+    assert "Seeds replicate the points (3 runs a point" in summary
+    assert "All points, fastest first" in summary and "All runs" not in summary
+    ranking = [line for line in summary.splitlines() if re.match(r"\| [12] \| ", line)]
+    assert [line.split(" | ")[1:4] for line in ranking] == [["2 ± 2.5", "3", "124"], ["4 ± 0", "3", "0"]]
+    assert "**2 ± 2.5 ms** per iteration (mean of 3 seeds)" in summary
+
+    runs = sweep.load_runs(path)
+    (npus,) = swept_axes(runs)
+    fig = plot_vs_axis(runs, npus, [], "iteration_time_s", "iteration time (ms)", "t")
+    (ax,) = fig.axes
+    (line,) = ax.lines[:1]
+    assert list(line.get_ydata()) == pytest.approx([2.0, 4.0])  # the means, one marker a point
+    (bars,) = [c for c in ax.collections if len(c.get_segments()) == 2]
+    ends = sorted(end for segment in bars.get_segments() for end in sorted(point[1] for point in segment))
+    half_width_ms = 4.303 / math.sqrt(3)  # the table's 3 decimals: within 5e-4
+    assert ends == pytest.approx(sorted([2 - half_width_ms, 2 + half_width_ms, 4.0, 4.0]), abs=5e-4)
+
+
+def test_a_plot_names_the_settings_it_holds_fixed_below_its_title() -> None:
+    """Two congestion controls on 16 NPUs at packet level: the title says what is drawn, the line below
+    it what every run shares (the backend and the NPUs), never the swept parameter."""
+    from sweep.report.plots import plot_vs_axis
+
+    runs = _runs_on({"tcp.cc": ["newreno", "dctcp"], "network.npus": [16, 16], "engine.backend": "packet"},
+                    [1e-3, 2e-3])
+    (cc,) = swept_axes(runs)
+    fig = plot_vs_axis(runs, cc, [], "iteration_time_s", "iteration time (ms)", "Iteration time against TCP")
+    title, fixed = fig.get_suptitle().split("\n")
+    assert title == "Iteration time against TCP" and fixed == "Fixed: backend packet, 16 NPUs"
+
+
+def _two_fidelity(screen_ms: list[float], fine_ms: list[float], reasons: list[str]) -> Any:
+    """A two-fidelity dataset's points (every one refined) with these times and reasons, on 16 NPUs."""
+    from sweep.report.two_fidelity import TwoFidelity
+
+    points = pd.DataFrame({"screen_s": [t / 1e3 for t in screen_ms], "fine_s": [t / 1e3 for t in fine_ms],
+                           "reasons": reasons, "refined": True, "at_risk": "", "engine.backend": "analytical",
+                           "network.npus": 16, "tcp.cc": ["newreno", "dctcp"] * (len(screen_ms) // 2),
+                           "started_at": pd.Timestamp(0, unit="s", tz="UTC")})
+    points["error"] = points["fine_s"] / points["screen_s"] - 1
+    return TwoFidelity("analytical", "packet", points)
+
+
+def test_the_screen_against_refinement_is_log_log_only_where_the_times_span_ten_times() -> None:
+    """Times of 1.0 to 1.1 ms on log axes would make 10 % look like a decade: linear from zero; 1 to
+    100 ms: log-log."""
+    from sweep.report.plots import plot_screen_vs_fine
+
+    narrow = plot_screen_vs_fine(_two_fidelity([1.0, 1.05], [1.02, 1.1], ["sample", "top"]))
+    (ax,) = narrow.axes
+    assert (ax.get_xscale(), ax.get_yscale()) == ("linear", "linear")
+    assert ax.get_xlim() == pytest.approx((0.0, 1.1 * 1.1)) and ax.get_ylim() == ax.get_xlim()
+    assert "Fixed: 16 NPUs" in narrow.get_suptitle()
+    (ax,) = plot_screen_vs_fine(_two_fidelity([1.0, 100.0], [1.2, 90.0], ["sample", "top"])).axes
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+
+
+def test_calibration_error_dots_are_hollow_coloured_and_named_in_a_legend() -> None:
+    """Two calibration points of four refined ones: each group in a colour of its own (no grey), hollow
+    so that overlapping errors show through, named with its count in the legend."""
+    from sweep.report.plots import COLOURS, plot_calibration
+
+    fig = plot_calibration(_two_fidelity([1.0, 1.0, 1.0, 1.0], [1.1, 0.95, 1.3, 1.02],
+                                         ["sample", "sample", "top", "top"]))
+    (ax,) = fig.axes
+    dots = [c for c in ax.collections if len(c.get_offsets())]
+    assert [len(c.get_offsets()) for c in dots] == [2, 4]
+    for group, colour in zip(dots, COLOURS):
+        assert group.get_facecolors().size == 0  # hollow
+        assert matplotlib.colors.to_hex(group.get_edgecolors()[0]) == colour
+    legend = {text.get_text() for text in fig.legends[0].get_texts()}
+    assert {"calibration sample (2)", "all refined points (4)", "calibrated band"} <= legend

@@ -26,7 +26,7 @@ from ..system.messages import MessageLog, MessageRecord
 from ..topology import Topology
 from ..transport.cc import slow_start_dominates
 from ..units import BITS_PER_BYTE, PS_PER_S, utilisation
-from .base import MESSAGE_COLUMNS, NetworkBackend, message_system_layer
+from .base import EVENT_RATE_COLUMNS, MESSAGE_COLUMNS, NetworkBackend, message_system_layer
 
 STALE_ENTRIES_KEPT: Final = 1024  # completion-heap entries left stale before the heap is compacted
 
@@ -215,8 +215,8 @@ class AnalyticalBackend(NetworkBackend):
     """The system layer's messages as fluid flows (`FluidMessages`)."""
 
     DESCRIPTION: ClassVar[str] = "no packets, queues or losses"
-    FILLS: ClassVar[frozenset[str]] = frozenset(MESSAGE_COLUMNS + ("max_link_utilisation", "max_port_flows",
-                                                                   "slow_start_share"))
+    FILLS: ClassVar[frozenset[str]] = frozenset(MESSAGE_COLUMNS + EVENT_RATE_COLUMNS + (
+        "max_link_utilisation", "max_port_flows", "slow_start_share"))
     FIDELITY_RANK: ClassVar[int] = 1
     SCREENS: ClassVar[bool] = True
     # The default screen below hybrid's 256 NPUs: it handles every message (4-11 s a 256-NPU DLRM iteration,

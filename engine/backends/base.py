@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
-from ..metrics import MESSAGE, PACKET, SCREEN_RISK, columns_of
+from ..metrics import EVENT_RATE, MESSAGE, PACKET, SCREEN_RISK, columns_of
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseTimer
 from ..system.collectives import Dimension, MessageSender, SystemLayer
 from ..system.messages import MessageLog
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 PACKET_COLUMNS = columns_of(PACKET)
 MESSAGE_COLUMNS = columns_of(MESSAGE)
 SCREEN_RISK_COLUMNS = columns_of(SCREEN_RISK)
-BACKEND_COLUMNS = PACKET_COLUMNS + MESSAGE_COLUMNS + SCREEN_RISK_COLUMNS
+EVENT_RATE_COLUMNS = columns_of(EVENT_RATE)
+BACKEND_COLUMNS = PACKET_COLUMNS + MESSAGE_COLUMNS + SCREEN_RISK_COLUMNS + EVENT_RATE_COLUMNS
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

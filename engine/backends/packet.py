@@ -20,7 +20,7 @@ from ..simulation import Simulation
 from ..system.collectives import SystemLayer
 from ..system.messages import MessageLog
 from ..transport import TcpConnection
-from .base import MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
+from .base import EVENT_RATE_COLUMNS, MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
 
 # a persistent TCP connection (1,016 bytes idle with the host stack), its routes and timers
 BYTES_PER_CONNECTION = 1_536
@@ -30,7 +30,7 @@ class PacketBackend(NetworkBackend):
     """Messages over persistent TCP connections, one per ordered pair of NPUs that talk."""
 
     DESCRIPTION: ClassVar[str] = "packet-level TCP/IP: queues, losses, retransmissions, ECN"
-    FILLS: ClassVar[frozenset[str]] = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS)
+    FILLS: ClassVar[frozenset[str]] = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS + EVENT_RATE_COLUMNS)
     CARRIES_FLOWS: ClassVar[bool] = True
     MODELS_HOST_STACK: ClassVar[bool] = True
     FIDELITY_RANK: ClassVar[int] = 4

@@ -1,7 +1,9 @@
 """What was swept: the axes of a dataset (config columns that vary together), their values in order,
 and every label the report prints for them, in words with units.
 
-A swept parameter is a config column with more than one distinct value among the runs. Columns that
+A swept parameter is a config column with more than one distinct value among the runs, but for `seed`:
+runs that differ only by seed are replicas of one point (`replicate.until_ci_pct`, or a grid of seeds),
+shown as their mean and its interval, never as a parameter (`point_runs`). Columns that
 another swept column determines (the keys a `workload=dlrm_small,dlrm_large` sweep changes, the keys
 only one topology has) join its axis. An axis is named after the column that names its values: the
 section's naming column (`network.topology`, `tcp.cc`, `workload.type`) where its values are the
@@ -21,6 +23,7 @@ import pandas as pd
 from engine.backends import BACKEND_NAMES, backend_class
 from engine.backends.base import NetworkBackend
 
+from ..replicate import mean_interval
 from ..runner import CONFIG_GROUPS
 from ..schema import PRESET_COLUMNS
 
@@ -207,10 +210,11 @@ def _axis_key(runs: pd.DataFrame, leader: str, columns: Sequence[str], determine
 
 
 def swept_axes(runs: pd.DataFrame) -> list[Axis]:
-    """The axes swept among `runs`, in config order (network, tcp, system, workload). An axis's
-    `key` is a column of `runs`: a config column or a preset column."""
+    """The axes swept among `runs`, in config order (network, tcp, system, workload), `seed` never
+    among them (see the module docstring). An axis's `key` is a column of `runs`: a config column or a
+    preset column."""
     codes = {}
-    for column in (c for c in runs.columns if is_config_column(c)):
+    for column in (c for c in runs.columns if is_config_column(c) and c != "seed"):
         column_codes, uniques = pd.factorize(runs[column], use_na_sentinel=False)
         if len(uniques) > 1:
             codes[column] = column_codes
@@ -262,6 +266,51 @@ def describe(row: pd.Series, axes: Sequence[Axis]) -> str:
     presets = [f"{key_words(group)} {row[group]}" for group in PRESET_COLUMNS
                if group in row.index and not is_null(row[group])]
     return ", ".join(presets) or str(row["run_id"])
+
+
+def point_runs(frame: pd.DataFrame, axes: Sequence[Axis]) -> list[pd.DataFrame]:
+    """The runs of each point (a combination of the axes' values: the runs of one point differ only by
+    seed), in the axes' order; with no axis, every run is of one point."""
+    if not axes:
+        return [frame] if not frame.empty else []
+    groups = in_axis_order(frame, axes).groupby([a.key for a in axes], dropna=False, sort=False)
+    return [part for _, part in groups]
+
+
+def replicated(frame: pd.DataFrame, axes: Sequence[Axis]) -> bool:
+    """Whether some point of `frame` has more than one run (seeds replicate it)."""
+    return any(len(part) > 1 for part in point_runs(frame, axes))
+
+
+def point_means(frame: pd.DataFrame, axes: Sequence[Axis], metric: str, columns: Sequence[str]) -> pd.DataFrame:
+    """One row per point of `frame`, in the axes' order: the row of its first seed, with `metric` and
+    `columns` the means over its runs, `seeds` its number of runs and `half_width_s` the half-width of
+    the 95 % Student-t interval of `metric`'s mean (NaN below two values, 0 for values all equal)."""
+    rows = []
+    for part in point_runs(frame, axes):
+        row = part.sort_values("seed", kind="stable").iloc[0].copy() if "seed" in part else part.iloc[0].copy()
+        for column in dict.fromkeys([metric, *columns]):
+            row[column] = part[column].astype(float).mean()
+        values = [float(value) for value in part[metric].dropna()]
+        row["seeds"] = len(part)
+        row["half_width_s"] = mean_interval(values)[1] if len(values) > 1 else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows).infer_objects()
+
+
+def fixed_words(frame: pd.DataFrame, axes: Sequence[Axis], columns: Sequence[str]) -> str:
+    """Those of `columns` that every row of `frame` shares and no axis sweeps, in words (`one switch,
+    16 NPUs, minimum RTO 200 ms`): what a plot holds fixed."""
+    swept = {c for axis in axes for c in axis.columns} | {axis.key for axis in axes}
+    words = []
+    for column in columns:
+        if column in frame and column not in swept and len(frame) and frame[column].nunique(dropna=False) == 1:
+            value = frame[column].iloc[0]
+            if column in PRESET_COLUMNS and is_null(value):  # a run given key by key: no preset to name
+                continue
+            fixed = Axis(column, (column,), False, unit_of(column) if "." in column else "", (value,))
+            words.append(fixed.value_words(value))
+    return ", ".join(words)
 
 
 def at(frame: pd.DataFrame, axis: Axis | None, value: Any) -> pd.DataFrame:

@@ -12,7 +12,7 @@ from typing import Sequence, TextIO
 import pandas as pd
 
 from . import plots, reading, text
-from .axes import Axis, backend_classes, swept_axes
+from .axes import Axis, backend_classes, replicated, swept_axes
 from .reading import Dataset, ReportError, read_dataset
 
 REPORT_DIR = "report"
@@ -29,27 +29,25 @@ def _kind_plots(dataset: Dataset, kind: str, usable: pd.DataFrame, axes: Sequenc
     (file name, what it shows) per plot and any line the summary should add."""
     metric, prefix, ylabel = METRICS[kind]
     what = ylabel.split(" (")[0]
-    backends = usable["engine.backend"].unique()
-    # a backend no axis names is said in the title: the screening runs of a two-fidelity dataset
-    on = f" ({backends[0]} backend)" if len(backends) == 1 else ""
     drawn, lines = [], []
     for axis in axes:
         others = [a for a in axes if a is not axis]
         name = f"{prefix}_vs_{axis.slug}.png"
         plots.save(plots.plot_vs_axis(usable, axis, others, metric, ylabel,
-                                      f"{what[0].upper()}{what[1:]} against {axis.words}{on}"), out / name)
+                                      f"{what[0].upper()}{what[1:]} against {axis.words}"), out / name)
         drawn.append((name, f"{what} against {axis.words} (`{axis.key}`)"
                       + (f", split by {', '.join(a.words for a in others)}" if others else "")))
     if kind == "training":
-        plots.save(plots.plot_breakdown(usable, axes, on), out / "time_breakdown.png")
-        drawn.append(("time_breakdown.png", "iteration time per run (left) and its shares of compute, exposed "
+        plots.save(plots.plot_breakdown(usable, axes), out / "time_breakdown.png")
+        per = ("point (the mean of its seeds, with its 95 % interval)" if replicated(usable, axes) else "run")
+        drawn.append(("time_breakdown.png", f"iteration time per {per} (left) and its shares of compute, exposed "
                       "all-to-all and exposed all-reduce (right)"))
     flows = dataset.flows[dataset.flows["run_id"].isin(usable["run_id"])]
     if flows["fct_s"].notna().any():
         name, unit, times = (("message_time_cdf.png", "messages", "completion time of the point-to-point messages "
                               "of the collectives") if kind == "training" else
                              ("fct_cdf.png", "flows", "flow completion time"))
-        plots.save(plots.plot_cdf(usable, flows, axes, f"Distribution of the {times}{on}",
+        plots.save(plots.plot_cdf(usable, flows, axes, f"Distribution of the {times}",
                                   f"{times.split(' of the')[0]} (ms)", unit), out / name)
         drawn.append((name, f"distribution of the {times} (share taking at least each time, log-log), series split "
                       f"by every swept parameter; each says how many of its {unit} waited for a retransmission "
@@ -90,7 +88,7 @@ def build_report(path: str | os.PathLike[str]) -> Path:
              + "; backends: " + ", ".join(f"{kind} {number}" for kind, number in
                                           runs["engine.backend"].value_counts().items()) + ".", "",
              *text.setting_lines(runs, all_axes), *text.quarantine_lines(dataset.path), "", "## Swept parameters", "",
-             *text.axes_lines(all_axes)]
+             *text.axes_lines(runs, all_axes)]
     if dataset.flows_unread:
         lines += ["", f"The `flows` table ({dataset.flows_unread:,} rows) was not read, being larger than "
                   f"{reading.MAX_FLOW_ROWS:,} rows: no completion-time distributions, and a `flows` run's completion "
@@ -112,8 +110,8 @@ def build_report(path: str | os.PathLike[str]) -> Path:
             plots.save(plots.plot_screen_vs_fine(two), out / "two_fidelity_scatter.png")
             plots.save(plots.plot_calibration(two), out / "calibration_error.png")
             drawn += [("two_fidelity_scatter.png", f"iteration time on `{two.fine_backend}` against "
-                       f"`{two.screen_backend}` for every refined point (log-log, the line y = x), calibration "
-                       "sample and at-risk points marked"),
+                       f"`{two.screen_backend}` for every refined point (log-log where the times span 10x or more, "
+                       "else linear from zero; the line y = x), calibration sample and at-risk points marked"),
                       ("calibration_error.png", f"the screen's error ({two.fine_backend} / {two.screen_backend} - 1) "
                        "over the calibration sample and over all refined points")]
     for kind in METRICS:
@@ -123,8 +121,6 @@ def build_report(path: str | os.PathLike[str]) -> Path:
         axes = swept_axes(frame)
         lines += (text.training_section if kind == "training" else text.flows_section)(dataset, frame, axes)
         usable = frame[(frame["status"] != "error") & frame[METRICS[kind][0]].notna()]
-        lines += text.replicate_lines(usable[usable["status"] == "ok"], axes, METRICS[kind][0],
-                                      METRICS[kind][2].split(" (")[0])
         if not usable.empty:
             kind_plots, kind_lines = _kind_plots(dataset, kind, usable, axes, out)
             drawn += kind_plots

@@ -27,7 +27,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .axes import Axis, at, describe, in_axis_order
+from ..replicate import mean_interval
+from .axes import Axis, at, describe, fixed_words, in_axis_order, point_means, replicated, swept_axes
 from .text import waited_for_rto
 
 if TYPE_CHECKING:  # the module imports sweep.fidelity, hence Hydra: only for a two-fidelity dataset
@@ -40,6 +41,11 @@ MAX_CDF_SERIES = 4  # step lines in one panel of a distribution: they cross and 
 MAX_FACET_VALUES = 4  # values of an axis split into panels
 MAX_PANELS = 12
 LOG_RATIO = 30.0    # values spanning this ratio or more are drawn on a log axis
+SCATTER_LOG_RATIO = 10.0  # a scatter of times against times is log-log from this span, else linear from zero
+# Settings a plot's subtitle names where all its runs share them and no axis sweeps them (the summary
+# lists more: text.KEY_SETTINGS)
+PLOT_SETTINGS = ("engine.backend", "network.topology", "network.npus", "network.link_gbps", "network.buffer_kb",
+                 "tcp.cc", "tcp.min_rto_ms", "system.all_reduce", "system.all_to_all", "workload")
 BREAKDOWN = (  # (runs column, legend, colour) of the stacked time breakdown
     ("compute_s", "compute", "#4c72b0"),
     ("exposed_all_to_all_s", "exposed all-to-all", "#dd8452"),
@@ -140,12 +146,15 @@ def _styles(frame: pd.DataFrame, grid: list[list[tuple[str, pd.DataFrame]]], axe
     return {label: STYLES[index % len(STYLES)] for index, label in enumerate(dict.fromkeys(labels))}
 
 
-def _title(fig: Figure, text: str) -> None:
-    """`text` as the figure's title, wrapped to lines that fit its width (a long title would
-    otherwise run past both edges of the image)."""
+def _title(fig: Figure, text: str, fixed: str = "") -> None:
+    """`text` as the figure's title and, on a line of its own, the settings every run drawn shares
+    (`fixed`, from `fixed_words`), wrapped to lines that fit its width (a long title would otherwise
+    run past both edges of the image)."""
     size_pt = 12.0  # matplotlib's "large", the title's default size
     chars_per_line = int(fig.get_figwidth() * 72 / (0.6 * size_pt))  # a character is about 0.6 em wide
-    fig.suptitle(textwrap.fill(text, chars_per_line), fontsize=size_pt)
+    lines = [textwrap.fill(line, chars_per_line, break_on_hyphens=False)  # all-reduce: one word
+             for line in (text, *([f"Fixed: {fixed}"] if fixed else []))]
+    fig.suptitle("\n".join(lines), fontsize=size_pt)
 
 
 def _grid(rows: int, columns: int, width: float = 5.4, height: float = 3.9, sharex: bool = True
@@ -199,11 +208,14 @@ def _figure_legend(fig: Figure, axs: np.ndarray, title: str) -> None:
 def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric: str, ylabel: str,
                  title: str) -> Figure:
     """`metric` (seconds, shown in ms) against `axis`: panels and series by the `others` (`layout`),
-    the mean of the runs at each point (median and min-max band where axes are pooled)."""
+    the mean of the runs at each point, with the 95 % Student-t interval of that mean as an error bar
+    where seeds replicate points (median and min-max band where axes are pooled)."""
     plan = layout(frame, others)
     grid = plan.panels(frame)
     fig, axs = _grid(len(grid), len(grid[0]))
     positions = {v: (float(v) if axis.numeric else i) for i, v in enumerate(axis.order)}
+    seeded = replicated(frame, [axis, *others])
+    drawn_ms: list[float] = []  # every value drawn, the tops of intervals and bands included: they choose the scale
     styles = _styles(frame, grid, plan.series)
     order = list(styles)
     for panel_row, ax_row in zip(grid, axs):
@@ -219,9 +231,18 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
                     stats = points.agg(["median", "min", "max"])
                     ax.plot(stats.index, stats["median"], label=label, **style)
                     ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15, color=style["color"])
+                    drawn_ms.extend([*stats["min"], *stats["max"]])
+                elif seeded:  # a point's runs are its seeds: their mean and its 95 % interval
+                    intervals = pd.DataFrame([mean_interval(list(values)) for _, values in points],
+                                             index=[x for x, _ in points], columns=["mean", "half_width"])
+                    half_width = intervals["half_width"].where(np.isfinite(intervals["half_width"]), 0.0)
+                    ax.errorbar(intervals.index, intervals["mean"], yerr=half_width, capsize=4, elinewidth=1.2,
+                                label=label, **style)
+                    drawn_ms.extend([*intervals["mean"], *(intervals["mean"] + half_width)])
                 else:
                     means = points.mean()
                     ax.plot(means.index, means.values, label=label, **style)
+                    drawn_ms.extend(means)
             ax.set_title(panel_title, fontsize="medium")
             ax.grid(True, which="major", alpha=0.3)
     for ax in axs[-1]:
@@ -236,9 +257,11 @@ def plot_vs_axis(frame: pd.DataFrame, axis: Axis, others: Sequence[Axis], metric
             ax.set_xticks(range(len(axis.order)), labels, rotation=30 if sum(map(len, labels)) > 40 else 0)
     for ax_row in axs:
         ax_row[0].set_ylabel(ylabel)
-    _time_axis(axs, frame[metric].astype(float) * MS)
-    _figure_legend(fig, axs, plan.legend_title() + ("\n(median of the runs; band: min-max)" if plan.pooled else ""))
-    _title(fig, title)
+    _time_axis(axs, pd.Series(drawn_ms, dtype=float))
+    note = ("\n(median of the runs; band: min-max)" if plan.pooled else
+            "\n(mean of each point's seeds; bars: its 95 % Student-t interval)" if seeded else "")
+    _figure_legend(fig, axs, plan.legend_title() + note)
+    _title(fig, title, fixed_words(frame, [axis, *others], PLOT_SETTINGS))
     return fig
 
 
@@ -284,17 +307,24 @@ def plot_cdf(frame: pd.DataFrame, flows: pd.DataFrame, axes: Sequence[Axis], tit
         ax.tick_params(labelbottom=True)  # every panel's own ticks: its legend sits below it
     for ax_row in axs:
         ax_row[0].set_ylabel(f"fraction of {unit} taking this long or longer")
-    _title(fig, title)
+    _title(fig, title, fixed_words(frame, axes, PLOT_SETTINGS))
     return fig
 
 
 def bar_rows(frame: pd.DataFrame, axes: Sequence[Axis], columns: Sequence[str]) -> tuple[pd.DataFrame, str]:
-    """One row per run to draw as a bar (sorted along the axes, labelled in words), or, for more than
-    `MAX_BARS` runs, the mean per combination of the first axes that fit; and a note saying which."""
+    """One row per run to draw as a bar (sorted along the axes, labelled in words), or per point where
+    seeds replicate points (the means of its seeds, `half_width_s` the 95 % interval of the first
+    column's mean), or, for more than `MAX_BARS` of those, the mean per combination of the first axes
+    that fit; and a note saying which."""
     frame = in_axis_order(frame, axes)
+    seeded = replicated(frame, axes)
+    if seeded:
+        frame = point_means(frame, axes, columns[0], columns)
     if len(frame) <= MAX_BARS:
         labels = [describe(row, axes) for _, row in frame.iterrows()]
-        return frame[list(columns)].set_axis(labels), ""
+        kept_columns = [*columns, "half_width_s"] if seeded else list(columns)
+        return (frame[kept_columns].astype(float).set_axis(labels),
+                " (each row: the mean of a point's seeds, with its 95 % Student-t interval)" if seeded else "")
     kept: list[Axis] = []
     for axis in axes:
         if len(frame.drop_duplicates([a.key for a in [*kept, axis]])) <= MAX_BARS:
@@ -315,30 +345,36 @@ def _bar_figure(bars: int) -> tuple[Figure, Any, Any]:
     return fig, left, right
 
 
-def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "") -> Figure:
-    """Per run (`title_end` added to the title): the iteration time (ms; bars from zero, or dots on a log
-    axis where the runs span `LOG_RATIO` or more, so that no run is invisible and no length is implied)
-    beside its split into compute / exposed all-to-all / exposed all-reduce as shares of the iteration."""
+def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis]) -> Figure:
+    """Per run (per point where seeds replicate points, with its 95 % interval): the iteration time (ms;
+    bars from zero, or dots on a log axis where the runs span `LOG_RATIO` or more, so that no run is
+    invisible and no length is implied) beside its split into compute / exposed all-to-all / exposed
+    all-reduce as shares of the iteration."""
     parts = [(c, label, colour) for c, label, colour in BREAKDOWN
              if c in ("compute_s", "exposed_all_to_all_s", "exposed_all_reduce_s")
              or (frame[c].abs() > 1e-3 * frame["iteration_time_s"]).any()]
-    bars, note = bar_rows(frame, axes, [c for c, _, _ in parts] + ["iteration_time_s"])
+    bars, note = bar_rows(frame, axes, ["iteration_time_s", *(c for c, _, _ in parts)])
     fig, absolute, share = _bar_figure(len(bars))
     y = np.arange(len(bars))
     total_ms = bars["iteration_time_s"].astype(float).to_numpy() * MS
+    # a point's seeds: its mean's 95 % interval (none for one seed)
+    error_ms = bars["half_width_s"].fillna(0).to_numpy() * MS if "half_width_s" in bars else None
     if _is_wide(total_ms):
         absolute.grid(True, axis="y", alpha=0.3)  # full-width rows: a line from the axis would read as a length
-        absolute.plot(total_ms, y, linestyle="none", marker="o", markersize=7, color="#333333")
+        absolute.errorbar(total_ms, y, xerr=error_ms, linestyle="none", marker="o", markersize=7, color="#333333",
+                          capsize=3)
         absolute.set_xscale("log")
         absolute.set_xlim(np.nanmin(total_ms) / 2, np.nanmax(total_ms) * 4)
         _plain_log_ticks(absolute, "x")
         absolute.set_xlabel("iteration time (ms, log scale: dots, not bars)")
     else:
-        absolute.barh(y, total_ms, color="#555555")
-        absolute.set_xlim(0, np.nanmax(total_ms) * 1.2 if np.nanmax(total_ms) > 0 else 1)
+        absolute.barh(y, total_ms, xerr=error_ms, color="#555555", capsize=3)
+        top_ms = np.nanmax(total_ms + (error_ms if error_ms is not None else 0))
+        absolute.set_xlim(0, top_ms * 1.2 if top_ms > 0 else 1)
         absolute.set_xlabel("iteration time (ms)")
-    for i, total in enumerate(total_ms):
-        absolute.annotate(f"{total:.3g} ms", (total, y[i]), xytext=(5, 0), textcoords="offset points",
+    for i, total in enumerate(total_ms):  # beside the bar, past its interval
+        end = total + error_ms[i] if error_ms is not None else total
+        absolute.annotate(f"{total:.3g} ms", (end, y[i]), xytext=(5, 0), textcoords="offset points",
                           va="center", fontsize="x-small")
     left_pct = np.zeros(len(bars))
     for column, label, colour in parts:
@@ -354,7 +390,7 @@ def plot_breakdown(frame: pd.DataFrame, axes: Sequence[Axis], title_end: str = "
         ax.grid(True, axis="x", alpha=0.3)
     fig.legend(loc="outside lower center", ncols=len(parts), fontsize="small")
     _title(fig, "Where an iteration goes: its length (left) and its shares of compute and exposed "
-                 "communication (right)" + title_end + note)
+                 "communication (right)" + note, fixed_words(frame, axes, PLOT_SETTINGS))
     return fig
 
 
@@ -382,19 +418,28 @@ def plot_counters(frame: pd.DataFrame, axes: Sequence[Axis], kind: str) -> Figur
     backends = sorted(frame["engine.backend"].unique())
     _title(fig, f"TCP loss recovery ({', '.join(backends)} backend{'s' if len(backends) > 1 else ''}): "
                 f"the {len(lossy)} {kind} runs that retransmitted"
-                 + (f"; the other {quiet} retransmitted nothing" if quiet else "") + note)
+                + (f"; the other {quiet} retransmitted nothing" if quiet else "") + note,
+           fixed_words(frame, axes, [c for c in PLOT_SETTINGS if c != "engine.backend"]))  # the title names it
     return fig
 
 
+def _two_fidelity_fixed(two: TwoFidelity) -> str:
+    """The settings every point of a two-fidelity dataset shares (its plots name both backends)."""
+    return fixed_words(two.points, swept_axes(two.points), [c for c in PLOT_SETTINGS if c != "engine.backend"])
+
+
 def plot_screen_vs_fine(two: TwoFidelity) -> Figure:
-    """Refined points: `fine_s` against `screen_s` (ms, log-log) with the line y = x; the
-    calibration sample, the top points and the at-risk points marked."""
+    """Refined points: `fine_s` against `screen_s` (ms; log-log where the times span
+    `SCATTER_LOG_RATIO` or more, else linear from zero) with the line y = x; the calibration sample,
+    the top points and the at-risk points marked."""
     refined = two.points[two.points["refined"]]
     fig = Figure(figsize=(7.0, 6.0), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     x, y = refined["screen_s"] * MS, refined["fine_s"] * MS
-    low, high = min(x.min(), y.min()) / 1.5, max(x.max(), y.max()) * 1.5
+    log = _is_wide([*x, *y], ratio=SCATTER_LOG_RATIO)  # a narrower span on log axes magnifies a small one
+    top = max(x.max(), y.max())
+    low, high = (min(x.min(), y.min()) / 1.5, top * 1.5) if log else (0.0, top * 1.1)
     ax.plot([low, high], [low, high], color="#888888", linestyle="--", linewidth=1, label="y = x (no error)")
     marks: list[tuple[pd.Series, dict[str, Any]]] = [
         (two.in_top[refined.index], dict(marker="o", s=70, facecolors="none", edgecolors="#55a868", linewidths=1.5,
@@ -404,17 +449,20 @@ def plot_screen_vs_fine(two: TwoFidelity) -> Figure:
     for mask, style in marks:
         if mask.any():
             ax.scatter(x[mask], y[mask], **style)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
-    _plain_log_ticks(ax, "x")
-    _plain_log_ticks(ax, "y")
+    if log:
+        _plain_log_ticks(ax, "x")
+        _plain_log_ticks(ax, "y")
     ax.set_xlabel(f"iteration time, {two.screen_backend} screen (ms)")
     ax.set_ylabel(f"iteration time, {two.fine_backend} (ms)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left")
-    _title(fig, f"Screen against refinement: {len(refined)} refined points of {len(two.points)}")
+    _title(fig, f"Screen against refinement: {len(refined)} refined points of {len(two.points)}"
+                + ("" if log else " (linear: the times span less than 10x)"), _two_fidelity_fixed(two))
     return fig
 
 
@@ -424,22 +472,24 @@ def plot_calibration(two: TwoFidelity) -> Figure:
     fig = Figure(figsize=(7.0, 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    groups = [("calibration sample", two.sample_errors * 100, "#4c72b0"),
-              ("all refined points", two.points["error"].dropna() * 100, "#888888")]
-    for row, (_label, values, colour) in enumerate(groups):
+    # hollow markers of two colours (no grey): overlapping points show through one another
+    groups = [("calibration sample", two.sample_errors * 100, COLOURS[0], "o"),
+              ("all refined points", two.points["error"].dropna() * 100, COLOURS[1], "s")]
+    for row, (label, values, colour, marker) in enumerate(groups):
         jitter = np.random.default_rng(row).uniform(-0.15, 0.15, len(values))  # fixed: same plot every time
-        ax.scatter(values, np.full(len(values), row) + jitter, s=18, color=colour, alpha=0.8)
+        ax.scatter(values, np.full(len(values), row) + jitter, s=30, marker=marker, facecolors="none",
+                   edgecolors=colour, linewidths=1.4, label=f"{label} ({len(values)})")
     band = two.band
     if band is not None:
-        ax.axvspan(band[0] * 100, band[1] * 100, color="#4c72b0", alpha=0.15, label="calibrated band")
-        ax.legend(fontsize="small", loc="lower right")
+        ax.axvspan(band[0] * 100, band[1] * 100, color=COLOURS[0], alpha=0.15, label="calibrated band")
+    fig.legend(fontsize="small", loc="outside lower center", ncols=3)
     ax.axvline(0, color="#444444", linewidth=1)
     everything = groups[1][1]
     if len(everything) and everything.abs().max() > 100:
         ax.set_xscale("symlog", linthresh=10)
-    ax.set_yticks(range(len(groups)), [f"{label} ({len(values)})" for label, values, _ in groups])
+    ax.set_yticks(range(len(groups)), [f"{label} ({len(values)})" for label, values, _, _ in groups])
     ax.set_ylim(-0.6, len(groups) - 0.4)
     ax.set_xlabel(f"screen error: {two.fine_backend} / {two.screen_backend} - 1 (%)")
     ax.grid(True, axis="x", alpha=0.3)
-    _title(fig, "How far the screen is from the refinement")
+    _title(fig, "How far the screen is from the refinement", _two_fidelity_fixed(two))
     return fig

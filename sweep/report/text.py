@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from ..replicate import mean_interval
 from ..schema import PRESET_COLUMNS
 from ..store import QUARANTINE, quarantined_parts
-from .axes import Axis, at, backend_classes, describe, fmt, is_config_column, key_words, row_keys, swept_axes
+from .axes import (
+    Axis,
+    at,
+    backend_classes,
+    describe,
+    fmt,
+    is_config_column,
+    key_words,
+    point_means,
+    point_runs,
+    replicated,
+    row_keys,
+    swept_axes,
+)
 from .reading import Dataset, exposed_from_collectives
 
 MS = 1e3  # s -> ms
@@ -41,8 +54,22 @@ def ms(value: Any, digits: int = 4) -> str:
 
 
 def count(value: Any) -> str:
-    """An integer count with thousands separators, or `n/a`."""
-    return "n/a" if value is None or pd.isna(value) else f"{int(value):,}"
+    """A count with thousands separators (a mean over seeds with one decimal), or `n/a`."""
+    if value is None or pd.isna(value):
+        return "n/a"
+    return f"{int(value):,}" if float(value).is_integer() else f"{float(value):,.1f}"
+
+
+def mean_pm(row: pd.Series, metric: str) -> str:
+    """A point's mean of `metric` in ms, with ± the half-width of its 95 % interval where it has one."""
+    half_width = row.get("half_width_s", math.nan)
+    return ms(row[metric]) if pd.isna(half_width) else f"{ms(row[metric])} ± {ms(half_width, 2)}"
+
+
+def interval_pct(row: pd.Series, metric: str) -> str:
+    """The half-width of a point's interval in percent of its mean, or `n/a`."""
+    half_width = row.get("half_width_s", math.nan)
+    return "n/a" if pd.isna(half_width) or not row[metric] else f"{100 * half_width / abs(row[metric]):.3g}"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
@@ -67,44 +94,71 @@ def waited_for_rto(flows: pd.DataFrame, unit: str) -> str:
 
 def _per_axis_tables(frame: pd.DataFrame, axes: Sequence[Axis], metric: str, what: str,
                      extra: Sequence[tuple[str, str]]) -> list[str]:
+    """Per axis and value: the runs, mean, min and max of `metric` and the means of `extra`; where seeds
+    replicate points, over the points' means (min and max of the means, not of single seeds)."""
     lines: list[str] = []
+    seeded = replicated(frame, axes)
+    points = point_means(frame, axes, metric, [c for c, _ in extra]) if seeded else frame
     for axis in axes:
         lines += ["", f"**{axis.label}** (`{axis.key}`)", ""]
         rows = []
         for value in axis.order:
-            part = at(frame, axis, value)
+            part = at(points, axis, value)
             if part.empty:
                 continue
             y = part[metric].astype(float)
-            rows.append([fmt(value), len(part), ms(y.mean()), ms(y.min()), ms(y.max()),
-                         *(ms(part[c].astype(float).mean()) for c, _ in extra)])
-        lines += table([axis.key, "runs", f"mean {what} (ms)", "min (ms)", "max (ms)",
-                        *(f"mean {label} (ms)" for _, label in extra)], rows)
+            rows.append([fmt(value), *([len(part), int(part["seeds"].sum())] if seeded else [len(part)]),
+                         ms(y.mean()), ms(y.min()), ms(y.max()), *(ms(part[c].astype(float).mean()) for c, _ in extra)])
+        lines += table([axis.key, *(["points", "runs (seeds)"] if seeded else ["runs"]), f"mean {what} (ms)",
+                        "min (ms)", "max (ms)", *(f"mean {label} (ms)" for _, label in extra)], rows)
     return lines
 
 
 def _ranking(frame: pd.DataFrame, axes: Sequence[Axis], metric: str, columns: Sequence[tuple[str, str, str]]
              ) -> list[str]:
-    """The runs by `metric`, fastest first: all of them, or the fastest and slowest few."""
+    """The runs by `metric` (`columns[0]`), fastest first: all of them, or the fastest and slowest few.
+    Where seeds replicate points, the points by their means: `metric` as mean ± the half-width of its
+    95 % Student-t interval, with the number of seeds, the other columns as means."""
+    seeded = replicated(frame, axes)
+    what = "points" if seeded else "runs"
+    if seeded:
+        frame = point_means(frame, axes, metric, [c for c, _, _ in columns])
     ranked = frame.sort_values(metric, kind="stable")
     if len(ranked) > MAX_LISTED:
         shown = pd.concat([ranked.head(EXTREMES), ranked.tail(EXTREMES)])
-        title = f"The {EXTREMES} fastest and {EXTREMES} slowest of {len(ranked)} runs"
+        title = f"The {EXTREMES} fastest and {EXTREMES} slowest of {len(ranked)} {what}"
     else:
-        shown, title = ranked, "All runs, fastest first"
+        shown, title = ranked, f"All {what}, fastest first"
     rank = {run: i + 1 for i, run in enumerate(ranked["run_id"])}
-    rows = [[rank[row["run_id"]], *(ms(row[c]) if kind == "ms" else count(row[c]) for c, _, kind in columns),
-             describe(row, axes), f"`{row['run_id']}`"] for _, row in shown.iterrows()]
-    return ["", f"{title}:", "", *table(["#", *(label for _, label, _ in columns), "configuration", "run_id"], rows)]
+    headers = ["#", *(label for _, label, _ in columns), "configuration", "run_id"]
+    if seeded:
+        title += (" (each point: the mean of its seeds ± the half-width of its 95 % Student-t confidence interval; "
+                  "run_id: its first seed's)")
+        headers[1:2] = [f"{columns[0][1]}: mean ± 95 %", "seeds", "± (% of mean)"]
+    rows = []
+    for _, row in shown.iterrows():
+        cells = [ms(row[c]) if kind == "ms" else count(row[c]) for c, _, kind in columns]
+        if seeded:
+            cells[0:1] = [mean_pm(row, metric), count(row["seeds"]), interval_pct(row, metric)]
+        rows.append([rank[row["run_id"]], *cells, describe(row, axes), f"`{row['run_id']}`"])
+    return ["", f"{title}:", "", *table(headers, rows)]
 
 
 def _extremes(frame: pd.DataFrame, axes: Sequence[Axis], metric: str, what: str) -> list[str]:
-    ranked = frame.sort_values(metric, kind="stable")
+    """The fastest and slowest run (where seeds replicate points: point, by its mean)."""
+    seeded = replicated(frame, axes)
+    ranked = (point_means(frame, axes, metric, []) if seeded else frame).sort_values(metric, kind="stable")
+
+    def words(row: pd.Series) -> str:
+        if seeded:
+            return (f"**{mean_pm(row, metric)} ms** {what} (mean of {row['seeds']} seeds) — {describe(row, axes)} "
+                    f"(first seed's run `{row['run_id']}`)")
+        return f"**{ms(row[metric])} ms** {what} — {describe(row, axes)} (run `{row['run_id']}`)"
+
     fastest, slowest = ranked.iloc[0], ranked.iloc[-1]
     if len(ranked) == 1:
-        return [f"- **{ms(fastest[metric])} ms** {what} — {describe(fastest, axes)} (run `{fastest['run_id']}`)"]
-    return [f"- Fastest: **{ms(fastest[metric])} ms** {what} — {describe(fastest, axes)} (run `{fastest['run_id']}`)",
-            f"- Slowest: **{ms(slowest[metric])} ms** {what} — {describe(slowest, axes)} (run `{slowest['run_id']}`)"]
+        return [f"- {words(fastest)}"]
+    return [f"- Fastest: {words(fastest)}", f"- Slowest: {words(slowest)}"]
 
 
 def setting_lines(runs: pd.DataFrame, axes: Sequence[Axis]) -> list[str]:
@@ -118,13 +172,21 @@ def setting_lines(runs: pd.DataFrame, axes: Sequence[Axis]) -> list[str]:
     return lines + ([f"Settings every run shares: {', '.join(fixed)}."] if fixed else [])
 
 
-def axes_lines(axes: Sequence[Axis]) -> list[str]:
-    """The swept parameters: values and config columns."""
+def axes_lines(runs: pd.DataFrame, axes: Sequence[Axis]) -> list[str]:
+    """The swept parameters: values and config columns; and the seeds, where they replicate points."""
+    seeded = replicated(runs, axes)
     if not axes:
-        return ["Nothing was swept: every run has the same configuration."]
-    rows = [[f"`{a.key}`", a.words, a.unit or "", ", ".join(fmt(v) for v in a.order),
-             ", ".join(f"`{c}`" for c in a.columns)] for a in axes]
-    return table(["axis", "in words", "unit", "values", "config columns"], rows)
+        return [f"Nothing was swept: every run has the same configuration{' but its seed' if seeded else ''}."]
+    lines = table(["axis", "in words", "unit", "values", "config columns"],
+                  [[f"`{a.key}`", a.words, a.unit or "", ", ".join(fmt(v) for v in a.order),
+                    ", ".join(f"`{c}`" for c in a.columns)] for a in axes])
+    if seeded:
+        seeds = [len(part) for part in point_runs(runs, axes)]
+        per_point = f"{min(seeds)}" if min(seeds) == max(seeds) else f"{min(seeds)} to {max(seeds)}"
+        lines += ["", f"Seeds replicate the points ({per_point} runs a point, which differ only by `seed`: no "
+                  "parameter): each point is drawn and ranked by its mean, with the 95 % Student-t confidence "
+                  "interval of that mean (mean ± half-width)."]
+    return lines
 
 
 def training_section(dataset: Dataset, training: pd.DataFrame, axes: Sequence[Axis]) -> list[str]:
@@ -162,31 +224,6 @@ def training_section(dataset: Dataset, training: pd.DataFrame, axes: Sequence[Ax
                       "embedding all-to-all and weight-gradient all-reduces), e.g. "
                       + ", ".join(f"`{run}` by {ms(value)} ms" for run, value in differ.head(3).items()) + "."]
     return lines
-
-
-def replicate_lines(runs: pd.DataFrame, axes: Sequence[Axis], metric: str, what: str) -> list[str]:
-    """Where seeds replicate points (a `seed` axis): each point's mean of `metric` over its seeds with
-    the 95 % Student-t confidence interval (`replicate.until_ci_pct` sweeps; any grid with seeds)."""
-    if not any(axis.key == "seed" for axis in axes):
-        return []
-    others = [axis.key for axis in axes if axis.key != "seed"]
-    groups = runs.groupby(others, dropna=False, sort=False) if others else [((), runs)]
-    rows = []
-    for values, group in groups:
-        values = values if isinstance(values, tuple) else (values,)
-        samples = [float(value) for value in group[metric].dropna()]
-        if len(samples) < 2:
-            continue
-        mean, half_width = mean_interval(samples)
-        point = " ".join(f"`{key}={fmt(value)}`" for key, value in zip(others, values)) or "every run"
-        rows.append([point, len(samples), ms(mean), ms(half_width),
-                     f"{100 * half_width / abs(mean):.2g}" if mean else "n/a"])
-    if not rows:
-        return []
-    return ["", f"### {what[0].upper()}{what[1:]} over seeds: mean and 95 % interval", "",
-            f"Each point's runs differ only by `seed`: their mean {what} and the half-width of its 95 % Student-t "
-            "confidence interval (mean +- half-width).", "",
-            *table(["point", "seeds", "mean (ms)", "+- (ms)", "+- (% of mean)"], rows)]
 
 
 def flows_section(dataset: Dataset, flow_runs: pd.DataFrame, axes: Sequence[Axis]) -> list[str]:

@@ -21,7 +21,7 @@ from ...simulation import Simulation
 from ...system.collectives import SystemLayer
 from ...system.messages import MessageLog
 from ...units import s_to_ps
-from ..base import MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
+from ..base import EVENT_RATE_COLUMNS, MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
 from ..names import BACKEND_NAMES
 from . import build
 from .helper import NS3_TCP_KEYS, NS3_TOPOLOGIES, Ns3Messages
@@ -49,7 +49,7 @@ class Ns3Backend(NetworkBackend):
     """Messages over ns-3 TCP connections (`Ns3Messages`), one per ordered pair of NPUs."""
 
     DESCRIPTION = "ns-3's TCP/IP behind netsweep's system layer"
-    FILLS = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS) - {"max_queue_kb"}
+    FILLS = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS + EVENT_RATE_COLUMNS) - {"max_queue_kb"}
     ECN_THRESHOLD_SETS_QUEUE = True
     FIDELITY_RANK = 5
 
