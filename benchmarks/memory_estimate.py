@@ -1,6 +1,7 @@
 """A run's memory estimate against its measured peak, for every backend (run on demand).
 
-Each case runs the single-run command as a user would, in a child process, with no memory declared:
+Each case runs the single-run command as a user would, in a child process (in an empty folder, with the
+netsweep this Python has installed), with no memory declared:
 
     python -m sweep <overrides> results_dir=<tmp> name=mem
 
@@ -26,7 +27,6 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
 
 DLRM = ("workload=astra_dlrm", "workload.iterations=1")
 # 16 a leaf, 2 spines (8:1), 128 KiB, NewReno: the hybrid's validation fabric (docs/hybrid-backend.md)
@@ -57,7 +57,7 @@ def measure_case(name: str, overrides: tuple[str, ...]) -> dict:
     with tempfile.TemporaryDirectory() as results_dir, tempfile.TemporaryFile("w+") as stderr:
         start = time.perf_counter()
         child = subprocess.Popen([sys.executable, "-m", "sweep", *overrides, f"results_dir={results_dir}",
-                                  "name=mem"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+                                  "name=mem"], cwd=results_dir, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         _, status, usage = os.wait4(child.pid, 0)  # this child's own resource use, its peak among it
         child.returncode = os.waitstatus_to_exitcode(status)
         wall_s = time.perf_counter() - start
