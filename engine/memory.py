@@ -1,15 +1,14 @@
 """How much memory a run will need, estimated from its config before it runs.
 
-A sweep declares this to its scheduler (Ray's `memory` resource), so that it never starts more big runs
-at once than a machine holds, and holds each run to it. Each backend gives its estimate
-(`NetworkBackend.estimate_bytes`, engine/backends/; `engine.estimate_run_bytes` asks the run's) from the
-share every run has, `process_bytes`: the process, its messages (an entry in the message log and, at the
-end, a `flows` row in columns) and its links, plus what only it holds (the packet backend's TCP
-connections, one per NPU pair that talks; the ns3 backend's helper process; the phase backend's arrays).
-The constants are upper ends of what runs measured (peak resident memory of `python -m sweep` on DLRM
-iterations of 64 to 1,024 NPUs on leaf-spine, packet and analytical backends: 1,024 NPUs, 16.8 million
-messages, took 3.7 GiB on the packet backend with its 1.05 million connections, 2.8 GiB on the
-analytical one), so the estimate errs on the large side.
+A sweep reserves this with its scheduler (Ray's `memory` resource), so that it never starts more big runs
+at once than a machine holds; it is a guess for scheduling, never a limit (sweep/memory.py). Each backend
+gives its estimate (`NetworkBackend.estimate_bytes`, engine/backends/; `engine.estimate_run_bytes` asks the
+run's) from the share every run has, `process_bytes`: the process, its messages (an entry in the message
+log and, at the end, a `flows` row in columns) and its links, plus what only it holds (the packet
+backend's TCP connections, one per NPU pair that talks; the ns3 backend's helper process; the phase
+backend's arrays; the hybrid's reduced networks). The constants are fitted to the peaks that
+`benchmarks/memory_estimate.py` measured (docs/running.md, "Memory": every backend, 64 to 9,216 NPUs), so
+that each estimate is at or above its run's peak and at most twice it.
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from .workload.chakra import SEND, read_trace, trace_collectives
 from .workload.flows import pattern_pairs
 from .workload.layers import workload_spec
 
-BASE_BYTES = 400 * 2**20  # a worker process with the engine, pandas and pyarrow loaded, and headroom
+BASE_BYTES = 250 * 2**20  # a process with the engine, pandas and pyarrow loaded (~150 MiB measured), and headroom
 BYTES_PER_MESSAGE = 256  # its log entry, its `flows` columns, its share of the messages in flight
 BYTES_PER_LINK = 1_024
 LINKS_PER_NPU = 4  # every topology has a few links per host
