@@ -574,6 +574,10 @@ class TcpSender(HostSender):
             self.snd_una = ack
             if self.snd_nxt < ack:
                 self.snd_nxt = ack
+            if self.below_head is not None:
+                # what was acknowledged has long been sent: let go of it (and of all sent before it)
+                # now, else a connection that falls idle holds its last window's packets for good
+                self._bytes_below_tcp(now)
             if self.sacked is not None:
                 self._forget_sacked_below(ack)
             newly_sacked = self._merge_sack(pkt.sack_blocks) if pkt.sack_blocks else 0
