@@ -208,8 +208,10 @@ class TcpSender(HostSender):
     Below TCP, on a host whose interface is a `HostNic` (`host_nic`), the sender keeps what it has
     handed the interface and not yet seen serialised (its packets from `below_head` to `below_tail`,
     linked through `Packet.next_below`, each with its end of serialisation; `bytes_below_tcp` their
-    sizes, an upper bound until `_bytes_below_tcp` drops those gone) and sends no more while TCP Small Queues' limit is
-    exceeded (woken at `tsq_wake_ps`) or the qdisc is full (`waiting_for_room`, woken by the NIC).
+    sizes, an upper bound until `_bytes_below_tcp` drops those gone, as it does before each TSQ check
+    and on each ACK of new data, so that an idle connection holds none of its packets) and sends no
+    more while TCP Small Queues' limit is exceeded (woken at `tsq_wake_ps`) or the qdisc is full
+    (`waiting_for_room`, woken by the NIC).
     Only the segments it sends in a loop (new data, go-back-N, SACK recovery) wait so; those sent one
     at a time (the first fast retransmission, a partial ACK's, limited transmit, a loss probe) go at
     once, as Linux's tcp_retransmit_skb does not ask TSQ.
@@ -574,6 +576,10 @@ class TcpSender(HostSender):
             self.snd_una = ack
             if self.snd_nxt < ack:
                 self.snd_nxt = ack
+            if self.below_head is not None:
+                # what was acknowledged has long been sent: let go of it (and of all sent before it)
+                # now, else a connection that falls idle holds its last window's packets for good
+                self._bytes_below_tcp(now)
             if self.sacked is not None:
                 self._forget_sacked_below(ack)
             newly_sacked = self._merge_sack(pkt.sack_blocks) if pkt.sack_blocks else 0
