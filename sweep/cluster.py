@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TextIO
 
 from .internals import (
     ask_gcs,
+    auto_address,
     client_auth_metadata,
     driver_messages_to,
     ping_client_server,
@@ -137,12 +138,22 @@ def _host_port(address: str) -> tuple[str, int]:
 
 def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
     """Raise ConnectionError if nothing accepts connections at a `host:port` or `ray://host:port`
-    address: `ray.init` would keep retrying for many minutes (`auto` fails fast by itself)."""
+    address, or at the one `auto` finds (`sweep.internals.auto_address`): `ray.init` would keep
+    retrying for many minutes (824 s for an `auto` whose head died and left Ray's current-cluster file)."""
+    where = ""
     if address == "auto":
-        return
+        found = auto_address()
+        if found is None:  # none found: `ray.init` fails at once, and says so
+            return
+        address, where = found
     try:
         socket.create_connection(_host_port(address), timeout=timeout_s).close()
     except OSError as exc:
+        if where:
+            raise ConnectionError(
+                f"ray.address=auto found the Ray cluster at {address} (from {where}), but nothing answers there "
+                f"({exc.strerror or exc}): its head has stopped. Run `ray stop` to forget it, or give "
+                "ray.address=host:port of a running cluster (null: a local Ray)") from None
         raise ConnectionError(f"no Ray cluster answers at ray.address={address}: {exc}") from None
 
 

@@ -404,3 +404,39 @@ def test_nothing_was_written_or_changed(outcomes: dict) -> None:
     changed = {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
     assert not changed, sorted(changed)
     assert not (outcomes["root"] / "escape").exists() and not (outcomes["root"] / "results" / "a").exists()
+
+
+# `python -m sweep` where Ray finds no Ray process running on this machine: with exactly one running
+# (another sweep's, a test's), `auto` joins that one whatever the current-cluster file says
+_NO_OTHER_RAY = r"""
+import runpy, sys
+import ray._private.services
+ray._private.services._find_address_from_flag = lambda flag: set()
+sys.argv = ["sweep", *sys.argv[1:]]
+runpy.run_module("sweep", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_auto_address_whose_head_died_is_refused_at_once(tmp_path: Path) -> None:
+    """`ray.address=auto` where a crashed head left Ray's current-cluster file behind (here a file of this
+    test's own, `$RAY_TMPDIR/ray/ray_current_cluster`, naming a loopback port nothing listens on): one
+    line that says what to do, at once, not `ray.init`'s 824 s of retries; exit 2, nothing written."""
+    with socket.socket() as probe:  # a loopback port that was free a moment ago, closed: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    (tmp_path / "ray").mkdir()
+    current = tmp_path / "ray" / "ray_current_cluster"
+    current.write_text(dead)
+    (tmp_path / "cwd").mkdir()
+    env = {key: value for key, value in _environment().items() if key != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", _NO_OTHER_RAY, "-m", "ray.address=auto", "seed=1",
+                           f"results_dir={tmp_path / 'results'}", "engine.backend=analytical", "workload=collective",
+                           "network.npus=4"], capture_output=True, text=True, cwd=tmp_path / "cwd", timeout=120,
+                          env={**env, "RAY_TMPDIR": str(tmp_path)})
+    assert done.returncode == EXIT_BAD_CONFIG, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    for piece in (f"ray.address=auto found the Ray cluster at {dead} (from {current})", "its head has stopped",
+                  "`ray stop`", "ray.address=host:port"):
+        assert piece in lines[0], (piece, lines[0])
+    assert sorted(path.name for path in tmp_path.rglob("*")) == ["cwd", "ray", "ray_current_cluster"]
