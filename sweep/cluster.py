@@ -252,11 +252,15 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
     """Send what this process writes to file descriptor 2 (Ray's C++ and Python logging) to the end
     of `log_path`, under a line with the time and `title`, while `sys.stderr` (the sweep's own
     messages) keeps writing to where descriptor 2 went before; yields a text stream to the log.
-    Restored on leaving; if anything was logged, one line on `sys.stderr` says where (not after a
-    ConnectionError: its one line says it all)."""
+    Restored on leaving; if anything was logged, one line on `sys.stderr` says where. A ConnectionError
+    (a cluster that refuses the sweep) leaves nothing written: the log and the directories made for it
+    are as they were, and its one line says it all."""
     sys.stderr.flush()
+    made = [folder for folder in (log_path.parent, *log_path.parent.parents) if not folder.exists()]
+    existed = log_path.exists()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+    old_bytes = log.tell()
     log.write(f"=== {datetime.now(UTC).isoformat(timespec='seconds')} pid {os.getpid()}: {title}\n")
     start_bytes = log.tell()
     terminal_fd = os.dup(2)
@@ -282,7 +286,14 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
         terminal.close()  # closes terminal_fd, not descriptor 2
         log.flush()
         logged = not refused and os.fstat(log.fileno()).st_size > start_bytes
+        if refused:
+            log.truncate(old_bytes)
         log.close()
+        if refused and not existed:
+            log_path.unlink()
+            with contextlib.suppress(OSError):  # one that holds something else now stays
+                for folder in made:  # innermost first
+                    folder.rmdir()
         if logged:
             print(f"ray: Ray's own messages of this sweep are in {log_path}", file=sys.stderr)
 

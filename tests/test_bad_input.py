@@ -440,3 +440,20 @@ def test_auto_address_whose_head_died_is_refused_at_once(tmp_path: Path) -> None
                   "`ray stop`", "ray.address=host:port"):
         assert piece in lines[0], (piece, lines[0])
     assert sorted(path.name for path in tmp_path.rglob("*")) == ["cwd", "ray", "ray_current_cluster"]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_refused_cluster_leaves_the_ray_log_as_it_was(tmp_path: Path, existing: bool) -> None:
+    """What Ray wrote while a cluster refused the sweep (a ConnectionError inside `stderr_to_log`) is
+    taken back: a log that was not there is gone with the directories made for it, an older one keeps
+    its bytes."""
+    from sweep.cluster import stderr_to_log
+
+    log = tmp_path / "results" / "name" / "_ray.log"
+    if existing:
+        log.parent.mkdir(parents=True)
+        log.write_text("an earlier sweep's lines\n")
+    with pytest.raises(ConnectionError), stderr_to_log(log, "ray.address=somewhere"):
+        os.write(2, b"Ray's retries\n")
+        raise ConnectionError("refused")
+    assert log.read_text() == "an earlier sweep's lines\n" if existing else not (tmp_path / "results").exists()
