@@ -166,20 +166,35 @@ def search_space(lines: Sequence[str]) -> SearchSpace:
     return SearchSpace(distributions, tuple(fixed))
 
 
-def check_objectives(objectives: Sequence[str], directions: Sequence[str]) -> None:
-    """Raise `engine.ConfigError` unless every objective is a numeric `runs` column and every
-    direction `minimize` or `maximize`, one per objective."""
-    for objective in objectives:
-        if objective not in numeric_runs_columns():
-            raise engine.ConfigError("hydra.sweeper.objective", objective,
+def _words(value: Any) -> list[Any]:
+    """A setting that is a word or a list of them, as a list (empty for anything else: null, a number)."""
+    if isinstance(value, str):
+        return [value]
+    return list(value) if isinstance(value, Sequence) else []
+
+
+def check_objectives(objective: Any, direction: Any) -> tuple[list[str], list[str]]:
+    """`hydra.sweeper.objective` and `hydra.sweeper.direction` (each a word or a list of them) as
+    lists; raise `engine.ConfigError` unless there is at least one objective, each a numeric `runs`
+    column, and one direction per objective, each `minimize` or `maximize`."""
+    objectives = _words(objective)
+    if not objectives:
+        raise engine.ConfigError("hydra.sweeper.objective", objective,
+                                 "a numeric column of the runs table, such as iteration_time_s, or a non-empty "
+                                 "list of them")
+    for name in objectives:
+        if not isinstance(name, str) or name not in numeric_runs_columns():
+            raise engine.ConfigError("hydra.sweeper.objective", name,
                                      "a numeric column of the runs table, such as iteration_time_s, comm_s, "
                                      "max_fct_s or timeouts (docs/results.md), or a list of them")
-    for direction in directions:
-        if direction not in DIRECTIONS:
-            raise engine.ConfigError("hydra.sweeper.direction", direction, "minimize or maximize, or a list of them")
+    directions = _words(direction)
+    for name in directions:
+        if name not in DIRECTIONS:
+            raise engine.ConfigError("hydra.sweeper.direction", name, "minimize or maximize, or a list of them")
     if len(directions) != len(objectives):
-        raise engine.ConfigError("hydra.sweeper.direction", list(directions),
+        raise engine.ConfigError("hydra.sweeper.direction", direction,
                                  f"one direction per objective ({len(objectives)}: {', '.join(objectives)})")
+    return objectives, directions
 
 
 def trial_values(row: Mapping[str, Any], objectives: Sequence[str]) -> list[float] | None:

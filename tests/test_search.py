@@ -53,10 +53,15 @@ def test_a_stored_row_is_a_point_of_the_space_only_with_every_value_in_it() -> N
 
 
 def test_objectives_are_numeric_runs_columns_with_a_direction_each() -> None:
-    check_objectives(["iteration_time_s", "timeouts"], ["minimize", "maximize"])
+    assert check_objectives(["iteration_time_s", "timeouts"], ["minimize", "maximize"]) == (
+        ["iteration_time_s", "timeouts"], ["minimize", "maximize"])
+    assert check_objectives("comm_s", "maximize") == (["comm_s"], ["maximize"])
     for objectives, directions, message in ((["iteration_time"], ["minimize"], "hydra.sweeper.objective"),
                                             (["status"], ["minimize"], "numeric column"),
+                                            (None, "minimize", "objective=None .* a non-empty list"),
+                                            ([], [], "objective=\\[\\] .* a non-empty list"),
                                             (["comm_s"], ["lower"], "minimize or maximize"),
+                                            (["comm_s"], None, "one direction per objective"),
                                             (["comm_s"], ["minimize", "minimize"], "one direction per objective")):
         with pytest.raises(engine.ConfigError, match=message):
             check_objectives(objectives, directions)

@@ -146,8 +146,8 @@ class OptunaSweeper(LaunchingSweeper):
     def __init__(self, objective: Any = "iteration_time_s", direction: Any = "minimize", n_trials: int = 20,
                  n_jobs: int = 2, sampler: Any = None, params: dict[str, str] | None = None) -> None:
         super().__init__(params)
-        self.objectives = [objective] if isinstance(objective, str) else list(objective)
-        self.directions = [direction] if isinstance(direction, str) else list(direction)
+        self.objective = objective  # as given: checked and made lists in `sweep`, where a mistake is one line
+        self.direction = direction
         self.n_trials = n_trials
         self.n_jobs = n_jobs
         self.sampler = sampler
@@ -168,7 +168,7 @@ class OptunaSweeper(LaunchingSweeper):
             print(f"error: {SEARCH_EXTRA_HINT}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
         try:
-            check_objectives(self.objectives, self.directions)
+            objectives, directions = check_objectives(self.objective, self.direction)
             for key, value, valid in (("n_trials", self.n_trials, self.n_trials >= 1),
                                       ("n_jobs", self.n_jobs, self.n_jobs >= 1)):
                 if not valid:
@@ -186,11 +186,11 @@ class OptunaSweeper(LaunchingSweeper):
             sampler_config["seed"] = int(self.config.seed)  # the same command proposes the same points
         sampler = instantiate(sampler_config) if sampler_config else None
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(directions=self.directions, sampler=sampler)
-        search = Search(study, space, self.objectives, self.launcher, self.n_trials, self.n_jobs)
+        study = optuna.create_study(directions=directions, sampler=sampler)
+        search = Search(study, space, objectives, self.launcher, self.n_trials, self.n_jobs)
         print(f"search: {self.n_trials} trials, {self.n_jobs} at a time, {type(study.sampler).__name__} "
               f"over {', '.join(space.distributions)}; objective "
-              f"{', '.join(f'{d} {o}' for d, o in zip(self.directions, self.objectives))}")
+              f"{', '.join(f'{d} {o}' for d, o in zip(directions, objectives))}")
         self.launcher.check_settings_or_exit()
         with self.launcher.ray_kept_up():
             search.run()
