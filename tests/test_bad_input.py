@@ -180,6 +180,16 @@ MISTAKES = [
             EXIT_BAD_CONFIG, ("hydra.sweeper.objective=None", "a non-empty list"), multirun=True),
     Mistake("search-objective-empty", "hydra/sweeper=optuna hydra.sweeper.objective=[] seed=1,2",
             EXIT_BAD_CONFIG, ("hydra.sweeper.objective=[]", "a non-empty list"), multirun=True),
+    # a search is checked as a grid is before Ray starts: its objective on every backend, its values' corners
+    Mistake("search-objective-not-filled", "hydra/sweeper=optuna engine.backend=phase hydra.sweeper.objective="
+            "retransmits network.link_gbps=25,100", EXIT_BAD_CONFIG,
+            ("hydra.sweeper.objective='retransmits'", "engine.backend=phase", "leaves retransmits empty"),
+            multirun=True),
+    Mistake("search-value-backend-refuses", "hydra/sweeper=optuna engine.backend=hybrid "
+            "system.all_reduce=ring,halving_doubling", EXIT_BAD_CONFIG,
+            ("system.all_reduce='halving_doubling'", "engine.backend=hybrid", "(search point: "), multirun=True),
+    Mistake("search-interval-end-wrong", "hydra/sweeper=optuna network.link_gbps=interval(-5,100)", EXIT_BAD_CONFIG,
+            ("network.link_gbps=-5.0", "a number > 0", "(search point: "), multirun=True),
     Mistake("search-direction-typo", "hydra/sweeper=optuna hydra.sweeper.direction=minimise seed=1,2",
             EXIT_BAD_CONFIG, ("hydra.sweeper.direction='minimise'", "minimize or maximize"), multirun=True),
     Mistake("search-directions-count", "hydra/sweeper=optuna hydra.sweeper.direction=[minimize,maximize] seed=1,2",

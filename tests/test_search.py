@@ -18,7 +18,7 @@ from sweep_support import compose_config
 import engine
 from sweep.plan import plan
 from sweep.runner import measure
-from sweep.search import Search, check_objectives, search_space
+from sweep.search import CORNERS_MAX, Search, check_objectives, corner_points, search_space
 from sweep.store import load_runs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -50,6 +50,18 @@ def test_a_stored_row_is_a_point_of_the_space_only_with_every_value_in_it() -> N
     for key, outside in (("network.spines", 3), ("tcp", "cubic"), ("system.splits", 4), ("network.buffer_kb", 2048.0),
                          ("network.ecn_threshold_kb", 10.0)):
         assert space.params_of({**row, key: outside}) is None, key
+
+
+def test_the_corners_of_a_space_are_its_choices_and_its_ends() -> None:
+    """What is checked before a search starts: every choice and both ends of each range and interval,
+    in all combinations; past `CORNERS_MAX` of them, one parameter at a time."""
+    space = search_space(["tcp=newreno,cubic", "network.spines=range(1,9)", "network.link_gbps=interval(10,100)",
+                          "seed=3"])
+    corners = corner_points(space)
+    assert len(corners) == 2 * 2 * 2
+    assert ["seed=3", "tcp=cubic", "network.spines=8", "network.link_gbps=10.0"] in corners
+    wide = search_space([f"x{index}=1,2,3,4" for index in range(5)])  # 4**5 = 1,024 combinations
+    assert 4 ** 5 > CORNERS_MAX and len(corner_points(wide)) == 5 * 4
 
 
 def test_objectives_are_numeric_runs_columns_with_a_direction_each() -> None:

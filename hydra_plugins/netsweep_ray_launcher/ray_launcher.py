@@ -155,7 +155,7 @@ class OptunaSweeper(LaunchingSweeper):
     def sweep(self, arguments: list[str]) -> Any:
         import engine
         from sweep.cli import EXIT_BAD_CONFIG
-        from sweep.search import SEARCH_EXTRA_HINT, Search, check_objectives, search_space
+        from sweep.search import SEARCH_EXTRA_HINT, Search, check_objectives, corner_points, search_space
 
         assert self.config is not None
         if not isinstance(self.launcher, RayNetsweepLauncher):
@@ -181,6 +181,8 @@ class OptunaSweeper(LaunchingSweeper):
         except (engine.ConfigError, OverrideParseException) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
+        self.launcher.check_settings_or_exit()
+        self.launcher.check_search_or_exit(corner_points(space), objectives)
         sampler_config = dict(OmegaConf.to_container(self.sampler, resolve=True)) if self.sampler else {}
         if "seed" in sampler_config and sampler_config["seed"] is None:
             sampler_config["seed"] = int(self.config.seed)  # the same command proposes the same points
@@ -191,7 +193,6 @@ class OptunaSweeper(LaunchingSweeper):
         print(f"search: {self.n_trials} trials, {self.n_jobs} at a time, {type(study.sampler).__name__} "
               f"over {', '.join(space.distributions)}; objective "
               f"{', '.join(f'{d} {o}' for d, o in zip(directions, objectives))}")
-        self.launcher.check_settings_or_exit()
         with self.launcher.ray_kept_up():
             search.run()
         return []
@@ -435,6 +436,30 @@ class RayNetsweepLauncher(Launcher):
         except engine.ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
+
+    def check_search_or_exit(self, points: Sequence[Sequence[str]], objectives: Sequence[str]) -> None:
+        """Before a search starts Ray, its points (`sweep.search.corner_points`) are checked as a grid's
+        are (every point must run, unless `skip_refused` lets its backend refuse it) and each objective
+        against every backend among them (`sweep.search.check_filled`): a mistake ends the command, one
+        line, exit 2."""
+        import engine
+        from sweep.cli import EXIT_BAD_CONFIG
+        from sweep.plan import GridError, plan
+        from sweep.search import check_filled
+
+        refused: list[Any] | None = [] if self.skip_refused else None
+        for overrides in points:
+            problem = None
+            try:
+                runs = plan([overrides], self._grid_composer().compose, refused)
+                check_filled(objectives, [run.sim_config.engine.backend for run in runs])
+            except GridError as exc:  # its message counts grid points: this is a point of the search
+                problem = f"{exc.__cause__} (search point: {' '.join(overrides)})"
+            except engine.ConfigError as exc:
+                problem = str(exc)
+            if problem is not None:
+                print(f"error: {problem}", file=sys.stderr)
+                raise SystemExit(EXIT_BAD_CONFIG)
 
     def _plan_one(self, overrides: Sequence[str]) -> Any:
         """The planned run of one search point, or why it cannot run (a string)."""
