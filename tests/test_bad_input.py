@@ -87,6 +87,14 @@ MISTAKES = [
     # out of range
     Mistake("negative-bandwidth", "network.link_gbps=-5", EXIT_BAD_CONFIG, ("network.link_gbps=-5.0", "> 0")),
     Mistake("zero-bandwidth", "network.link_gbps=0", EXIT_BAD_CONFIG, ("network.link_gbps=0.0", "> 0")),
+    # a rate in its base unit (bit/s, FLOP/s) where the key's unit is asked: absurd by a factor of a billion
+    Mistake("bandwidth-in-bits", "network.link_gbps=100e9", EXIT_BAD_CONFIG,
+            ("network.link_gbps=100000000000.0", "a rate in Gb/s, at most 1,000,000", "bit/s",
+             "network.link_gbps=100)")),
+    Mistake("uplink-in-bits", "network=leaf_spine network.uplink_gbps=4e11", EXIT_BAD_CONFIG,
+            ("network.uplink_gbps=400000000000.0", "bit/s", "network.uplink_gbps=400)")),
+    Mistake("tflops-in-flops", "workload=dlrm workload.npu_tflops=989e12", EXIT_BAD_CONFIG,
+            ("workload.npu_tflops=989000000000000.0", "TFLOP/s", "FLOP/s", "workload.npu_tflops=989)")),
     Mistake("mss-above-mtu", "tcp.mss_bytes=9000", EXIT_BAD_CONFIG, ("tcp.mss_bytes=9000", "1460")),
     Mistake("mtu-too-small", "network.mtu_bytes=10", EXIT_BAD_CONFIG, ("network.mtu_bytes=10", ">= 68")),
     Mistake("loss-not-a-probability", "network.loss_rate=2", EXIT_BAD_CONFIG, ("network.loss_rate=2.0", "[0, 1)")),
