@@ -228,13 +228,17 @@ def _stored_rows(runs: Sequence[Any]) -> dict[str, dict[str, Any]]:
 
 
 @dataclass
-class _AlreadyEntered:
-    """An executor a search keeps entered between its batches, for `run_sweep`, which enters the
-    executor it is given: entering and leaving this one do nothing."""
+class _KeptUp:
+    """The executor a search or a replicated sweep keeps up between its batches (`ray_kept_up`), for
+    `run_sweep`, which enters the executor it is given only when it has runs to do: the first entering
+    starts it, in the launcher's `ray_kept_up` stack (so a batch with nothing to run starts no Ray);
+    entering again and leaving do nothing."""
 
+    launcher: Any  # the RayNetsweepLauncher (a string annotation would not resolve here: see the imports)
     executor: Any
 
-    def __enter__(self) -> "_AlreadyEntered":
+    def __enter__(self) -> "_KeptUp":
+        self.executor = self.launcher.keep_up(self.executor)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -403,17 +407,21 @@ class RayNetsweepLauncher(Launcher):
         from sweep.cluster import RAY_LOG, RayExecutor
 
         if self._held_executor is not None:
-            return _AlreadyEntered(self._held_executor)
+            return _KeptUp(self, self._held_executor)
         ray_settings = runs[0].config["ray"]
         executor = RayExecutor(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
                                max_in_flight=self.max_in_flight, max_retries=self.max_retries,
                                max_wall_time_s=self.max_wall_time_s, run_memory_mb=self.run_memory_mb,
                                log_path=runs[0].dataset / RAY_LOG)  # Ray's own output: not on the terminal
-        if self._held is None:
-            return executor
-        with _ray_failures_exit():
-            self._held_executor = self._held.enter_context(executor)
-        return _AlreadyEntered(executor)
+        return executor if self._held is None else _KeptUp(self, executor)
+
+    def keep_up(self, executor: Any) -> Any:
+        """Within `ray_kept_up`: the executor kept up, `executor` entered now if none is yet."""
+        assert self._held is not None
+        if self._held_executor is None:
+            with _ray_failures_exit():
+                self._held_executor = self._held.enter_context(executor)
+        return self._held_executor
 
     @contextlib.contextmanager
     def ray_kept_up(self) -> Iterator[None]:
