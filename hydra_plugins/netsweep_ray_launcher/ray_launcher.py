@@ -373,8 +373,9 @@ class RayNetsweepLauncher(Launcher):
                 print(format_summary(summary))
                 interrupted, failed = summary.interrupted, summary.failed
             else:
-                result = run_two_fidelity(runs, screens, policy, self._executor(runs), self.flush_rows,
-                                          self.flush_interval_s)
+                with self.ray_kept_up():  # one Ray for both stages
+                    result = run_two_fidelity(runs, screens, policy, self._executor(runs), self.flush_rows,
+                                              self.flush_interval_s)
                 print(f"screen ({policy.screen_backend}):")
                 print(format_summary(result.screen))
                 if result.refine is not None:
