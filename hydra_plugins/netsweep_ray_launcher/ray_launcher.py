@@ -26,6 +26,8 @@ import itertools
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from hydra.core.config_store import ConfigStore
@@ -137,7 +139,48 @@ class NetsweepSweeper(LaunchingSweeper):
         assert self.hydra_context is not None and self.launcher is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*(f"{key}={value}" for key, value in self.params.items()), *arguments])
-        return [self.launcher.launch(grid_points(overrides), initial_job_idx=0)]
+        points = grid_points(overrides)
+        if isinstance(self.launcher, RayNetsweepLauncher):
+            return [self.launcher.launch(points, initial_job_idx=0)]
+        return [self._launch_as_jobs(points)]
+
+    def _launch_as_jobs(self, points: list[list[str]]) -> Sequence[JobReturn]:
+        """A launcher that runs each point as a job of the single-run command (submitit's): the grid is
+        planned first (a point that cannot run refuses it, one line, exit 2, nothing submitted), then
+        the jobs run, and the sweep's summary is printed from the rows they stored, as the Ray launcher
+        prints it; exit 1 if a run ended `error` or `timeout`. The empty folder submitit leaves named
+        after its template (`.submitit/%j`) is removed."""
+        import engine
+        from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
+        from sweep.plan import GridComposer, GridError, plan
+        from sweep.progress import SweepSummary, format_summary
+
+        assert self.hydra_context is not None and self.config is not None and self.launcher is not None
+        try:
+            runs = plan(points, GridComposer(self.hydra_context.config_loader, self.config).compose)
+        except (GridError, engine.ConfigError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG) from None
+        started_at = datetime.now(UTC)
+        start = time.perf_counter()
+        returns = self.launcher.launch(points, initial_job_idx=0)
+        template = OmegaConf.select(self.config, "hydra.launcher.submitit_folder", default=None)
+        if template is not None and "%j" in str(template):
+            with contextlib.suppress(OSError):  # not there, or not empty: not submitit's leftover
+                Path(str(template)).rmdir()
+        summary = SweepSummary(grid_points=len(runs), datasets=list(dict.fromkeys(run.dataset for run in runs)),
+                               wall_s=time.perf_counter() - start)
+        stored = _stored_rows(runs)
+        for run_id in dict.fromkeys(run.run_id for run in runs):
+            row = stored.get(run_id)
+            if row is not None and datetime.fromisoformat(str(row["started_at"])) < started_at:  # the job skipped it
+                summary.skipped += 1
+            elif row is not None:
+                summary.record(row)
+        print(format_summary(summary))
+        if summary.failed:
+            raise SystemExit(EXIT_RUN_FAILED)
+        return returns
 
 
 class OptunaSweeper(LaunchingSweeper):
