@@ -138,22 +138,31 @@ def _host_port(address: str) -> tuple[str, int]:
 
 def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
     """Raise ConnectionError if nothing accepts connections at a `host:port` or `ray://host:port`
-    address, or at the one `auto` finds (`sweep.internals.auto_address`): `ray.init` would keep
-    retrying for many minutes (824 s for an `auto` whose head died and left Ray's current-cluster file)."""
-    where = ""
+    address, or where `ray.init` would dial the cluster `auto` finds (`sweep.internals.auto_address`):
+    `ray.init` would keep retrying for many minutes (824 s for an `auto` whose head died and left
+    Ray's current-cluster file; without end for one found on loopback and dialled at this machine's
+    address, where a cluster bound to loopback, as a sweep's own local Ray is, does not listen)."""
     if address == "auto":
         found = auto_address()
         if found is None:  # none found: `ray.init` fails at once, and says so
             return
-        address, where = found
+        named, dialled, where = found
+        try:
+            socket.create_connection(_host_port(dialled), timeout=timeout_s).close()
+        except OSError as exc:
+            head = f"ray.address=auto found the Ray cluster at {named} (from {where}), but "
+            if dialled == named:
+                raise ConnectionError(
+                    f"{head}nothing answers there ({exc.strerror or exc}): its head has stopped. Run `ray stop` "
+                    "to forget it, or give ray.address=host:port of a running cluster (null: a local Ray)") from None
+            raise ConnectionError(
+                f"{head}Ray would dial it at {dialled}, where nothing answers ({exc.strerror or exc}): its head has "
+                f"stopped, or it listens on loopback only. Give ray.address={named} to join it there, run "
+                "`ray stop` to forget a stopped one, or ray.address=null for a local Ray") from None
+        return
     try:
         socket.create_connection(_host_port(address), timeout=timeout_s).close()
     except OSError as exc:
-        if where:
-            raise ConnectionError(
-                f"ray.address=auto found the Ray cluster at {address} (from {where}), but nothing answers there "
-                f"({exc.strerror or exc}): its head has stopped. Run `ray stop` to forget it, or give "
-                "ray.address=host:port of a running cluster (null: a local Ray)") from None
         raise ConnectionError(f"no Ray cluster answers at ray.address={address}: {exc}") from None
 
 

@@ -109,16 +109,18 @@ def client_auth_metadata() -> tuple[tuple[str, str], ...]:
     return tuple(_get_authentication_metadata_tuple())
 
 
-def auto_address() -> tuple[str, str] | None:
-    """The `host:port` that `ray.init(address="auto")` would join and where Ray found it (`RAY_ADDRESS`,
-    the current-cluster file a `ray start` wrote, or a GCS process of this machine), as Ray finds it
-    (`ray._private.services.get_ray_address_from_environment`); None if it finds none (`ray.init` says
-    so at once) or if its internals have moved."""
+def auto_address() -> tuple[str, str, str] | None:
+    """What `ray.init(address="auto")` would join: the `host:port` Ray finds, the one it dials (a
+    loopback host becomes this machine's address, unless Ray was imported as for one machine: see
+    `sweep.cluster`), and where it found it (`RAY_ADDRESS`, the current-cluster file a `ray start`
+    wrote, or a GCS process of this machine), as Ray finds them
+    (`ray._private.services.get_ray_address_from_environment`, `canonicalize_bootstrap_address`); None
+    if it finds none (`ray.init` says so at once) or if its internals have moved."""
     import os
 
     try:
         from ray._common.utils import get_ray_address_file
-        from ray._private.services import get_ray_address_from_environment
+        from ray._private.services import canonicalize_bootstrap_address, get_ray_address_from_environment
     except ImportError:
         return None
     # it warns (on its logger) when it finds several Ray clusters here: the sweep says which it chose
@@ -127,18 +129,19 @@ def auto_address() -> tuple[str, str] | None:
     services_log.setLevel(logging.ERROR)
     try:
         address = get_ray_address_from_environment("auto", None)
-    except ConnectionError:
+        dialled = canonicalize_bootstrap_address(address, None) if isinstance(address, str) else None
+    except (ConnectionError, ValueError):
         return None
     finally:
         services_log.setLevel(level)
-    if not isinstance(address, str) or address == "auto":
+    if not isinstance(address, str) or not isinstance(dialled, str) or address == "auto":
         return None
     if os.environ.get("RAY_ADDRESS") not in (None, "", "auto"):
-        return address, "RAY_ADDRESS"
+        return address, dialled, "RAY_ADDRESS"
     current = get_ray_address_file(None)
     if os.path.exists(current):
-        return address, current
-    return address, "a Ray process running on this machine"
+        return address, dialled, current
+    return address, dialled, "a Ray process running on this machine"
 
 
 def ask_gcs(address: str) -> None:

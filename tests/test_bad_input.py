@@ -458,8 +458,9 @@ def test_auto_address_whose_head_died_is_refused_at_once(tmp_path: Path) -> None
     assert done.returncode == EXIT_BAD_CONFIG, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    # (dialled there, or at this machine's address if Ray was imported as for a cluster of machines)
     for piece in (f"ray.address=auto found the Ray cluster at {dead} (from {current})", "its head has stopped",
-                  "`ray stop`", "ray.address=host:port"):
+                  "`ray stop`", "ray.address="):
         assert piece in lines[0], (piece, lines[0])
     assert sorted(path.name for path in tmp_path.rglob("*")) == ["cwd", "ray", "ray_current_cluster"]
 
