@@ -103,7 +103,7 @@ class NetworkConfig:
         """Raise `ConfigError` for a value this topology cannot be built with."""
         require(2 <= self.npus <= MAX_NPUS, "network.npus", self.npus,
                 f"an integer >= 2 and at most {MAX_NPUS:,} (no backend runs more on one machine)")
-        _positive("network.link_gbps", self.link_gbps)
+        _gbps("network.link_gbps", self.link_gbps)
         _non_negative("network.link_latency_us", self.link_latency_us)
         if self.buffer_kb is not None:
             _non_negative("network.buffer_kb", self.buffer_kb)
@@ -129,7 +129,7 @@ class DumbbellNetwork(NetworkConfig):
     def check(self) -> None:
         super().check()
         require(self.npus % 2 == 0, "network.npus", self.npus, "an even number for a dumbbell (half on each side)")
-        _positive("network.bottleneck_gbps", self.bottleneck_gbps)
+        _gbps("network.bottleneck_gbps", self.bottleneck_gbps)
         _non_negative("network.bottleneck_latency_us", self.bottleneck_latency_us)
 
 
@@ -159,7 +159,7 @@ class LeafSpineNetwork(NetworkConfig):
         super().check()
         require(self.hosts_per_leaf >= 1, "network.hosts_per_leaf", self.hosts_per_leaf, "an integer >= 1")
         require(self.spines >= 1, "network.spines", self.spines, "an integer >= 1")
-        _positive("network.uplink_gbps", self.uplink_gbps)
+        _gbps("network.uplink_gbps", self.uplink_gbps)
         require(self.npus % self.hosts_per_leaf == 0, "network.npus", self.npus,
                 f"a multiple of network.hosts_per_leaf = {self.hosts_per_leaf}")
 
@@ -186,7 +186,7 @@ class FatTreeNetwork(NetworkConfig):
                     f"an even integer >= 2 whose k^3/4 hosts hold network.npus = {self.npus} (the smallest is "
                     f"{smallest}), or null to choose that one")
         if self.uplink_gbps is not None:
-            _positive("network.uplink_gbps", self.uplink_gbps)
+            _gbps("network.uplink_gbps", self.uplink_gbps)
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ class HierarchicalNetwork(NetworkConfig):
         require(self.npus_per_node >= 1, "network.npus_per_node", self.npus_per_node, "an integer >= 1")
         require(self.npus % self.npus_per_node == 0, "network.npus", self.npus,
                 f"a multiple of network.npus_per_node = {self.npus_per_node}")
-        _positive("network.scaleup_gbps", self.scaleup_gbps)
+        _gbps("network.scaleup_gbps", self.scaleup_gbps)
         _non_negative("network.scaleup_latency_us", self.scaleup_latency_us)
 
 
@@ -438,8 +438,8 @@ class DlrmWorkload(IterativeWorkload):
         require(self.bottom_mlp[-1] == self.emb_dim, "workload.bottom_mlp", list(self.bottom_mlp),
                 f"a list whose last width equals workload.emb_dim = {self.emb_dim} (the bottom MLP's output "
                 "meets the embeddings at the interaction)")
-        _positive("workload.npu_tflops", self.npu_tflops)
-        _positive("workload.hbm_gbps", self.hbm_gbps)
+        _rate("workload.npu_tflops", self.npu_tflops, "TFLOP/s", "FLOP/s", 1e12)
+        _gbps("workload.hbm_gbps", self.hbm_gbps)
         _one_of("workload.interaction", self.interaction, INTERACTIONS)
         for key in ("dcn_layers", "dcn_low_rank"):
             require(getattr(self, key) >= 1, f"workload.{key}", getattr(self, key), "an integer >= 1")
@@ -666,6 +666,26 @@ def _one_of(key: str, value: Any, options: tuple[str, ...]) -> None:
 
 def _positive(key: str, value: float | None) -> None:
     require(value is not None and value > 0, key, value, "a number > 0")
+
+
+# A rate above this many of its unit (Gb/s, GB/s, TFLOP/s) is none any hardware has (1 Pb/s a link, 1
+# EFLOP/s an NPU): the value was written in the base unit (100e9 for 100 Gb/s), and would run silently
+# a million times too fast.
+RATE_MAX = 1e6
+
+
+def _rate(key: str, value: float, unit: str, base: str, scale: float) -> None:
+    """Raise `ConfigError` unless `value` (a rate in `unit`, `scale` of `base` each) is > 0 and at
+    most `RATE_MAX`: above, it was written in `base` (which the message says, with the value it meant)."""
+    _positive(key, value)
+    require(value <= RATE_MAX, key, value,
+            f"a rate in {unit}, at most {RATE_MAX:,.0f}: this looks like {base} ({value:g} {base} would be "
+            f"{key}={value / scale:g})")
+
+
+def _gbps(key: str, value: float) -> None:
+    """A rate in Gb/s (`_rate`): 100e9 for 100 Gb/s is one in bit/s."""
+    _rate(key, value, "Gb/s", "bit/s", 1e9)
 
 
 def _at_least_one(key: str, value: int | None) -> int:

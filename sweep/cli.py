@@ -3,8 +3,9 @@
 (`python -m sweep -m [grid overrides]` is a sweep on Ray instead: Hydra hands it to the launcher
 selected in conf/config.yaml, `hydra_plugins/netsweep_ray_launcher/`, which does not call `main`.)
 
-Exit codes: 0 for a run that finished (status `ok` or `timeout`) or was already done; 1 for a run
-that failed (status `error`, stored with a repro command) or whose rows could not be written; 2 for
+Exit codes, the sweep's (docs/running.md): 0 for a run that finished with status `ok` or was already
+done; 1 for a run that ended `error` (stored with a repro command) or `timeout` (stored, its partial
+measurements with it), or whose rows could not be written; 130 when interrupted; 2 for
 a config that cannot run (including a `${...}` that does not resolve, and a `results_dir`/`name`
 that is a file or not writable, and a config Hydra cannot compose: an unknown preset, a key that
 does not exist, an override it cannot parse), refused before anything is launched with one line
@@ -105,6 +106,15 @@ def _workload_label(run: Mapping[str, Any]) -> str:
     return str(run.get("workload.pattern") or kind)
 
 
+def _stopped_line(run: Mapping[str, Any]) -> str:
+    """Why a run ended `timeout`: its wall-time limit (the error says which), or the simulated-time one."""
+    if run.get("error") is not None and run.get("sim_time_s") is None:
+        return (f"  stopped          {str(run['error']).strip().splitlines()[-1]} (hydra.launcher.max_wall_time_s):"
+                " nothing simulated was measured")
+    return (f"  stopped          at engine.max_sim_time_s = {_number(run.get('engine.max_sim_time_s'), 4)} s "
+            "of simulated time: what follows is what was measured until then")
+
+
 def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> str:
     """A short human summary of one run's rows and of where they were stored; the run is named by the
     presets it was composed from (its config's own labels where it was given key by key)."""
@@ -116,15 +126,27 @@ def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> s
         f"npus={run.get('network.npus')}, tcp={run.get('tcp') or run.get('tcp.cc')}, "
         f"workload={run.get('workload') or _workload_label(run)})",
     ]
+    if run["status"] == "timeout":
+        lines.append(_stopped_line(run))
     if run["status"] == "error":
         lines += ["  " + line for line in str(run.get("error")).splitlines()]
         lines.append(f"  reproduce with: {run.get('repro')}")
+    elif run.get("sim_time_s") is None:  # stopped by its wall time: nothing simulated was measured
+        lines.append(f"  wall             {_number(run.get('wall_s'))} s")
     elif run.get("workload.type") == "flows":
         lines += [
             f"  sim_time_s       {_number(run.get('sim_time_s'), 4)}",
             f"  flows completed  {_count(run.get('flows_completed'))}/{_count(run.get('flows'))}",
             f"  FCT mean / max   {_number(run.get('mean_fct_s'), scale=ms)} / "
             f"{_number(run.get('max_fct_s'), scale=ms)} ms",
+            *_network_lines(run),
+        ]
+    elif not run.get("iterations_done"):  # the means of no iteration are no zeros
+        lines += [
+            f"  iteration time   n/a (0/{_count(run.get('workload.iterations'))} iterations finished; "
+            f"sim_time_s {_number(run.get('sim_time_s'), 4)})",
+            *([] if run.get("flows") is None else
+              [f"  messages         {_count(run.get('flows_completed'))}/{_count(run.get('flows'))} delivered"]),
             *_network_lines(run),
         ]
     else:  # a training workload: per-iteration means
@@ -182,7 +204,7 @@ def run_one(config: Mapping[str, Any], force: bool = False, out: TextIO | None =
     assert executor.last is not None  # it ran
     rows = run.rows(executor.last[1])
     print(format_summary(rows, run.dataset), file=out)
-    return EXIT_RUN_FAILED if rows["runs"][0]["status"] == "error" else EXIT_OK
+    return EXIT_OK if rows["runs"][0]["status"] == "ok" else EXIT_RUN_FAILED
 
 
 def main() -> None:

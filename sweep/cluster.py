@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TextIO
 
 from .internals import (
     ask_gcs,
+    auto_address,
     client_auth_metadata,
     driver_messages_to,
     ping_client_server,
@@ -139,8 +140,27 @@ def _host_port(address: str) -> tuple[str, int]:
 
 def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
     """Raise ConnectionError if nothing accepts connections at a `host:port` or `ray://host:port`
-    address: `ray.init` would keep retrying for many minutes (`auto` fails fast by itself)."""
+    address, or where `ray.init` would dial the cluster `auto` finds (`sweep.internals.auto_address`):
+    `ray.init` would keep retrying for many minutes (824 s for an `auto` whose head died and left
+    Ray's current-cluster file; without end for one found on loopback and dialled at this machine's
+    address, where a cluster bound to loopback, as a sweep's own local Ray is, does not listen)."""
     if address == "auto":
+        found = auto_address()
+        if found is None:  # none found: `ray.init` fails at once, and says so
+            return
+        named, dialled, where = found
+        try:
+            socket.create_connection(_host_port(dialled), timeout=timeout_s).close()
+        except OSError as exc:
+            head = f"ray.address=auto found the Ray cluster at {named} (from {where}), but "
+            if dialled == named:
+                raise ConnectionError(
+                    f"{head}nothing answers there ({exc.strerror or exc}): its head has stopped. Run `ray stop` "
+                    "to forget it, or give ray.address=host:port of a running cluster (null: a local Ray)") from None
+            raise ConnectionError(
+                f"{head}Ray would dial it at {dialled}, where nothing answers ({exc.strerror or exc}): its head has "
+                f"stopped, or it listens on loopback only. Give ray.address={named} to join it there, run "
+                "`ray stop` to forget a stopped one, or ray.address=null for a local Ray") from None
         return
     try:
         socket.create_connection(_host_port(address), timeout=timeout_s).close()
@@ -243,11 +263,15 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
     """Send what this process writes to file descriptor 2 (Ray's C++ and Python logging) to the end
     of `log_path`, under a line with the time and `title`, while `sys.stderr` (the sweep's own
     messages) keeps writing to where descriptor 2 went before; yields a text stream to the log.
-    Restored on leaving; if anything was logged, one line on `sys.stderr` says where (not after a
-    ConnectionError: its one line says it all)."""
+    Restored on leaving; if anything was logged, one line on `sys.stderr` says where. A ConnectionError
+    (a cluster that refuses the sweep) leaves nothing written: the log and the directories made for it
+    are as they were, and its one line says it all."""
     sys.stderr.flush()
+    made = [folder for folder in (log_path.parent, *log_path.parent.parents) if not folder.exists()]
+    existed = log_path.exists()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+    old_bytes = log.tell()
     log.write(f"=== {datetime.now(UTC).isoformat(timespec='seconds')} pid {os.getpid()}: {title}\n")
     start_bytes = log.tell()
     terminal_fd = os.dup(2)
@@ -273,7 +297,14 @@ def stderr_to_log(log_path: Path, title: str) -> Iterator[TextIO]:
         terminal.close()  # closes terminal_fd, not descriptor 2
         log.flush()
         logged = not refused and os.fstat(log.fileno()).st_size > start_bytes
+        if refused:
+            log.truncate(old_bytes)
         log.close()
+        if refused and not existed:
+            log_path.unlink()
+            with contextlib.suppress(OSError):  # one that holds something else now stays
+                for folder in made:  # innermost first
+                    folder.rmdir()
         if logged:
             print(f"ray: Ray's own messages of this sweep are in {log_path}", file=sys.stderr)
 

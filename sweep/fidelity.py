@@ -334,9 +334,21 @@ def run_two_fidelity(runs: Sequence[PlannedRun], screens: Sequence[PlannedRun], 
 
 
 def format_selection(result: TwoFidelityResult, policy: RefinePolicy) -> str:
-    """One line: how many points were chosen for refinement, of how many, and why."""
+    """One line: how many points were chosen for refinement, of how many, why, and why any of the
+    budget went unused (the sample and the top points are fixed counts; beyond them the budget goes
+    to points the screen marks at risk only)."""
     reasons = [reason for text in result.selection.values() for reason in text.split(",")]
     risky = sum(1 for text in result.selection.values() if any(r in RISKS for r in text.split(",")))
-    return (f"refine: {len(result.selection)} of {result.points} points at the grid's backend "
+    line = (f"refine: {len(result.selection)} of {result.points} points at the grid's backend "
             f"(budget {policy.budget_runs}): calibration sample {reasons.count(SAMPLE)}, "
             f"top {reasons.count(TOP)}, at risk {risky}")
+    unused = policy.budget_runs - len(result.selection)
+    if unused <= 0:
+        return line
+    if len(result.selection) == result.points:
+        why = "every point of the grid is refined"
+    else:
+        top = f"{policy.top} per value of {', '.join(policy.top_per)}" if policy.top_per else str(policy.top)
+        why = (f"beyond the sample ({policy.sample}) and the top ({top}) it goes only to points the screen marks "
+               f"at risk, and all {risky} are refined; hydra.launcher.refine_sample or refine_top spend more")
+    return f"{line}; {unused} of the budget unused: {why}"

@@ -15,6 +15,7 @@ import time: the run's side (`sweep.runner`, on Ray's workers) reads `HYDRA_WORD
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import re
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
@@ -106,6 +107,41 @@ def client_auth_metadata() -> tuple[tuple[str, str], ...]:
     )
 
     return tuple(_get_authentication_metadata_tuple())
+
+
+def auto_address() -> tuple[str, str, str] | None:
+    """What `ray.init(address="auto")` would join: the `host:port` Ray finds, the one it dials (a
+    loopback host becomes this machine's address, unless Ray was imported as for one machine: see
+    `sweep.cluster`), and where it found it (`RAY_ADDRESS`, the current-cluster file a `ray start`
+    wrote, or a GCS process of this machine), as Ray finds them
+    (`ray._private.services.get_ray_address_from_environment`, `canonicalize_bootstrap_address`); None
+    if it finds none (`ray.init` says so at once) or if its internals have moved."""
+    import os
+
+    try:
+        from ray._common.utils import get_ray_address_file
+        from ray._private.services import canonicalize_bootstrap_address, get_ray_address_from_environment
+    except ImportError:
+        return None
+    # it warns (on its logger) when it finds several Ray clusters here: the sweep says which it chose
+    services_log = logging.getLogger("ray._private.services")
+    level = services_log.level
+    services_log.setLevel(logging.ERROR)
+    try:
+        address = get_ray_address_from_environment("auto", None)
+        dialled = canonicalize_bootstrap_address(address, None) if isinstance(address, str) else None
+    except (ConnectionError, ValueError):
+        return None
+    finally:
+        services_log.setLevel(level)
+    if not isinstance(address, str) or not isinstance(dialled, str) or address == "auto":
+        return None
+    if os.environ.get("RAY_ADDRESS") not in (None, "", "auto"):
+        return address, dialled, "RAY_ADDRESS"
+    current = get_ray_address_file(None)
+    if os.path.exists(current):
+        return address, dialled, current
+    return address, dialled, "a Ray process running on this machine"
 
 
 def ask_gcs(address: str) -> None:

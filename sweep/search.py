@@ -15,6 +15,9 @@ ends with `error` or `timeout`, or that cannot run at all, is a failed trial, ne
   point would have) are given to the study first, in the order they were run, whatever their status,
   and count towards `n_trials`: the same command again runs nothing; a larger `n_trials` adds runs.
 - Batches of `n_jobs` points run at once (Ray keeps running between batches).
+- Checked before Ray starts, as a grid is: the space's corners (`corner_points`: every choice, both
+  ends of each range and interval) must run, and each objective must be a column every backend among
+  them fills (`check_filled`); a point the sampler proposes between them that cannot run is a failed trial.
 
 `Search` is the loop, independent of Hydra and Ray: the launcher is any object with `stored_rows`,
 `run_ids` and `run_points` (see `TrialLauncher`); hydra_plugins/netsweep_ray_launcher/ holds the
@@ -23,6 +26,7 @@ Hydra sweeper that builds it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -39,6 +43,10 @@ from .schema import numeric_runs_columns
 # Proposals in a row that repeat points already done before the search says the sampler has
 # nothing new to offer (a small space, a converged sampler) and stops short of `n_trials`.
 REPEATS_MAX = 200
+# Points of the space checked before anything runs (`corner_points`): every combination of its choices
+# and its ranges' ends up to this many (a grid of them plans in about a second); beyond, each
+# parameter's values one at a time.
+CORNERS_MAX = 1_000
 DIRECTIONS = ("minimize", "maximize")
 SEARCH_EXTRA_HINT = "hydra/sweeper=optuna needs Optuna: pip install 'netsweep[search]'"
 
@@ -166,20 +174,68 @@ def search_space(lines: Sequence[str]) -> SearchSpace:
     return SearchSpace(distributions, tuple(fixed))
 
 
-def check_objectives(objectives: Sequence[str], directions: Sequence[str]) -> None:
-    """Raise `engine.ConfigError` unless every objective is a numeric `runs` column and every
-    direction `minimize` or `maximize`, one per objective."""
+def corner_points(space: SearchSpace) -> list[list[str]]:
+    """The points of `space` checked before a search starts, as a grid is: every choice and each end
+    of every range and interval, in all their combinations (up to `CORNERS_MAX`), or else each
+    parameter's such values with the others at their first."""
+    import optuna
+
+    corners = {key: list(distribution.choices)
+               if isinstance(distribution, optuna.distributions.CategoricalDistribution)
+               else list(dict.fromkeys([distribution.low, distribution.high]))
+               for key, distribution in space.distributions.items()}
+    if math.prod(len(values) for values in corners.values()) <= CORNERS_MAX:
+        combinations = [dict(zip(corners, values)) for values in itertools.product(*corners.values())]
+    else:
+        first = {key: values[0] for key, values in corners.items()}
+        combinations = [{**first, key: value} for key, values in corners.items() for value in values]
+    return [space.overrides(params) for params in combinations]
+
+
+def check_filled(objectives: Sequence[str], backends: Sequence[str]) -> None:
+    """Raise `engine.ConfigError` for an objective that one of the search's `engine.backend`s never
+    fills (`NetworkBackend.FILLS`): every trial there would fail."""
+    from engine.backends import backend_class
+    from engine.backends.base import BACKEND_COLUMNS
+
     for objective in objectives:
-        if objective not in numeric_runs_columns():
-            raise engine.ConfigError("hydra.sweeper.objective", objective,
+        for backend in dict.fromkeys(backends):
+            fills = backend_class(backend).FILLS
+            if objective in BACKEND_COLUMNS and objective not in fills:
+                raise engine.ConfigError("hydra.sweeper.objective", objective,
+                                         f"a column engine.backend={backend} fills: it leaves {objective} empty "
+                                         "in every run (docs/backends.md), so every trial would fail")
+
+
+def _words(value: Any) -> list[Any]:
+    """A setting that is a word or a list of them, as a list (empty for anything else: null, a number)."""
+    if isinstance(value, str):
+        return [value]
+    return list(value) if isinstance(value, Sequence) else []
+
+
+def check_objectives(objective: Any, direction: Any) -> tuple[list[str], list[str]]:
+    """`hydra.sweeper.objective` and `hydra.sweeper.direction` (each a word or a list of them) as
+    lists; raise `engine.ConfigError` unless there is at least one objective, each a numeric `runs`
+    column, and one direction per objective, each `minimize` or `maximize`."""
+    objectives = _words(objective)
+    if not objectives:
+        raise engine.ConfigError("hydra.sweeper.objective", objective,
+                                 "a numeric column of the runs table, such as iteration_time_s, or a non-empty "
+                                 "list of them")
+    for name in objectives:
+        if not isinstance(name, str) or name not in numeric_runs_columns():
+            raise engine.ConfigError("hydra.sweeper.objective", name,
                                      "a numeric column of the runs table, such as iteration_time_s, comm_s, "
                                      "max_fct_s or timeouts (docs/results.md), or a list of them")
-    for direction in directions:
-        if direction not in DIRECTIONS:
-            raise engine.ConfigError("hydra.sweeper.direction", direction, "minimize or maximize, or a list of them")
+    directions = _words(direction)
+    for name in directions:
+        if name not in DIRECTIONS:
+            raise engine.ConfigError("hydra.sweeper.direction", name, "minimize or maximize, or a list of them")
     if len(directions) != len(objectives):
-        raise engine.ConfigError("hydra.sweeper.direction", list(directions),
+        raise engine.ConfigError("hydra.sweeper.direction", direction,
                                  f"one direction per objective ({len(objectives)}: {', '.join(objectives)})")
+    return objectives, directions
 
 
 def trial_values(row: Mapping[str, Any], objectives: Sequence[str]) -> list[float] | None:

@@ -87,6 +87,14 @@ MISTAKES = [
     # out of range
     Mistake("negative-bandwidth", "network.link_gbps=-5", EXIT_BAD_CONFIG, ("network.link_gbps=-5.0", "> 0")),
     Mistake("zero-bandwidth", "network.link_gbps=0", EXIT_BAD_CONFIG, ("network.link_gbps=0.0", "> 0")),
+    # a rate in its base unit (bit/s, FLOP/s) where the key's unit is asked: absurd by a factor of a billion
+    Mistake("bandwidth-in-bits", "network.link_gbps=100e9", EXIT_BAD_CONFIG,
+            ("network.link_gbps=100000000000.0", "a rate in Gb/s, at most 1,000,000", "bit/s",
+             "network.link_gbps=100)")),
+    Mistake("uplink-in-bits", "network=leaf_spine network.uplink_gbps=4e11", EXIT_BAD_CONFIG,
+            ("network.uplink_gbps=400000000000.0", "bit/s", "network.uplink_gbps=400)")),
+    Mistake("tflops-in-flops", "workload=dlrm workload.npu_tflops=989e12", EXIT_BAD_CONFIG,
+            ("workload.npu_tflops=989000000000000.0", "TFLOP/s", "FLOP/s", "workload.npu_tflops=989)")),
     Mistake("mss-above-mtu", "tcp.mss_bytes=9000", EXIT_BAD_CONFIG, ("tcp.mss_bytes=9000", "1460")),
     Mistake("mtu-too-small", "network.mtu_bytes=10", EXIT_BAD_CONFIG, ("network.mtu_bytes=10", ">= 68")),
     Mistake("loss-not-a-probability", "network.loss_rate=2", EXIT_BAD_CONFIG, ("network.loss_rate=2.0", "[0, 1)")),
@@ -176,6 +184,20 @@ MISTAKES = [
             multirun=True),
     Mistake("search-objective-text", "hydra/sweeper=optuna hydra.sweeper.objective=status seed=1,2",
             EXIT_BAD_CONFIG, ("hydra.sweeper.objective='status'", "numeric column"), multirun=True),
+    Mistake("search-objective-null", "hydra/sweeper=optuna hydra.sweeper.objective=null seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.sweeper.objective=None", "a non-empty list"), multirun=True),
+    Mistake("search-objective-empty", "hydra/sweeper=optuna hydra.sweeper.objective=[] seed=1,2",
+            EXIT_BAD_CONFIG, ("hydra.sweeper.objective=[]", "a non-empty list"), multirun=True),
+    # a search is checked as a grid is before Ray starts: its objective on every backend, its values' corners
+    Mistake("search-objective-not-filled", "hydra/sweeper=optuna engine.backend=phase hydra.sweeper.objective="
+            "retransmits network.link_gbps=25,100", EXIT_BAD_CONFIG,
+            ("hydra.sweeper.objective='retransmits'", "engine.backend=phase", "leaves retransmits empty"),
+            multirun=True),
+    Mistake("search-value-backend-refuses", "hydra/sweeper=optuna engine.backend=hybrid "
+            "system.all_reduce=ring,halving_doubling", EXIT_BAD_CONFIG,
+            ("system.all_reduce='halving_doubling'", "engine.backend=hybrid", "(search point: "), multirun=True),
+    Mistake("search-interval-end-wrong", "hydra/sweeper=optuna network.link_gbps=interval(-5,100)", EXIT_BAD_CONFIG,
+            ("network.link_gbps=-5.0", "a number > 0", "(search point: "), multirun=True),
     Mistake("search-direction-typo", "hydra/sweeper=optuna hydra.sweeper.direction=minimise seed=1,2",
             EXIT_BAD_CONFIG, ("hydra.sweeper.direction='minimise'", "minimize or maximize"), multirun=True),
     Mistake("search-directions-count", "hydra/sweeper=optuna hydra.sweeper.direction=[minimize,maximize] seed=1,2",
@@ -404,3 +426,57 @@ def test_nothing_was_written_or_changed(outcomes: dict) -> None:
     changed = {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
     assert not changed, sorted(changed)
     assert not (outcomes["root"] / "escape").exists() and not (outcomes["root"] / "results" / "a").exists()
+
+
+# `python -m sweep` where Ray finds no Ray process running on this machine: with exactly one running
+# (another sweep's, a test's), `auto` joins that one whatever the current-cluster file says
+_NO_OTHER_RAY = r"""
+import runpy, sys
+import ray._private.services
+ray._private.services._find_address_from_flag = lambda flag: set()
+sys.argv = ["sweep", *sys.argv[1:]]
+runpy.run_module("sweep", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_auto_address_whose_head_died_is_refused_at_once(tmp_path: Path) -> None:
+    """`ray.address=auto` where a crashed head left Ray's current-cluster file behind (here a file of this
+    test's own, `$RAY_TMPDIR/ray/ray_current_cluster`, naming a loopback port nothing listens on): one
+    line that says what to do, at once, not `ray.init`'s 824 s of retries; exit 2, nothing written."""
+    with socket.socket() as probe:  # a loopback port that was free a moment ago, closed: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    (tmp_path / "ray").mkdir()
+    current = tmp_path / "ray" / "ray_current_cluster"
+    current.write_text(dead)
+    (tmp_path / "cwd").mkdir()
+    env = {key: value for key, value in _environment().items() if key != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", _NO_OTHER_RAY, "-m", "ray.address=auto", "seed=1",
+                           f"results_dir={tmp_path / 'results'}", "engine.backend=analytical", "workload=collective",
+                           "network.npus=4"], capture_output=True, text=True, cwd=tmp_path / "cwd", timeout=120,
+                          env={**env, "RAY_TMPDIR": str(tmp_path)})
+    assert done.returncode == EXIT_BAD_CONFIG, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    # (dialled there, or at this machine's address if Ray was imported as for a cluster of machines)
+    for piece in (f"ray.address=auto found the Ray cluster at {dead} (from {current})", "its head has stopped",
+                  "`ray stop`", "ray.address="):
+        assert piece in lines[0], (piece, lines[0])
+    assert sorted(path.name for path in tmp_path.rglob("*")) == ["cwd", "ray", "ray_current_cluster"]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_refused_cluster_leaves_the_ray_log_as_it_was(tmp_path: Path, existing: bool) -> None:
+    """What Ray wrote while a cluster refused the sweep (a ConnectionError inside `stderr_to_log`) is
+    taken back: a log that was not there is gone with the directories made for it, an older one keeps
+    its bytes."""
+    from sweep.cluster import stderr_to_log
+
+    log = tmp_path / "results" / "name" / "_ray.log"
+    if existing:
+        log.parent.mkdir(parents=True)
+        log.write_text("an earlier sweep's lines\n")
+    with pytest.raises(ConnectionError), stderr_to_log(log, "ray.address=somewhere"):
+        os.write(2, b"Ray's retries\n")
+        raise ConnectionError("refused")
+    assert log.read_text() == "an earlier sweep's lines\n" if existing else not (tmp_path / "results").exists()

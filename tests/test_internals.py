@@ -136,6 +136,18 @@ facts["sigterm_parameters"] = list(inspect.signature(setter).parameters)
 with internals.ray_sets_no_sigterm_handler(ray):
     facts["sigterm_replaced"] = utils.set_sigterm_handler is not setter and utils.set_sigterm_handler(print) is None
 facts["sigterm_restored"] = utils.set_sigterm_handler is setter
+import os
+with tempfile.TemporaryDirectory() as tmp:  # Ray's current-cluster file, of this check's own
+    os.makedirs(os.path.join(tmp, "ray"))
+    with open(os.path.join(tmp, "ray", "ray_current_cluster"), "w") as current:
+        current.write("127.0.0.1:9")
+    os.environ["RAY_TMPDIR"] = tmp
+    os.environ.pop("RAY_ADDRESS", None)
+    ray._private.services._find_address_from_flag = lambda flag: set()  # no Ray running here
+    found = internals.auto_address()
+    facts["auto_from_file"] = [found[0], found[2]] == ["127.0.0.1:9", current.name] and found[1].endswith(":9")
+    os.environ["RAY_ADDRESS"] = "10.0.0.1:6379"
+    facts["auto_from_env"] = internals.auto_address()
 import importlib.util
 facts["missing_loggers"] = [name for name in internals.RAY_UNWANTED_WARNINGS if importlib.util.find_spec(name) is None]
 json.dump(facts, sys.stdout)
@@ -177,6 +189,11 @@ def test_driver_messages_are_printed_through_a_function_the_sweep_can_replace(ra
 def test_ray_sets_its_sigterm_handler_through_a_function_the_sweep_can_replace(ray_facts: dict[str, Any]) -> None:
     assert ray_facts["sigterm_parameters"] == ["sigterm_handler"]
     assert ray_facts["sigterm_replaced"] and ray_facts["sigterm_restored"]
+
+
+def test_auto_is_found_where_ray_finds_it(ray_facts: dict[str, Any]) -> None:
+    assert ray_facts["auto_from_file"]
+    assert ray_facts["auto_from_env"] == ["10.0.0.1:6379", "10.0.0.1:6379", "RAY_ADDRESS"]
 
 
 def test_the_unwanted_warnings_come_from_loggers_of_existing_modules(ray_facts: dict[str, Any]) -> None:

@@ -121,3 +121,4 @@ def test_a_switch_stops_at_the_minimum_and_a_leaf_spine_with_ecmp_collisions_tak
                            timeout=300)
     assert again.returncode == 0, again.stderr
     assert "  ran 0 in " in again.stdout and len(load_runs(tmp_path / "results" / "replicated")) == len(runs)
+    assert "ray:" not in again.stderr  # nothing left to run: no Ray started (it took 8.6 s)

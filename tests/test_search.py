@@ -18,7 +18,7 @@ from sweep_support import compose_config
 import engine
 from sweep.plan import plan
 from sweep.runner import measure
-from sweep.search import Search, check_objectives, search_space
+from sweep.search import CORNERS_MAX, Search, check_objectives, corner_points, search_space
 from sweep.store import load_runs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -52,11 +52,28 @@ def test_a_stored_row_is_a_point_of_the_space_only_with_every_value_in_it() -> N
         assert space.params_of({**row, key: outside}) is None, key
 
 
+def test_the_corners_of_a_space_are_its_choices_and_its_ends() -> None:
+    """What is checked before a search starts: every choice and both ends of each range and interval,
+    in all combinations; past `CORNERS_MAX` of them, one parameter at a time."""
+    space = search_space(["tcp=newreno,cubic", "network.spines=range(1,9)", "network.link_gbps=interval(10,100)",
+                          "seed=3"])
+    corners = corner_points(space)
+    assert len(corners) == 2 * 2 * 2
+    assert ["seed=3", "tcp=cubic", "network.spines=8", "network.link_gbps=10.0"] in corners
+    wide = search_space([f"x{index}=1,2,3,4" for index in range(5)])  # 4**5 = 1,024 combinations
+    assert 4 ** 5 > CORNERS_MAX and len(corner_points(wide)) == 5 * 4
+
+
 def test_objectives_are_numeric_runs_columns_with_a_direction_each() -> None:
-    check_objectives(["iteration_time_s", "timeouts"], ["minimize", "maximize"])
+    assert check_objectives(["iteration_time_s", "timeouts"], ["minimize", "maximize"]) == (
+        ["iteration_time_s", "timeouts"], ["minimize", "maximize"])
+    assert check_objectives("comm_s", "maximize") == (["comm_s"], ["maximize"])
     for objectives, directions, message in ((["iteration_time"], ["minimize"], "hydra.sweeper.objective"),
                                             (["status"], ["minimize"], "numeric column"),
+                                            (None, "minimize", "objective=None .* a non-empty list"),
+                                            ([], [], "objective=\\[\\] .* a non-empty list"),
                                             (["comm_s"], ["lower"], "minimize or maximize"),
+                                            (["comm_s"], None, "one direction per objective"),
                                             (["comm_s"], ["minimize", "minimize"], "one direction per objective")):
         with pytest.raises(engine.ConfigError, match=message):
             check_objectives(objectives, directions)

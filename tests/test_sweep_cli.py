@@ -140,6 +140,22 @@ def test_cli_runs_a_training_workload(tmp_path: Path) -> None:
     assert len(flows) > 0 and flows["end_s"].notna().all()
 
 
+def test_a_run_stopped_by_its_simulated_time_exits_1_and_claims_no_means(tmp_path: Path) -> None:
+    """`engine.max_sim_time_s` reached before the first iteration ends: status timeout and exit 1 (the
+    sweep's rule, docs/running.md), and the summary says where it stopped and shows no per-iteration
+    means (of no iteration: not `compute 0 ms`)."""
+    results = tmp_path / "results"
+    done = _sweep(tmp_path, "workload=dlrm", "network.npus=4", "engine.max_sim_time_s=1e-5", "name=short",
+                  f"results_dir={results}")
+    assert done.returncode == EXIT_RUN_FAILED, done.stderr
+    for text in ("status timeout", "stopped          at engine.max_sim_time_s = 1e-05 s of simulated time",
+                 "iteration time   n/a (0/2 iterations finished; sim_time_s 1e-05)", "messages         0/12"):
+        assert text in done.stdout, (text, done.stdout)
+    assert "compute" not in done.stdout
+    (run,) = read_table(results / "short", "runs").to_dict("records")
+    assert (run["status"], run["iterations_done"]) == ("timeout", 0)
+
+
 def test_cli_refuses_an_unknown_algorithm_in_one_line(tmp_path: Path) -> None:
     refused = _sweep(tmp_path, "workload=dlrm_small", "name=bad", f"results_dir={tmp_path / 'results'}",
                      "system.all_reduce=foo")

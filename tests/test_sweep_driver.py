@@ -202,7 +202,10 @@ def test_a_single_run_is_a_sweep_of_one_held_to_the_same_limits(tmp_path: Path,
     presets = {"network": "switch", "tcp": "newreno", "system": "default", "workload": "incast"}
     monkeypatch.setattr(engine, "run", _stuck_engine)
     out = io.StringIO()
-    assert run_one(config, out=out, err=out, presets=presets, max_wall_time_s=0.1) == EXIT_OK  # a timeout is no failure
+    # a timeout exits 1, as in a sweep; the summary says which limit stopped it, and no measurement
+    assert run_one(config, out=out, err=out, presets=presets, max_wall_time_s=0.1) == EXIT_RUN_FAILED
+    assert "stopped          wall-time budget of 0.1 s exceeded (hydra.launcher.max_wall_time_s)" in out.getvalue()
+    assert "n/a" not in out.getvalue()
     (row,) = read_table(tmp_path / "one", "runs").to_dict("records")
     assert (row["status"], row["error"]) == ("timeout", "wall-time budget of 0.1 s exceeded")
     assert {group: row[group] for group in presets} == presets and row["run_id"] == run_id(config)

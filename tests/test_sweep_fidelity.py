@@ -6,6 +6,9 @@ report of a two-fidelity dataset. In process, without Ray (the launcher's path w
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -18,15 +21,18 @@ import engine
 import sweep
 from sweep.fidelity import (
     RefinePolicy,
+    TwoFidelityResult,
     at_risk,
     default_screen_backend,
     format_refusals,
+    format_selection,
     plan_screens,
     run_two_fidelity,
     screen_refusals,
     select_refinements,
 )
 from sweep.plan import PlannedRun, plan
+from sweep.progress import SweepSummary
 from sweep.report import POINTS_FILE, SUMMARY_FILE, build_report
 from sweep.runner import measure, point_id, run_id
 from sweep.store import read_table
@@ -320,3 +326,39 @@ def test_the_report_of_a_two_fidelity_dataset(reference: tuple[Path, Any]) -> No
     for plot in ("two_fidelity_scatter.png", "calibration_error.png"):
         assert (out / plot).read_bytes().startswith(b"\x89PNG") and f"`{plot}`" in summary
     assert "The sections below describe the screening runs (`analytical`)" in summary
+
+
+def _result(selected: int, points: int) -> TwoFidelityResult:
+    """A two-fidelity result with `selected` top points refined of `points`."""
+    summary = SweepSummary(grid_points=points, datasets=[])
+    return TwoFidelityResult(summary, summary, {f"p{index}": "top" for index in range(selected)}, points)
+
+
+def test_the_selection_line_says_why_budget_went_unused() -> None:
+    """Beyond the sample and the top points the budget goes to at-risk points only: a budget of 50 on a
+    screen that marks none refines the top 10 and says why the other 40 went unused."""
+    policy = RefinePolicy("alpha_beta", budget_runs=50, top=10)
+    assert format_selection(_result(10, 32), policy) == (
+        "refine: 10 of 32 points at the grid's backend (budget 50): calibration sample 0, top 10, at risk 0; "
+        "40 of the budget unused: beyond the sample (0) and the top (10) it goes only to points the screen marks "
+        "at risk, and all 0 are refined; hydra.launcher.refine_sample or refine_top spend more")
+    assert format_selection(_result(8, 8), policy).endswith("; 42 of the budget unused: every point of the grid is "
+                                                             "refined")
+    assert "unused" not in format_selection(_result(50, 80), policy)
+
+
+@pytest.mark.slow
+def test_a_two_fidelity_command_starts_ray_once_and_says_how_its_budget_went(tmp_path: Path) -> None:
+    """The command line: both stages on one local Ray (one `ray:` line), and the selection line (an
+    `alpha_beta` screen marks no point at risk: the top one is refined, and the line says why no more)."""
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run([sys.executable, "-m", "sweep", "-m", "workload=collective", "network.npus=4",
+                           "workload.bytes=65536,1048576", "hydra.launcher.screen_backend=alpha_beta",
+                           "hydra.launcher.refine_budget=5", "hydra.launcher.refine_top=1", "ray.num_cpus=1",
+                           f"results_dir={tmp_path}", "name=two"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("ray: a local Ray") == 1, done.stderr
+    assert ("refine: 1 of 2 points at the grid's backend (budget 5): calibration sample 0, top 1, at risk 0; "
+            "4 of the budget unused: beyond the sample (0) and the top (1)") in done.stdout, done.stdout

@@ -75,13 +75,23 @@ def _submitit_sweep(tmp_path: Path, barrier: Path | None = None) -> subprocess.C
 
 
 def _job_logs(tmp_path: Path) -> list[str]:
-    """What each job printed (`.submitit/<job>/<job>_0_log.out`)."""
-    return [path.read_text() for path in sorted((tmp_path / ".submitit").glob("*/*_log.out"))]
+    """What each job printed (`.submitit/<job>/<job>_0_log.out`, in the dataset's `_jobs/`)."""
+    return [path.read_text() for path in sorted(_jobs_folder(tmp_path).glob("*/*_log.out"))]
+
+
+def _jobs_folder(tmp_path: Path) -> Path:
+    """Where submitit keeps the jobs' files: in the dataset (conf/config.yaml's `hydra.sweep.dir`)."""
+    return tmp_path / "results" / "slurm" / "_jobs" / ".submitit"
 
 
 def test_every_point_once_then_resume(tmp_path: Path) -> None:
     done = _submitit_sweep(tmp_path, barrier=tmp_path / "barrier")
     assert done.returncode == 0, done.stderr
+    # the sweep's summary, as the Ray launcher prints it; nothing of submitit's beside the dataset
+    assert f"sweep of 3 grid points -> {tmp_path / 'results' / 'slurm'}/" in done.stdout, done.stdout
+    assert "  ok               3" in done.stdout and "  skipped          0" in done.stdout
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["barrier", "hook", "results"]
+    assert len(list(_jobs_folder(tmp_path).iterdir())) == len(SEEDS)  # one folder a job: no `%j` left
     assert len(os.listdir(tmp_path / "barrier")) == len(SEEDS)  # every job waited for the others
 
     dataset = tmp_path / "results" / "slurm"
@@ -101,10 +111,11 @@ def test_every_point_once_then_resume(tmp_path: Path) -> None:
         assert (flows["run_id"] == run.run_id).sum() == len(local["flows"])
     assert all("status ok" in log for log in _job_logs(tmp_path))
 
-    for log in (tmp_path / ".submitit").glob("*/*_log.out"):
+    for log in _jobs_folder(tmp_path).glob("*/*_log.out"):
         log.unlink()
     again = _submitit_sweep(tmp_path)
     assert again.returncode == 0, again.stderr
+    assert "  skipped          3   already done with status ok" in again.stdout, again.stdout
     logs = _job_logs(tmp_path)
     assert len(logs) == len(SEEDS) and all("is already done (status ok)" in log for log in logs)
     resumed = read_table(dataset, "runs")

@@ -26,6 +26,8 @@ import itertools
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from hydra.core.config_store import ConfigStore
@@ -137,7 +139,48 @@ class NetsweepSweeper(LaunchingSweeper):
         assert self.hydra_context is not None and self.launcher is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*(f"{key}={value}" for key, value in self.params.items()), *arguments])
-        return [self.launcher.launch(grid_points(overrides), initial_job_idx=0)]
+        points = grid_points(overrides)
+        if isinstance(self.launcher, RayNetsweepLauncher):
+            return [self.launcher.launch(points, initial_job_idx=0)]
+        return [self._launch_as_jobs(points)]
+
+    def _launch_as_jobs(self, points: list[list[str]]) -> Sequence[JobReturn]:
+        """A launcher that runs each point as a job of the single-run command (submitit's): the grid is
+        planned first (a point that cannot run refuses it, one line, exit 2, nothing submitted), then
+        the jobs run, and the sweep's summary is printed from the rows they stored, as the Ray launcher
+        prints it; exit 1 if a run ended `error` or `timeout`. The empty folder submitit leaves named
+        after its template (`.submitit/%j`) is removed."""
+        import engine
+        from sweep.cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED
+        from sweep.plan import GridComposer, GridError, plan
+        from sweep.progress import SweepSummary, format_summary
+
+        assert self.hydra_context is not None and self.config is not None and self.launcher is not None
+        try:
+            runs = plan(points, GridComposer(self.hydra_context.config_loader, self.config).compose)
+        except (GridError, engine.ConfigError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(EXIT_BAD_CONFIG) from None
+        started_at = datetime.now(UTC)
+        start = time.perf_counter()
+        returns = self.launcher.launch(points, initial_job_idx=0)
+        template = OmegaConf.select(self.config, "hydra.launcher.submitit_folder", default=None)
+        if template is not None and "%j" in str(template):
+            with contextlib.suppress(OSError):  # not there, or not empty: not submitit's leftover
+                Path(str(template)).rmdir()
+        summary = SweepSummary(grid_points=len(runs), datasets=list(dict.fromkeys(run.dataset for run in runs)),
+                               wall_s=time.perf_counter() - start)
+        stored = _stored_rows(runs)
+        for run_id in dict.fromkeys(run.run_id for run in runs):
+            row = stored.get(run_id)
+            if row is not None and datetime.fromisoformat(str(row["started_at"])) < started_at:  # the job skipped it
+                summary.skipped += 1
+            elif row is not None:
+                summary.record(row)
+        print(format_summary(summary))
+        if summary.failed:
+            raise SystemExit(EXIT_RUN_FAILED)
+        return returns
 
 
 class OptunaSweeper(LaunchingSweeper):
@@ -146,8 +189,8 @@ class OptunaSweeper(LaunchingSweeper):
     def __init__(self, objective: Any = "iteration_time_s", direction: Any = "minimize", n_trials: int = 20,
                  n_jobs: int = 2, sampler: Any = None, params: dict[str, str] | None = None) -> None:
         super().__init__(params)
-        self.objectives = [objective] if isinstance(objective, str) else list(objective)
-        self.directions = [direction] if isinstance(direction, str) else list(direction)
+        self.objective = objective  # as given: checked and made lists in `sweep`, where a mistake is one line
+        self.direction = direction
         self.n_trials = n_trials
         self.n_jobs = n_jobs
         self.sampler = sampler
@@ -155,7 +198,7 @@ class OptunaSweeper(LaunchingSweeper):
     def sweep(self, arguments: list[str]) -> Any:
         import engine
         from sweep.cli import EXIT_BAD_CONFIG
-        from sweep.search import SEARCH_EXTRA_HINT, Search, check_objectives, search_space
+        from sweep.search import SEARCH_EXTRA_HINT, Search, check_objectives, corner_points, search_space
 
         assert self.config is not None
         if not isinstance(self.launcher, RayNetsweepLauncher):
@@ -168,7 +211,7 @@ class OptunaSweeper(LaunchingSweeper):
             print(f"error: {SEARCH_EXTRA_HINT}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
         try:
-            check_objectives(self.objectives, self.directions)
+            objectives, directions = check_objectives(self.objective, self.direction)
             for key, value, valid in (("n_trials", self.n_trials, self.n_trials >= 1),
                                       ("n_jobs", self.n_jobs, self.n_jobs >= 1)):
                 if not valid:
@@ -181,17 +224,18 @@ class OptunaSweeper(LaunchingSweeper):
         except (engine.ConfigError, OverrideParseException) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
+        self.launcher.check_settings_or_exit()
+        self.launcher.check_search_or_exit(corner_points(space), objectives)
         sampler_config = dict(OmegaConf.to_container(self.sampler, resolve=True)) if self.sampler else {}
         if "seed" in sampler_config and sampler_config["seed"] is None:
             sampler_config["seed"] = int(self.config.seed)  # the same command proposes the same points
         sampler = instantiate(sampler_config) if sampler_config else None
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(directions=self.directions, sampler=sampler)
-        search = Search(study, space, self.objectives, self.launcher, self.n_trials, self.n_jobs)
+        study = optuna.create_study(directions=directions, sampler=sampler)
+        search = Search(study, space, objectives, self.launcher, self.n_trials, self.n_jobs)
         print(f"search: {self.n_trials} trials, {self.n_jobs} at a time, {type(study.sampler).__name__} "
               f"over {', '.join(space.distributions)}; objective "
-              f"{', '.join(f'{d} {o}' for d, o in zip(self.directions, self.objectives))}")
-        self.launcher.check_settings_or_exit()
+              f"{', '.join(f'{d} {o}' for d, o in zip(directions, objectives))}")
         with self.launcher.ray_kept_up():
             search.run()
         return []
@@ -227,13 +271,17 @@ def _stored_rows(runs: Sequence[Any]) -> dict[str, dict[str, Any]]:
 
 
 @dataclass
-class _AlreadyEntered:
-    """An executor a search keeps entered between its batches, for `run_sweep`, which enters the
-    executor it is given: entering and leaving this one do nothing."""
+class _KeptUp:
+    """The executor a search or a replicated sweep keeps up between its batches (`ray_kept_up`), for
+    `run_sweep`, which enters the executor it is given only when it has runs to do: the first entering
+    starts it, in the launcher's `ray_kept_up` stack (so a batch with nothing to run starts no Ray);
+    entering again and leaving do nothing."""
 
+    launcher: Any  # the RayNetsweepLauncher (a string annotation would not resolve here: see the imports)
     executor: Any
 
-    def __enter__(self) -> "_AlreadyEntered":
+    def __enter__(self) -> "_KeptUp":
+        self.executor = self.launcher.keep_up(self.executor)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -368,8 +416,9 @@ class RayNetsweepLauncher(Launcher):
                 print(format_summary(summary))
                 interrupted, failed = summary.interrupted, summary.failed
             else:
-                result = run_two_fidelity(runs, screens, policy, self._executor(runs), self.flush_rows,
-                                          self.flush_interval_s)
+                with self.ray_kept_up():  # one Ray for both stages
+                    result = run_two_fidelity(runs, screens, policy, self._executor(runs), self.flush_rows,
+                                              self.flush_interval_s)
                 print(f"screen ({policy.screen_backend}):")
                 print(format_summary(result.screen))
                 if result.refine is not None:
@@ -402,17 +451,21 @@ class RayNetsweepLauncher(Launcher):
         from sweep.cluster import RAY_LOG, RayExecutor
 
         if self._held_executor is not None:
-            return _AlreadyEntered(self._held_executor)
+            return _KeptUp(self, self._held_executor)
         ray_settings = runs[0].config["ray"]
         executor = RayExecutor(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
                                max_in_flight=self.max_in_flight, max_retries=self.max_retries,
                                max_wall_time_s=self.max_wall_time_s, run_memory_mb=self.run_memory_mb,
                                log_path=runs[0].dataset / RAY_LOG)  # Ray's own output: not on the terminal
-        if self._held is None:
-            return executor
-        with _ray_failures_exit():
-            self._held_executor = self._held.enter_context(executor)
-        return _AlreadyEntered(executor)
+        return executor if self._held is None else _KeptUp(self, executor)
+
+    def keep_up(self, executor: Any) -> Any:
+        """Within `ray_kept_up`: the executor kept up, `executor` entered now if none is yet."""
+        assert self._held is not None
+        if self._held_executor is None:
+            with _ray_failures_exit():
+                self._held_executor = self._held.enter_context(executor)
+        return self._held_executor
 
     @contextlib.contextmanager
     def ray_kept_up(self) -> Iterator[None]:
@@ -435,6 +488,30 @@ class RayNetsweepLauncher(Launcher):
         except engine.ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(EXIT_BAD_CONFIG) from None
+
+    def check_search_or_exit(self, points: Sequence[Sequence[str]], objectives: Sequence[str]) -> None:
+        """Before a search starts Ray, its points (`sweep.search.corner_points`) are checked as a grid's
+        are (every point must run, unless `skip_refused` lets its backend refuse it) and each objective
+        against every backend among them (`sweep.search.check_filled`): a mistake ends the command, one
+        line, exit 2."""
+        import engine
+        from sweep.cli import EXIT_BAD_CONFIG
+        from sweep.plan import GridError, plan
+        from sweep.search import check_filled
+
+        refused: list[Any] | None = [] if self.skip_refused else None
+        for overrides in points:
+            problem = None
+            try:
+                runs = plan([overrides], self._grid_composer().compose, refused)
+                check_filled(objectives, [run.sim_config.engine.backend for run in runs])
+            except GridError as exc:  # its message counts grid points: this is a point of the search
+                problem = f"{exc.__cause__} (search point: {' '.join(overrides)})"
+            except engine.ConfigError as exc:
+                problem = str(exc)
+            if problem is not None:
+                print(f"error: {problem}", file=sys.stderr)
+                raise SystemExit(EXIT_BAD_CONFIG)
 
     def _plan_one(self, overrides: Sequence[str]) -> Any:
         """The planned run of one search point, or why it cannot run (a string)."""
