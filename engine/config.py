@@ -66,7 +66,16 @@ class ConfigError(ValueError):
         self.key = key
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{key}={value!r} is not valid: {allowed}")
+        super().__init__(f"{key}={as_written(value)} is not valid: {allowed}")
+
+
+def as_written(value: Any) -> str:
+    """`value` as a user writes it on the command line or in YAML: true, false, null; else Python's repr."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,9 @@ MISTAKES = [
     # flows to hosts that do not exist
     Mistake("flow-to-missing-host", "workload=flows workload.flows=[{src:0,dst:99,bytes:10,start_us:0}]",
             EXIT_BAD_CONFIG, ("workload.flows[0].dst=99", "0..15")),
+    # a bool echoed as written (true), not in Python's spelling (True)
+    Mistake("astra-compat-on-flows", "workload=incast system.astra_compat=true", EXIT_BAD_CONFIG,
+            ("system.astra_compat=true is not valid",)),
     Mistake("incast-too-many-senders", "workload=incast workload.senders=99", EXIT_BAD_CONFIG,
             ("workload.senders=99", "1..15")),
     # a key of another preset, which would change nothing
@@ -169,7 +172,7 @@ MISTAKES = [
     Mistake("grid-memory-beyond-machine", "hydra.launcher.run_memory_mb=100000000 seed=1,2", EXIT_BAD_CONFIG,
             ("hydra.launcher.run_memory_mb=100000000.0", "this machine's memory"), multirun=True),
     Mistake("screen-without-budget", "hydra.launcher.screen_backend=analytical seed=1,2", EXIT_BAD_CONFIG,
-            ("hydra.launcher.refine_budget=None", "number of refined runs"), multirun=True),
+            ("hydra.launcher.refine_budget=null", "number of refined runs"), multirun=True),
     Mistake("screen-backend-typo", "hydra.launcher.screen_backend=analitical hydra.launcher.refine_budget=1 seed=1,2",
             EXIT_BAD_CONFIG, ("hydra.launcher.screen_backend='analitical'", "analytical, alpha_beta"), multirun=True),
     Mistake("refine-budget-too-small", "hydra.launcher.screen_backend=alpha_beta hydra.launcher.refine_budget=3 "
@@ -185,7 +188,7 @@ MISTAKES = [
     Mistake("search-objective-text", "hydra/sweeper=optuna hydra.sweeper.objective=status seed=1,2",
             EXIT_BAD_CONFIG, ("hydra.sweeper.objective='status'", "numeric column"), multirun=True),
     Mistake("search-objective-null", "hydra/sweeper=optuna hydra.sweeper.objective=null seed=1,2",
-            EXIT_BAD_CONFIG, ("hydra.sweeper.objective=None", "a non-empty list"), multirun=True),
+            EXIT_BAD_CONFIG, ("hydra.sweeper.objective=null", "a non-empty list"), multirun=True),
     Mistake("search-objective-empty", "hydra/sweeper=optuna hydra.sweeper.objective=[] seed=1,2",
             EXIT_BAD_CONFIG, ("hydra.sweeper.objective=[]", "a non-empty list"), multirun=True),
     # a search is checked as a grid is before Ray starts: its objective on every backend, its values' corners

@@ -70,7 +70,7 @@ def test_objectives_are_numeric_runs_columns_with_a_direction_each() -> None:
     assert check_objectives("comm_s", "maximize") == (["comm_s"], ["maximize"])
     for objectives, directions, message in ((["iteration_time"], ["minimize"], "hydra.sweeper.objective"),
                                             (["status"], ["minimize"], "numeric column"),
-                                            (None, "minimize", "objective=None .* a non-empty list"),
+                                            (None, "minimize", "objective=null .* a non-empty list"),
                                             ([], [], "objective=\\[\\] .* a non-empty list"),
                                             (["comm_s"], ["lower"], "minimize or maximize"),
                                             (["comm_s"], None, "one direction per objective"),

@@ -232,7 +232,7 @@ def test_the_budget_must_hold_the_sample_and_the_top_points(tmp_path: Path) -> N
         RefinePolicy("analytical", 6, top=1, top_per=("system.all_reduse",)).check_grid(runs)
     with pytest.raises(engine.ConfigError, match="hydra.launcher.screen_backend='packet'"):
         RefinePolicy("packet", 6).check()
-    with pytest.raises(engine.ConfigError, match="hydra.launcher.refine_budget=None"):
+    with pytest.raises(engine.ConfigError, match="hydra.launcher.refine_budget=null"):
         RefinePolicy("analytical", None).check()  # type: ignore[arg-type]
 
 
