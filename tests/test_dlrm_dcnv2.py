@@ -10,8 +10,8 @@ from engine.workload.layers import dlrm_layers, table_wise_lookups
 
 # MLPerf's reference (mlcommons/training recommendation_v2/torchrec_dlrm, README): --multi_hot_sizes
 MLPERF_MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
-COMPUTE_BOUND = {"npu_tflops": 1.0, "hbm_gbps": 1e12}  # memory takes no time: each pass costs its FLOPs
-MEMORY_BOUND = {"npu_tflops": 1e12, "hbm_gbps": 1000.0}  # FLOPs take no time; 1000 Gb/s = 125 bytes per ns
+COMPUTE_BOUND = {"npu_tflops": 1.0, "hbm_gbps": 1e6}  # memory next to free (the largest rate allowed)
+MEMORY_BOUND = {"npu_tflops": 1e6, "hbm_gbps": 1000.0}  # FLOPs take next to no time; 1000 Gb/s = 125 bytes per ns
 
 
 def small_dcn(**overrides) -> engine.workload.WorkloadSpec:
