@@ -17,7 +17,7 @@ from sweep_support import compose_config
 import engine
 from engine.backends import hybrid
 from engine.backends.reduction import Reduction
-from engine.config import ConfigError, load_config
+from engine.config import ConfigError, as_written, load_config
 from sweep.runner import measure, stored_rows
 from sweep.schema import DECLARED_COLUMNS
 
@@ -360,7 +360,7 @@ def test_what_it_cannot_reduce_is_refused_naming_the_key(overrides: dict[str, An
         engine.run(config)
     assert refused.value.key == key
     # one line naming the key, the value and what is allowed (on hybrid, or which backend allows it)
-    assert "\n" not in str(refused.value) and str(refused.value.value) in str(refused.value)
+    assert "\n" not in str(refused.value) and f"{key}={as_written(refused.value.value)} " in str(refused.value)
     assert "hybrid" in refused.value.allowed or key == "engine.incast_rto"
 
 
