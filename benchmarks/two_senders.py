@@ -1,11 +1,13 @@
 """Two CUBIC senders into one 100 Gb/s switch port with 512 KiB of buffer (issue 29's case), on the
 host of before (an unbounded NIC queue), on Linux's transmit path (`host.*`: TCP Small Queues and a
-1,000-packet qdisc) and on it with transmit jitter (`host.tx_jitter_ns`). Prints one Markdown row per
+1,000-packet qdisc), each with exact transmit timing (`host.tx_jitter_ns=0`, as ns-3) and with the
+default 30 ns of transmit jitter, and with 120 ns. Prints one Markdown row per
 case: when each flow ended, the later over the earlier, the largest host NIC queue, retransmissions
 per packet sent, timeouts. docs/hosts.md shows the table.
 
     python benchmarks/two_senders.py              # 1 GB each (2-3 s a case, compiled)
     python benchmarks/two_senders.py --bytes 1e8
+    python benchmarks/two_senders.py --jitters 2 5 10 20 30 --seeds 0 1 2   # the default host at each jitter
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import engine
 
 UNBOUNDED_HOST = {"tsq_bytes": None, "qdisc_packets": None}
 CASES: dict[str, dict[str, Any]] = {
-    "unbounded NIC queue (before)": UNBOUNDED_HOST,
-    "unbounded NIC queue, jitter 30 ns": {**UNBOUNDED_HOST, "tx_jitter_ns": 30},
-    "Linux: TSQ 1 MiB, pfifo_fast 1,000": {},
-    "Linux, jitter 30 ns": {"tx_jitter_ns": 30},
+    "unbounded NIC queue, jitter 0 (the host of before)": {**UNBOUNDED_HOST, "tx_jitter_ns": 0},
+    "unbounded NIC queue, jitter 30 ns": UNBOUNDED_HOST,
+    "Linux: TSQ 1 MiB, pfifo_fast 1,000, jitter 0": {"tx_jitter_ns": 0},
+    "Linux, jitter 30 ns (the default host)": {},
     "Linux, jitter 120 ns (one packet at 100 Gb/s)": {"tx_jitter_ns": 120},
 }
 
@@ -38,7 +40,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bytes", type=float, default=1e9, help="bytes each sender sends (default 1e9)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jitters", type=float, nargs="+", help="instead of the cases: the default host with each "
+                        "host.tx_jitter_ns (ns), for each of --seeds")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     args = parser.parse_args()
+    if args.jitters:
+        print(f"kernel: {engine.KERNEL}; {int(args.bytes):,} bytes per flow\n")
+        print("| jitter (ns) | seed | earlier ends (ms) | later ends (ms) | later / earlier | timeouts |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+        for jitter_ns in args.jitters:
+            for seed in args.seeds:
+                rows = engine.run(two_senders(int(args.bytes), {"tx_jitter_ns": jitter_ns}, seed))
+                early_s, late_s = sorted(flow["end_s"] for flow in rows["flows"])
+                print(f"| {jitter_ns:g} | {seed} | {early_s * 1e3:,.2f} | {late_s * 1e3:,.2f} | {late_s / early_s:.2f} "
+                      f"| {rows['runs'][0]['timeouts']} |", flush=True)
+        return
     print(f"kernel: {engine.KERNEL}; {int(args.bytes):,} bytes per flow; seed {args.seed}\n")
     print("| case | flow 1 ends (ms) | flow 2 ends (ms) | later / earlier | max host NIC queue (KiB) "
           "| retransmits / packets | timeouts | wall (s) |")

@@ -24,6 +24,8 @@ Needs the `ns3` extra (`pip install 'netsweep[ns3]'`) and g++. Settings both sim
 100 Gb/s links with 1 us latency, MTU 1500, ACK per segment, SACK, 200 ms minimum RTO; both open
 their connections with a handshake before time 0 (`tcp.handshake`), whose RTT sample sets the
 first RTO. Timestamps are off unless `--timestamps` (`tcp.timestamps=false`, as the stored tables).
+The packet engine runs with `host.tx_jitter_ns=0`: ns-3 transmits with exact timing, so both simulate the
+same phases (the default 30 ns of jitter, docs/hosts.md, would compare two different draws).
 """
 
 from __future__ import annotations
@@ -102,9 +104,12 @@ def config_of(case: dict, backend: str, timestamps: bool = False) -> dict:
         workload = {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 1}
     else:
         workload = {"type": "collective", "op": case["op"], "bytes": case["bytes"], "iterations": 1}
-    return {"engine": {"backend": backend, "max_sim_time_s": 30.0}, "network": network,
-            "tcp": {"cc": case["cc"], "min_rto_ms": 200.0, "timestamps": timestamps},
-            "workload": workload}
+    config = {"engine": {"backend": backend, "max_sim_time_s": 30.0}, "network": network,
+              "tcp": {"cc": case["cc"], "min_rto_ms": 200.0, "timestamps": timestamps},
+              "workload": workload}
+    if backend == "packet":  # exact transmit timing, as ns-3's: the same phases on both (docs/hosts.md)
+        config["host"] = {"tx_jitter_ns": 0}
+    return config
 
 
 def run_case(case: dict, backend: str, timestamps: bool = False) -> dict:

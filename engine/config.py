@@ -330,9 +330,10 @@ class HostConfig:
     qdisc: str = "pfifo_fast"  # one of QDISCS
     qdisc_packets: int | None = 1000  # the qdisc's limit, a device's txqueuelen (Linux: 1000); null = none
     # Each packet a host sends reaches its switch a random time in [0, tx_jitter_ns) late (in order,
-    # seeded): the variation of a real host's transmit timing, which breaks the phase lock-out of
+    # seeded): the variation of a real host's transmit timing (each packet a doorbell and DMA reads
+    # across PCIe, each with nanoseconds of jitter: docs/hosts.md), which breaks the phase lock-out of
     # deterministic drop-tail queues (Floyd and Jacobson 1992); 0 = exact timing, as ns-3
-    tx_jitter_ns: float = 0.0
+    tx_jitter_ns: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ def collective_time_s(op: str, algorithm: str, size_bytes: int, backend: str = "
         "engine": {"backend": backend},
         "network": {"topology": "switch", "npus": P, "link_gbps": LINK_GBPS, "link_latency_us": 1,
                     "buffer_kb": 16384, **network},  # deep buffers: an uncongested network
+        "host": {"tx_jitter_ns": 0},  # exact transmit timing: the hand-computed times assume it
         "tcp": tcp or {},
         "system": {op: algorithm, "endpoint_delay_ns": 0},
         "workload": {"type": "collective", "op": op, "bytes": size_bytes, "iterations": 1},
@@ -81,9 +82,13 @@ def test_direct_collectives_match_the_bandwidth_term_analytically(op):
 
 def test_staggered_direct_all_to_all_needs_no_buffer():
     # Rank r sends to r+1, r+2, ... so at any moment each receiver port is fed by one sender: even a
-    # 4 KiB buffer sees no drop and TCP matches the fluid model within a few percent.
+    # 4 KiB buffer sees no drop and TCP matches the fluid model within a few percent. With exact
+    # transmit timing: the default jitter lets a packet reach the port up to 30 ns closer to the one
+    # ahead than the line rate spaces them, and a buffer of 2.7 packets then overflows where one
+    # sender's messages hand over to the next's.
     rows = engine.run({
         "network": {"topology": "switch", "npus": P, "link_gbps": LINK_GBPS, "link_latency_us": 1, "buffer_kb": 4},
+        "host": {"tx_jitter_ns": 0},
         "system": {"endpoint_delay_ns": 0},
         "workload": {"type": "collective", "op": "all_to_all", "bytes": LARGE, "iterations": 2},
     })["runs"][0]
@@ -341,6 +346,7 @@ def test_every_algorithm_with_endpoint_delay_and_tiny_messages_takes_its_hand_co
     switch = {"topology": "switch", "npus": 8, "link_gbps": 100, "link_latency_us": 1}
     for network, expected_ps in ((switch, switch_ps), (HIERARCHICAL, hierarchical_ps)):
         row = engine.run({"network": {**network, "mtu_bytes": 1500},
+                          "host": {"tx_jitter_ns": 0},  # exact transmit timing: the hand computation's
                           "tcp": {"timestamps": False},  # 40 header bytes a packet
                           "system": {op: algorithm, "endpoint_delay_ns": 10, "splits": 4},
                           "workload": {"type": "collective", "op": op, "bytes": 1024}})["runs"][0]
@@ -353,10 +359,11 @@ def test_hierarchical_direct_all_to_all_is_staggered_across_nodes():
     # With 8 NPUs per node, a naive order makes all 8 NPUs of a node send to the same remote NPU
     # first: an 8-to-1 burst into its NIC port. The two-level order sends the i-th NPU of node n to
     # the i-th NPU of node n+1 first, so each remote port has one sender at a time: no drops even
-    # with a 16 KiB buffer, and the packet backend matches the fluid model.
+    # with a 16 KiB buffer, and the packet backend matches the fluid model. With exact transmit timing,
+    # as test_staggered_direct_all_to_all_needs_no_buffer (why there).
     network = {**HIERARCHICAL, "buffer_kb": 16}
     workload = {"type": "collective", "op": "all_to_all", "bytes": 4 * 2**20, "iterations": 2}
-    packet = engine.run({"network": network, "workload": workload})["runs"][0]
+    packet = engine.run({"network": network, "host": {"tx_jitter_ns": 0}, "workload": workload})["runs"][0]
     analytical = engine.run({"engine": {"backend": "analytical"}, "network": network, "workload": workload})["runs"][0]
     assert packet["drops"] == 0
     assert packet["iteration_time_s"] == pytest.approx(analytical["iteration_time_s"], rel=0.10)

@@ -102,9 +102,10 @@ def test_incast_collapses_with_200ms_min_rto_but_not_with_1ms():
     timeouts_per_round = [sum(flow["timeouts"] for flow in slow["flows"][r * senders:(r + 1) * senders])
                           for r in range(rounds)]
     rounds_with_timeout = sum(1 for count in timeouts_per_round if count)
-    # the first round collapses: 16 initial windows of 10 segments (234 KiB) meet a 64 KiB buffer;
-    # later rounds start from the windows the earlier ones left (4 of 10 rounds time out here)
-    assert timeouts_per_round[0]
+    # rounds collapse: 16 windows (the first round's initial ones: 10 segments, 234 KiB) meet a 64 KiB
+    # buffer; which rounds lose a tail depends on the windows the earlier ones left and on the hosts'
+    # transmit jitter (7 of 10 rounds time out here; 4 with exact timing, the first among them)
+    assert rounds_with_timeout > 0
     assert run["sim_time_s"] >= rounds_with_timeout * 0.2
     slow_goodput = rounds * block_bits / run["sim_time_s"]
     assert slow_goodput <= rounds * block_bits / (rounds_with_timeout * (block_bits / 10e9 + 0.2)) * 1.01

@@ -32,6 +32,7 @@ def simulation(tcp: dict | None = None, loss_rate: float = 0.0, npus: int = 2, s
         "seed": seed,
         "network": {"topology": "switch", "npus": npus, "link_gbps": 100, "link_latency_us": LINK_US,
                     "loss_rate": loss_rate},
+        "host": {"tx_jitter_ns": 0},  # exact transmit timing: the expected times are computed to the picosecond
         "tcp": tcp or {},
         "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 1}]},  # unused: we drive it
     })
@@ -194,6 +195,7 @@ def test_timeout_bound_all_to_alls_of_a_training_job(timestamps, rto_waits_ms):
     rows = engine.run({
         "network": {"topology": "leaf_spine", "npus": 32, "hosts_per_leaf": 16, "spines": 1, "uplink_gbps": 100,
                     "link_gbps": 100, "link_latency_us": 1, "buffer_kb": 512},
+        "host": {"tx_jitter_ns": 0},  # exact transmit timing: every incast loses its first windows alike
         "tcp": {"timestamps": timestamps},
         "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/DLRM_HybridParallel.txt", "iterations": 2},
     })

@@ -199,13 +199,14 @@ def _two_senders(nbytes: int, host: dict[str, Any]) -> dict[str, Any]:
                                                     {"src": 2, "dst": 0, "bytes": nbytes}]}}
 
 
-def test_two_senders_share_a_port_once_transmit_jitter_breaks_the_phase_lock() -> None:
+def test_two_senders_share_a_port_with_the_default_host() -> None:
     # Floyd and Jacobson (1992): with equal-rate senders whose arrivals keep a fixed phase to the
     # port's departures, a full drop-tail queue takes every freed place for the same sender; a random
-    # component in the senders' timing removes the bias. The two ~0.8 ms (at 100 Gb/s each of 10 MB
-    # takes 0.83 ms alone) flows then share the port and end together.
+    # component in the senders' timing removes the bias, and the default host has one
+    # (`host.tx_jitter_ns`, 30 ns). Two equal CUBIC flows then each get half the port (CUBIC's
+    # fairness between flows of one RTT) and, each of 10 MB (0.83 ms alone at 100 Gb/s), end together.
     nbytes = 10_000_000
-    rows = engine.run(_two_senders(nbytes, {"tx_jitter_ns": 30}))
+    rows = engine.run(_two_senders(nbytes, {}))
     ends = sorted(flow["end_s"] for flow in rows["flows"])
     assert ends[0] >= 0.75 * ends[1]  # within 25 % of each other
     # and both together take about what 20 MB through one 100 Gb/s port takes: 20e6 x 1500/1448 x 8 / 100e9
@@ -214,6 +215,13 @@ def test_two_senders_share_a_port_once_transmit_jitter_breaks_the_phase_lock() -
     assert run_row["timeouts"] == 0
     nics = [link for link in rows["links"] if link["kind"] == "host_nic"]
     assert max(link["max_queue_kb"] for link in nics) <= 1024  # TSQ's 1 MiB at most
+
+
+def test_without_jitter_the_phase_lock_shuts_one_sender_out() -> None:
+    # jitter 0 (ns-3's exact timing): the same sender loses every freed place, the other its window
+    rows = engine.run(_two_senders(10_000_000, {"tx_jitter_ns": 0}))
+    ends = sorted(flow["end_s"] for flow in rows["flows"])
+    assert ends[0] < 0.75 * ends[1] and rows["runs"][0]["timeouts"] >= 1
 
 
 def test_the_same_jitter_seed_gives_the_same_run() -> None:

@@ -29,12 +29,18 @@ TRANSFER_MS = 1.0  # an all-to-all's time besides its RTO waits (98,304 bytes an
 
 
 def leaf_spine(backend: str, npus: int, workload: dict[str, Any], spines: int = 2, buffer_kb: float = 128,
-               **engine_keys: Any) -> dict[str, Any]:
-    """16 hosts a leaf at 100 Gb/s, 1 us links: the leaf-spine of DESIGN.md's collapse table."""
-    return {"engine": {"backend": backend, **engine_keys},
-            "network": {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 16, "spines": spines,
-                        "uplink_gbps": 100, "buffer_kb": buffer_kb},
-            "workload": workload}
+               exact_timing: bool = False, **engine_keys: Any) -> dict[str, Any]:
+    """16 hosts a leaf at 100 Gb/s, 1 us links: the leaf-spine of DESIGN.md's collapse table. With
+    `exact_timing`, hosts without transmit jitter (`host.tx_jitter_ns=0`): where a test asserts an exact
+    identity between two runs whose packets cross different networks (the reduced one and the full one)
+    or different numbers of simulations (memoised or not), which draw the jitter differently."""
+    config = {"engine": {"backend": backend, **engine_keys},
+              "network": {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 16, "spines": spines,
+                          "uplink_gbps": 100, "buffer_kb": buffer_kb},
+              "workload": workload}
+    if exact_timing:
+        config["host"] = {"tx_jitter_ns": 0}
+    return config
 
 
 def rto_chain_ms(waves: int) -> float:
@@ -89,8 +95,8 @@ def test_at_two_leaves_a_dlrm_iteration_is_the_packet_runs_but_for_its_fluid_all
     # their times part from the packet engine's by microseconds, and the ring messages of those that
     # start during the backward all-to-all's RTO waits do not cross the reduced network, as they do
     # the full one; so the iteration agrees to a few microseconds, not to the picosecond
-    hybrid = engine.run(leaf_spine("hybrid", 32, ASTRA_DLRM))
-    packet = engine.run(leaf_spine("packet", 32, ASTRA_DLRM))
+    hybrid = engine.run(leaf_spine("hybrid", 32, ASTRA_DLRM, exact_timing=True))
+    packet = engine.run(leaf_spine("packet", 32, ASTRA_DLRM, exact_timing=True))
     h, p = hybrid["runs"][0], packet["runs"][0]
     first = [c for c in hybrid["collectives"] if c["op"] == "all_to_all"][0]
     first_packet = [c for c in packet["collectives"] if c["op"] == "all_to_all"][0]
@@ -220,7 +226,7 @@ def test_a_replay_starts_no_earlier_than_the_replays_of_the_phases_ended_before_
         return Started()
 
     monkeypatch.setattr(hybrid, "replay_phase", recorded_replay)
-    config = leaf_spine("hybrid", 64, ASTRA_DLRM, spines=4, buffer_kb=280)
+    config = leaf_spine("hybrid", 64, ASTRA_DLRM, spines=4, buffer_kb=280, exact_timing=True)
     hybrid_run = engine.run(config)["runs"][0]
     lagged = 0
     for ended in {id(r["phase"]): r["phase"] for r in replays if r["phase"].ended_ps >= 0}.values():
@@ -260,7 +266,7 @@ def test_a_near_threshold_loss_costs_one_rto_as_in_the_packet_run() -> None:
     # floor). Hybrid simulates the whole network (4 leaves: no more than its 2 pairs would hold), and
     # the all-reduces that start during the all-to-all join its replay: one of its four all-to-alls
     # waits one RTO too
-    config = leaf_spine("hybrid", 64, ASTRA_DLRM, spines=4, buffer_kb=256)
+    config = leaf_spine("hybrid", 64, ASTRA_DLRM, spines=4, buffer_kb=256, exact_timing=True)
     hybrid = engine.run(config)
     packet = engine.run({**config, "engine": {"backend": "packet"}})
     assert sorted(waves_of(ms) for ms in all_to_all_ms(packet)) == [0, 0, 0, 1]
@@ -310,8 +316,8 @@ def test_a_memoised_run_is_the_simulated_one_with_fewer_packet_simulations(workl
     # equal those of the run that simulates every episode; each episode is either simulated (on one
     # reduced network: 4 leaves of 8; at 64 NPUs the whole network) or timed from a record
     npus, spines, buffer_kb = (128, 1, 256) if memoised else (64, 2, 128)
-    simulated, memo = (engine.run(leaf_spine("hybrid", npus, workload, spines, buffer_kb, max_sim_time_s=100.0,
-                                             hybrid_memoise=on))
+    simulated, memo = (engine.run(leaf_spine("hybrid", npus, workload, spines, buffer_kb, exact_timing=True,
+                                             max_sim_time_s=100.0, hybrid_memoise=on))
                        for on in (False, True))
     assert simulated["runs"][0]["timeouts"] > 0 and simulated["runs"][0]["hybrid_memo_episodes"] == 0
     assert_same_run(memo, simulated)

@@ -64,7 +64,8 @@ def switch_incast(senders: int, buffer_packets: int, window_segments: int, min_r
                     "buffer_kb": buffer_packets * 1_500 / 1_024, "mtu_bytes": 1_500},
         "tcp": {"timestamps": False, "rack_tlp": False, "delayed_ack": False, "sack": True,
                 "init_cwnd_pkts": window_segments, "min_rto_ms": min_rto_ms},
-        "host": {"tsq_bytes": None, "qdisc_packets": None},
+        # exact transmit timing: the arithmetic below counts arrivals to the picosecond
+        "host": {"tsq_bytes": None, "qdisc_packets": None, "tx_jitter_ns": 0},
         "system": {"endpoint_delay_ns": 0},
     })
 

@@ -32,6 +32,13 @@ ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # 0: Ray binds to loopbac
 # A run of about half a second of wall time (1 GB a flow); with flush_rows=1 each finished run is
 # written at once.
 SECOND_RUNS = ["workload=incast", "workload.senders=2", "workload.bytes_per_flow=1000000000"]
+# Runs the rest of its command line (`python ...`) with SIGINT and SIGTERM at their defaults, as a
+# terminal's foreground command has them, whatever pytest inherited: a suite started as a script's
+# background job has SIGINT ignored, a disposition a child keeps across exec (and the sweep, rightly,
+# leaves alone). The exec keeps the process id, so the command is still the session leader.
+WITH_DEFAULT_SIGNALS = [sys.executable, "-c", "import os, signal, sys\n"
+                        "for signum in (signal.SIGINT, signal.SIGTERM): signal.signal(signum, signal.SIG_DFL)\n"
+                        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
 
 
 def _read(path: str) -> bytes:
@@ -54,8 +61,8 @@ class SweepProcess:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CODE_ROOT), env.get("PYTHONPATH")]))
         self.stdout_path, self.stderr_path = cwd / "stdout.txt", cwd / "stderr.txt"
         with open(self.stdout_path, "w") as stdout, open(self.stderr_path, "w") as stderr:
-            self.process = subprocess.Popen([sys.executable, "-m", "sweep", "-m", *overrides], cwd=cwd, env=env,
-                                            stdout=stdout, stderr=stderr, start_new_session=True)
+            self.process = subprocess.Popen([*WITH_DEFAULT_SIGNALS, "-m", "sweep", "-m", *overrides], cwd=cwd,
+                                            env=env, stdout=stdout, stderr=stderr, start_new_session=True)
         self.session_dirs: set[str] = set()  # Ray's session folders, read from its processes' command lines
 
     def processes(self) -> list[int]:

@@ -105,9 +105,11 @@ def test_every_link_goes_to_ns3_once_and_every_route_is_a_walk_between_its_hosts
 # -- ns-3 and the packet engine on the same scenarios ---------------------------------------------
 
 def both(cfg_packet: dict) -> tuple[dict, dict]:
-    """The runs rows of one config on the packet backend and on ns3."""
+    """The runs rows of one config on the packet backend, with ns-3's exact transmit timing
+    (`host.tx_jitter_ns=0`: ns-3 is deterministic), and on ns3."""
     cfg_ns3 = {**cfg_packet, "engine": {**cfg_packet["engine"], "backend": "ns3"}}
-    return engine.run(cfg_packet)["runs"][0], engine.run(cfg_ns3)["runs"][0]
+    exact_timing = {**cfg_packet, "host": {**cfg_packet.get("host", {}), "tx_jitter_ns": 0}}
+    return engine.run(exact_timing)["runs"][0], engine.run(cfg_ns3)["runs"][0]
 
 
 @pytest.mark.ns3

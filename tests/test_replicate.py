@@ -106,8 +106,11 @@ def test_a_switch_stops_at_the_minimum_and_a_leaf_spine_with_ecmp_collisions_tak
     runs = load_runs(tmp_path / "results" / "replicated")
     switch = runs[runs["network.topology"] == "switch"].sort_values("seed")
     leaf_spine = runs[runs["network.topology"] == "leaf_spine"].sort_values("seed")
-    assert list(switch["seed"]) == [0, 1, 2]  # one switch: no ECMP, nothing random, the minimum
-    assert switch["iteration_time_s"].nunique() == 1
+    # one switch: no ECMP; only the hosts' transmit jitter (nanoseconds) varies with the seed, far inside
+    # the 0.2 % asked, so the minimum
+    assert list(switch["seed"]) == [0, 1, 2]
+    switch_mean, switch_half_width = _by_hand(list(switch["iteration_time_s"]))
+    assert switch_half_width <= 0.002 * switch_mean
     seeds = len(leaf_spine)
     assert list(leaf_spine["seed"]) == list(range(seeds)) and 3 < seeds <= 8
     mean, half_width = _by_hand(list(leaf_spine["iteration_time_s"]))

@@ -122,6 +122,7 @@ def test_repeated_points_run_once_and_force_runs_again(tmp_path: Path) -> None:
     assert len(read_table(tmp_path / "default", "runs")) == 2
 
 
+@pytest.mark.usefixtures("default_signals")  # SIGTERM is left alone where it was inherited ignored
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_an_interrupted_sweep_keeps_what_finished(tmp_path: Path, how: str) -> None:
     runs = _grid(tmp_path)

@@ -22,6 +22,7 @@ def simulation(tcp: dict | None = None, latency_us: float = 1.0, max_sim_time_s:
     config = load_config({
         "engine": {"max_sim_time_s": max_sim_time_s},
         "network": {"topology": "switch", "npus": 2, "link_gbps": 100, "link_latency_us": latency_us},
+        "host": {"tx_jitter_ns": 0},  # exact transmit timing: the expected times are computed to the picosecond
         "tcp": {"timestamps": False, **(tcp or {})},
         "workload": {"type": "flows", "flows": [{"src": 0, "dst": 1, "bytes": 1}]},  # unused: we drive it
     })
