@@ -317,8 +317,10 @@ def _out_of_memory_error(stopped: MachineMemoryExhausted | None, declared_bytes:
                          reserved_bytes: int | None, peak_bytes: int | None) -> str:
     """The one line that says why a run ran out of memory, the peak it reached and what it could declare."""
     peak_bytes = max(peak_bytes or 0, stopped.resident_bytes if stopped is not None else 0)
-    # what to declare: a quarter above the peak, in whole hundreds of MiB (it needed more than it reached)
-    advice = (f"declare hydra.launcher.run_memory_mb={math.ceil(1.25 * peak_bytes / MIB / 100) * 100} or more "
+    # what to declare, in whole hundreds of MiB: it needed more than it reached, so a quarter above the
+    # peak, and where a declaration stopped it, half above that declaration at least
+    advise_bytes = max(1.25 * peak_bytes, 1.5 * declared_bytes if stopped is None and declared_bytes else 0)
+    advice = (f"declare hydra.launcher.run_memory_mb={math.ceil(advise_bytes / MIB / 100) * 100} or more "
               "(Ray then runs fewer at once)")
     if stopped is not None:
         reserved = (f"its declaration of {declared_bytes / MIB:,.0f} MiB" if declared_bytes is not None
