@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import re
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
@@ -116,8 +117,6 @@ def auto_address() -> tuple[str, str, str] | None:
     wrote, or a GCS process of this machine), as Ray finds them
     (`ray._private.services.get_ray_address_from_environment`, `canonicalize_bootstrap_address`); None
     if it finds none (`ray.init` says so at once) or if its internals have moved."""
-    import os
-
     try:
         from ray._common.utils import get_ray_address_file
         from ray._private.services import canonicalize_bootstrap_address, get_ray_address_from_environment
