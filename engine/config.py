@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 import functools
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Mapping
 
 from .backends.names import BACKEND_NAMES, DEFAULT_BACKEND
@@ -79,6 +79,19 @@ def as_written(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class ReducedGroups:
+    """A way the hybrid backend reduces a network (engine/backends/reduction.py): groups of `hosts`
+    consecutive NPUs, each behind its links to the rest of the fabric (`Topology.group_uplinks`), the
+    simulated ones in one reduced network (`together`: a leaf-spine's leaves) or in mirrored pairs (a fat
+    tree's pods or edge switches). `name`: a group, in words; `plural`: several."""
+
+    hosts: int
+    together: bool
+    name: str
+    plural: str
+
+
+@dataclass(frozen=True)
 class NetworkConfig:
     """What every topology has (`network.*`): its name, its hosts and their links, the switches'
     buffers. A topology's own keys are on its subclass, registered in `TOPOLOGY_CONFIGS`."""
@@ -89,6 +102,9 @@ class NetworkConfig:
     # Whether its hosts send through interfaces of their own (`host.*` applies), not through ports
     # that also forward others' packets (the ring's)
     HOST_INTERFACES: ClassVar[bool] = True
+    IN_WORDS: ClassVar[str] = "one switch"  # its name in words, for plots and reports
+    # Why the hybrid backend cannot run it ('' where it can: reduced in groups, or simulated whole)
+    HYBRID_REFUSAL: ClassVar[str] = ""
 
     topology: str = "switch"  # the key of `TOPOLOGY_CONFIGS` naming the subclass
     npus: int = 8
@@ -107,6 +123,19 @@ class NetworkConfig:
     def group_sizes(self) -> tuple[int, ...]:
         """NPUs in a collective's group in each of the network's dimensions (one dimension: all of them)."""
         return (self.npus,)
+
+    def reduced_groups(self) -> tuple[ReducedGroups, ...]:
+        """The groups the hybrid backend may reduce this network to, coarsest first; none: it simulates
+        the network whole."""
+        return ()
+
+    def first_hosts(self, npus: int) -> NetworkConfig:
+        """This network cut to its first `npus` hosts (a reduced network), its shape otherwise kept."""
+        return replace(self, npus=npus)
+
+    def second_group_host(self, groups: ReducedGroups) -> int:
+        """Where a reduced network puts the second group of a pair: right after the first."""
+        return groups.hosts
 
     def check(self) -> None:
         """Raise `ConfigError` for a value this topology cannot be built with."""
@@ -131,6 +160,8 @@ class SwitchNetwork(NetworkConfig):
 class DumbbellNetwork(NetworkConfig):
     """Two switches, half the hosts on each, joined by one bottleneck link each way."""
 
+    IN_WORDS: ClassVar[str] = "dumbbell"
+
     topology: str = "dumbbell"
     bottleneck_gbps: float = 100.0
     bottleneck_latency_us: float = 1.0
@@ -146,6 +177,11 @@ class DumbbellNetwork(NetworkConfig):
 class RingNetwork(NetworkConfig):
     """NPUs in a bidirectional ring, each forwarding for the others."""
 
+    IN_WORDS: ClassVar[str] = "ring"
+    # (a 6-NPU all-to-all through 4 KiB ring ports lost 152 packets and waited 100 ms; the screen saw no risk)
+    HYBRID_REFUSAL: ClassVar[str] = ("a topology whose switch ports phase's incast screen sees (a ring's NPUs "
+                                     "forward for each other, and their ports overflow unseen)")
+
     HOST_INTERFACES: ClassVar[bool] = False
 
     topology: str = "ring"
@@ -158,6 +194,8 @@ class RingNetwork(NetworkConfig):
 @dataclass(frozen=True)
 class LeafSpineNetwork(NetworkConfig):
     """Leaves of `hosts_per_leaf` hosts, every leaf joined to every spine."""
+
+    IN_WORDS: ClassVar[str] = "leaf-spine"
 
     topology: str = "leaf_spine"
     hosts_per_leaf: int = 4
@@ -172,10 +210,15 @@ class LeafSpineNetwork(NetworkConfig):
         require(self.npus % self.hosts_per_leaf == 0, "network.npus", self.npus,
                 f"a multiple of network.hosts_per_leaf = {self.hosts_per_leaf}")
 
+    def reduced_groups(self) -> tuple[ReducedGroups, ...]:
+        return (ReducedGroups(self.hosts_per_leaf, True, "leaf", "leaves"),)
+
 
 @dataclass(frozen=True)
 class FatTreeNetwork(NetworkConfig):
     """A k-ary three-tier Clos of k^3/4 hosts (the first `npus` exist)."""
+
+    IN_WORDS: ClassVar[str] = "fat tree"
 
     topology: str = "fat_tree"
     uplink_gbps: float | None = None  # null = link_gbps
@@ -197,11 +240,27 @@ class FatTreeNetwork(NetworkConfig):
         if self.uplink_gbps is not None:
             _gbps("network.uplink_gbps", self.uplink_gbps)
 
+    def reduced_groups(self) -> tuple[ReducedGroups, ...]:
+        half = self.k // 2
+        return (ReducedGroups(half * half, False, "pod", "pods"),
+                ReducedGroups(half, False, "edge switch", "edge switches"))
+
+    def first_hosts(self, npus: int) -> NetworkConfig:
+        return replace(self, npus=npus, fat_tree_k=self.k)  # the full run's k, not the one npus implies
+
+    def second_group_host(self, groups: ReducedGroups) -> int:
+        """An edge switch pair's second in the second pod, where there is one: its traffic then crosses
+        the core, as most of the full run's does."""
+        pod = (self.k // 2) ** 2
+        return pod if groups.hosts < pod and self.npus >= 2 * pod else groups.hosts
+
 
 @dataclass(frozen=True)
 class FullMeshNetwork(NetworkConfig):
     """Every NPU joined to every other by a link of its own each way (a scale-up box's mesh): one
     hop, no switch; each link is a host interface of its sender."""
+
+    IN_WORDS: ClassVar[str] = "full mesh"
 
     SWITCH_PORTS: ClassVar[bool] = False
     MAX_NPUS: ClassVar[int] = 64  # it has npus x (npus - 1) links
@@ -215,13 +274,18 @@ class FullMeshNetwork(NetworkConfig):
 
 
 @dataclass(frozen=True)
-class HierarchicalNetwork(NetworkConfig):
-    """Nodes of `npus_per_node` NPUs on a scale-up fabric, joined by one scale-out switch."""
+class NodesNetwork(NetworkConfig):
+    """What networks of multi-NPU nodes share: nodes of `npus_per_node` NPUs on a scale-up fabric
+    (`scaleup_gbps`, `scaleup_latency_us`), every NPU with a NIC of `link_gbps` on a scale-out network
+    joining the nodes (`scaleout_network`, its NIC of NPU n at host `nic_position(n)` there). Not a
+    topology of its own: `HierarchicalNetwork` and `RailOptimizedNetwork` are."""
 
-    topology: str = "hierarchical"
     npus_per_node: int = 8
     scaleup_gbps: float = 400.0
     scaleup_latency_us: float = 0.5
+    hosts_per_leaf: int = 16
+    spines: int = 4
+    uplink_gbps: float | None = None  # null = link_gbps
 
     @property
     def node_npus(self) -> int:
@@ -230,6 +294,26 @@ class HierarchicalNetwork(NetworkConfig):
     def group_sizes(self) -> tuple[int, ...]:
         return (self.npus_per_node, self.npus // self.npus_per_node)
 
+    def nic_position(self, npu: int) -> int:
+        """The host of `scaleout_network` that NPU `npu`'s NIC is."""
+        return npu
+
+    def scaleout_network(self) -> NetworkConfig:
+        """The NICs' network as a flat topology's config, host p being the NIC at position p."""
+        raise NotImplementedError
+
+    def _scaleout_common(self) -> dict[str, Any]:
+        """The keys a scale-out network takes from this one as they are."""
+        return {"npus": self.npus, "link_gbps": self.link_gbps, "link_latency_us": self.link_latency_us,
+                "buffer_kb": self.buffer_kb, "ecn_threshold_kb": self.ecn_threshold_kb, "mtu_bytes": self.mtu_bytes,
+                "loss_rate": self.loss_rate}
+
+    def _leaf_spine(self) -> LeafSpineNetwork:
+        """The scale-out as a leaf-spine of `hosts_per_leaf` NICs a leaf."""
+        uplink_gbps = self.link_gbps if self.uplink_gbps is None else self.uplink_gbps
+        return LeafSpineNetwork(**self._scaleout_common(), hosts_per_leaf=self.hosts_per_leaf, spines=self.spines,
+                                uplink_gbps=uplink_gbps)
+
     def check(self) -> None:
         super().check()
         require(self.npus_per_node >= 1, "network.npus_per_node", self.npus_per_node, "an integer >= 1")
@@ -237,6 +321,77 @@ class HierarchicalNetwork(NetworkConfig):
                 f"a multiple of network.npus_per_node = {self.npus_per_node}")
         _gbps("network.scaleup_gbps", self.scaleup_gbps)
         _non_negative("network.scaleup_latency_us", self.scaleup_latency_us)
+
+
+@dataclass(frozen=True)
+class HierarchicalNetwork(NodesNetwork):
+    """Nodes of `npus_per_node` NPUs on a scale-up fabric; their NICs on `scaleout`: one switch, a
+    leaf-spine of `hosts_per_leaf` NICs a leaf (a node's NICs on consecutive ports), or a fat tree,
+    with those topologies' keys."""
+
+    IN_WORDS: ClassVar[str] = "hierarchical"
+
+    SCALEOUTS: ClassVar[tuple[str, ...]] = ("switch", "leaf_spine", "fat_tree")
+
+    topology: str = "hierarchical"
+    scaleout: str = "switch"
+    fat_tree_k: int | None = None  # null = the smallest k whose k^3/4 hosts hold npus
+
+    def scaleout_network(self) -> NetworkConfig:
+        if self.scaleout == "leaf_spine":
+            return self._leaf_spine()
+        if self.scaleout == "fat_tree":
+            return FatTreeNetwork(**self._scaleout_common(), uplink_gbps=self.uplink_gbps, fat_tree_k=self.fat_tree_k)
+        return SwitchNetwork(**self._scaleout_common())
+
+    def check(self) -> None:
+        super().check()
+        _one_of("network.scaleout", self.scaleout, self.SCALEOUTS)
+        self.scaleout_network().check()
+
+    def reduced_groups(self) -> tuple[ReducedGroups, ...]:
+        """The scale-out's groups of NICs that hold whole nodes (a group's NPUs then send and receive
+        through its uplinks alone)."""
+        return tuple(groups for groups in self.scaleout_network().reduced_groups()
+                     if groups.hosts % self.npus_per_node == 0)
+
+    def first_hosts(self, npus: int) -> NetworkConfig:
+        scaleout = self.scaleout_network()
+        return replace(self, npus=npus, fat_tree_k=scaleout.k if isinstance(scaleout, FatTreeNetwork) else None)
+
+    def second_group_host(self, groups: ReducedGroups) -> int:
+        return self.scaleout_network().second_group_host(groups)
+
+
+@dataclass(frozen=True)
+class RailOptimizedNetwork(NodesNetwork):
+    """Nodes of `npus_per_node` GPUs on a scale-up fabric, one NIC per GPU; NIC i of every node on rail
+    i: a rail leaf holds NIC i of `hosts_per_leaf` nodes (leaf s * npus_per_node + i: rail i of the s-th
+    group of nodes), every rail leaf joined to every spine. A message between GPUs on different rails
+    first moves over the scale-up fabric to its sender's node's GPU on the receiver's rail and leaves by
+    that GPU's NIC (`pxn`, as NCCL's PXN does), or crosses the spines from its own rail's leaf."""
+
+    IN_WORDS: ClassVar[str] = "rail-optimized"
+
+    topology: str = "rail_optimized"
+    hosts_per_leaf: int = 16  # nodes a rail leaf (its NICs of one rail)
+    pxn: bool = True
+
+    def nic_position(self, npu: int) -> int:
+        node, rail = divmod(npu, self.npus_per_node)
+        group, node_in_group = divmod(node, self.hosts_per_leaf)
+        return (group * self.npus_per_node + rail) * self.hosts_per_leaf + node_in_group
+
+    def scaleout_network(self) -> NetworkConfig:
+        return self._leaf_spine()
+
+    def check(self) -> None:
+        super().check()
+        whole = self.npus_per_node * self.hosts_per_leaf
+        require(self.hosts_per_leaf >= 1, "network.hosts_per_leaf", self.hosts_per_leaf, "an integer >= 1")
+        require(self.npus % whole == 0, "network.npus", self.npus,
+                f"a multiple of network.npus_per_node x network.hosts_per_leaf = {whole} (whole rail leaves)")
+        self.scaleout_network().check()
 
 
 @dataclass(frozen=True)
@@ -560,7 +715,7 @@ def _by_name(name_key: str, *classes: type) -> dict[str, Any]:
 # A topology's config class by `network.topology` (each builds with `engine.topology`'s class of that name).
 TOPOLOGY_CONFIGS: dict[str, type[NetworkConfig]] = _by_name(
     "topology", SwitchNetwork, DumbbellNetwork, RingNetwork, LeafSpineNetwork, FatTreeNetwork, HierarchicalNetwork,
-    FullMeshNetwork)
+    FullMeshNetwork, RailOptimizedNetwork)
 # A congestion control's config class by `tcp.cc` (dctcp before cubic: the order of the runs table's columns).
 TCP_CONFIGS: dict[str, type[TcpConfig]] = _by_name("cc", NewRenoTcp, DctcpTcp, CubicTcp)
 # A workload type's config class by `workload.type` (flows first: the order of the runs table's columns).

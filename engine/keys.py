@@ -23,6 +23,7 @@ from .config import (
     ChakraWorkload,
     ConfigError,
     DctcpTcp,
+    HierarchicalNetwork,
     SimConfig,
     field_defaults,
     section_classes,
@@ -35,6 +36,12 @@ def _when(key: str, *values: Any) -> tuple[str, Callable[[SimConfig], bool]]:
     section, name = key.split(".")
     return (f"{key}={'|'.join(str(value).lower() if isinstance(value, bool) else str(value) for value in values)}",
             lambda config: getattr(getattr(config, section), name) in values)
+
+
+def _scaleout(*scaleouts: str) -> tuple[str, Callable[[SimConfig], bool]]:
+    """A scale-out network's key: read on `hierarchical` only with one of `scaleouts`."""
+    return (f"network.scaleout={'|'.join(scaleouts)} where network.topology=hierarchical",
+            lambda config: not isinstance(config.network, HierarchicalNetwork) or config.network.scaleout in scaleouts)
 
 
 # A host's own transmit path exists on the backends that model it, and on the topologies whose hosts
@@ -58,6 +65,9 @@ KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
         lambda config: config.network.SWITCH_PORTS and (config.tcp.ecn or isinstance(config.tcp, DctcpTcp) or (
             backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
     **{f"host.{key}": _HOST_STACK for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
+    **{f"network.{key}": _scaleout(*scaleouts) for key, scaleouts in (
+        ("hosts_per_leaf", ("leaf_spine",)), ("spines", ("leaf_spine",)), ("uplink_gbps", ("leaf_spine", "fat_tree")),
+        ("fat_tree_k", ("fat_tree",)))},
     "tcp.delayed_ack_timeout_ms": _when("tcp.delayed_ack", True),
     "tcp.pto_slack_ms": _when("tcp.rack_tlp", True),
     "tcp.sack_after_rto": _when("tcp.sack", True),
@@ -162,7 +172,7 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
         values = identity.get(section)
         if not isinstance(values, dict) or name not in values:
             continue
-        if _owns(config, key):
+        if _owns(config, key) and key not in _gained_since(section, values):
             values[name] = _listed(_default(getattr(config, section), name))
         else:
             del values[name]
@@ -170,8 +180,9 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
         values = identity.get(section)
         if isinstance(values, dict) and set(_shared_keys(section)) <= set(values):
             for name in section_keys(section):
-                if name not in values and f"{section}.{name}" in IDENTITY_KEYS_2026_12 \
-                        and (spelled == "default" or not _owns(config, f"{section}.{name}")):
+                key = f"{section}.{name}"
+                if name not in values and key in IDENTITY_KEYS_2026_12 and (
+                        spelled == "default" or not _owns(config, key) or key in _gained_since(section, values)):
                     values[name] = None if spelled == "null" else _listed(_owner_default(section, name))
     for section in SECTIONS:  # keys added since IDENTITY_KEYS_2026_12, at their defaults
         values = identity.get(section)
@@ -187,6 +198,20 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
         if all(f"{section}.{name}" in unused for name in section_keys(section)):
             identity.pop(section, None)
     return identity
+
+
+# Keys of IDENTITY_KEYS_2026_12 a variant has had since, which it did not have then (another variant's: its
+# presets spelled them null), by the variant's name: while unused they are left out of its identity as
+# another variant's keys are
+_GAINED_SINCE_2026_12 = {"hierarchical": frozenset(
+    f"network.{name}" for name in ("hosts_per_leaf", "spines", "uplink_gbps", "fat_tree_k"))}
+
+
+def _gained_since(section: str, values: Mapping[str, Any]) -> frozenset[str]:
+    """The keys `values`' variant of `section` gained since IDENTITY_KEYS_2026_12 (`_GAINED_SINCE_2026_12`)."""
+    if section not in VARIANT_SECTIONS:
+        return frozenset()
+    return _GAINED_SINCE_2026_12.get(str(values.get(VARIANT_SECTIONS[section][0])), frozenset())
 
 
 # What the presets of before spelled for a key of IDENTITY_KEYS_2026_12 they did not set, which the

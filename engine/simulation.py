@@ -56,9 +56,11 @@ class Simulation:
         self.connections: list[TcpConnection] = []
         self.time_limit_reached = False
 
-    def open_connection(self, src: int, dst: int) -> TcpConnection:
-        """A new TCP connection from host `src` to host `dst`, with a fresh congestion state."""
-        flow_id = len(self.connections)
+    def open_connection(self, src: int, dst: int, flow_id: int | None = None) -> TcpConnection:
+        """A new TCP connection from host `src` to host `dst`, with a fresh congestion state, on the
+        topology's routes for `flow_id` (None: the next, its number among the connections)."""
+        if flow_id is None:
+            flow_id = len(self.connections)
         data_links, ack_links = self.topology.routes(src, dst, flow_id)
         connection = self._connection(src, dst, flow_id, data_links, ack_links)
         if self.config.tcp.handshake:

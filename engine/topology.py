@@ -22,16 +22,19 @@ from __future__ import annotations
 
 from collections import Counter
 from random import Random
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
 
 from .config import (
     DumbbellNetwork,
     FatTreeNetwork,
     FullMeshNetwork,
-    HierarchicalNetwork,
     HostConfig,
     LeafSpineNetwork,
     NetworkConfig,
+    NodesNetwork,
+    RailOptimizedNetwork,
     RingNetwork,
     SwitchNetwork,
 )
@@ -52,9 +55,26 @@ def flow_hash(*values: int) -> int:
     return state
 
 
+_SPLITMIX_START = 0x9E3779B97F4A7C15
+_SPLITMIX_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_SPLITMIX_MUL2 = np.uint64(0x94D049BB133111EB)
+
+
+def flow_hash_array(*values: np.ndarray | int) -> np.ndarray:
+    """`flow_hash` of many tuples at once: element i mixes the i-th entries (or the scalar) of
+    `values`, with the same splitmix64 steps, in uint64 arithmetic that wraps as the `& mask` does."""
+    with np.errstate(over="ignore"):
+        state = np.asarray(_SPLITMIX_START, dtype=np.uint64)
+        for value in values:
+            state = (state ^ np.asarray(value).astype(np.uint64)) * _SPLITMIX_MUL1
+            state = (state ^ (state >> np.uint64(27))) * _SPLITMIX_MUL2
+            state = state ^ (state >> np.uint64(31))
+    return np.asarray(state)
+
+
 # What a link is (the `kind` column of the `links` table), by where it sits.
 LINK_KINDS = {
-    "host_nic": "a host's link to its switch (hierarchical: an NPU's NIC to the scale-out switch)",
+    "host_nic": "a host's link to its switch (hierarchical, rail_optimized: an NPU's NIC to its scale-out switch)",
     "switch_port": "a switch's egress port to a host",
     "bottleneck": "dumbbell: the link from one switch to the other",
     "ring": "ring: the link from an NPU to its neighbour",
@@ -64,8 +84,8 @@ LINK_KINDS = {
     "agg_downlink": "fat_tree: aggregation to edge switch",
     "core_uplink": "fat_tree: aggregation to core switch",
     "core_downlink": "fat_tree: core to aggregation switch",
-    "scaleup_nic": "hierarchical: an NPU's link to its node's scale-up switch",
-    "scaleup_port": "hierarchical: the scale-up switch's port to an NPU",
+    "scaleup_nic": "hierarchical, rail_optimized: an NPU's link to its node's scale-up switch",
+    "scaleup_port": "hierarchical, rail_optimized: the scale-up switch's port to an NPU",
     "mesh": "full_mesh: an NPU's own link to one other NPU",
 }
 # Kinds whose traffic is fixed by the two hosts a message joins (its first or last link), whatever
@@ -86,20 +106,48 @@ class LinkRole(NamedTuple):
 
 
 class Topology:
-    """Links of one network and routing between hosts; built by `build_topology`."""
+    """Links of one network and routing between hosts; built by `build_topology`.
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> None:
+    A topology owns what depends on its shape: its links, `path` (and `path_for_hash`, `vector_path`:
+    the same routes for a given ECMP hash, and many at once), its collective dimensions and its route
+    classes. Built with `parent`, it is a part of a larger one (the scale-out network of
+    `NodesTopology`): its links go into the parent's lists, its hosts are named `host_names`."""
+
+    ECMP = False  # whether its routes depend on a flow's hash (equal-cost paths)
+    HOST_PREFIX = "h"  # its hosts' node names: `h<i>`
+
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None,
+                 parent: Topology | None = None, host_names: Sequence[str] | None = None) -> None:
         self.eventlist = eventlist
         # Linux's transmit path at each host interface, if `host` asks for any of it
         self.host = host if host is not None and (host.tsq_bytes or host.qdisc_packets or host.tx_jitter_ns) else None
         self.config = net
         self.npus = net.npus
-        self.links: list[Link] = []
-        self.link_roles: list[LinkRole] = []  # what each link of `links` is, at the same index
-        self.switch_ports: list[Link] = []
+        # what each link of `links` is, at the same index; a part's links are its parent's
+        self.links: list[Link] = [] if parent is None else parent.links
+        self.link_roles: list[LinkRole] = [] if parent is None else parent.link_roles
+        self.switch_ports: list[Link] = [] if parent is None else parent.switch_ports
+        self._host_names = list(host_names) if host_names is not None else None
         self._seed = seed
         self._buffer_bytes = None if net.buffer_kb is None else int(net.buffer_kb * BYTES_PER_KB)
         self._ecn_bytes = None if net.ecn_threshold_kb is None else int(net.ecn_threshold_kb * BYTES_PER_KB)
+        self._link_index: dict[int, int] = {}  # id(link) -> its index in `links`, made on first use
+        self._index_arrays: dict[str, np.ndarray] = {}  # `indices`' arrays by name
+
+    def host_name(self, host: int) -> str:
+        """The node name of host `host` in its links' names."""
+        return f"{self.HOST_PREFIX}{host}" if self._host_names is None else self._host_names[host]
+
+    def indices(self, name: str, links: Callable[[], Sequence[Link]]) -> np.ndarray:
+        """The indices in `links` (of the whole network) of the links `links()` lists, as an int64 array
+        made on first use and kept under `name` (the vectorised routes' lookup tables)."""
+        array = self._index_arrays.get(name)
+        if array is None:
+            if len(self._link_index) != len(self.links):
+                self._link_index = {id(link): index for index, link in enumerate(self.links)}
+            index = self._link_index
+            array = self._index_arrays[name] = np.array([index[id(link)] for link in links()], dtype=np.int64)
+        return array
 
     def add_link(self, src: str, dst: str, kind: str, rate_gbps: float, latency_us: float,
                  switch_port: bool) -> Link:
@@ -135,10 +183,38 @@ class Topology:
         """The links a packet of flow `flow_id` crosses from host `src` to host `dst`."""
         raise NotImplementedError
 
+    def ecmp_hash(self, src: int, dst: int, flow_id: int) -> int:
+        """The hash that picks a connection's equal-cost path: of the seed, its unordered pair of hosts and
+        its flow id, so that both directions (data and ACKs) take the same switches."""
+        return flow_hash(self._seed, min(src, dst), max(src, dst), flow_id)
+
+    def path_for_hash(self, src: int, dst: int, ecmp_hash: int) -> tuple[Link, ...]:
+        """The path `path` gives a connection whose `ecmp_hash` is this: a reduced network routes a pair of
+        the full run as the full run's hash routes it (engine/backends/reduction.py)."""
+        return self.path(src, dst, 0)
+
     def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[PacketSink, ...], tuple[PacketSink, ...]]:
         """The packet routes of the connection `flow_id`: `path` from src to dst (data) and from dst
         to src (ACKs)."""
         return self.path(src, dst, flow_id), self.path(dst, src, flow_id)
+
+    def vector_path(self, src: np.ndarray, dst: np.ndarray, flow_ids: np.ndarray) -> list[np.ndarray] | None:
+        """`path` of many connections at once: per hop a row of link indices (into `links`), a route's first
+        link in the first row and its last in the last, -1 where a route is shorter; None where this
+        topology is routed message by message (not one simulated at thousands of NPUs)."""
+        if not self.ECMP:
+            return self.vector_path_for_hash(src, dst, np.zeros(0, dtype=np.uint64))
+        hashes = flow_hash_array(self._seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
+        return self.vector_path_for_hash(src, dst, hashes)
+
+    def vector_path_for_hash(self, src: np.ndarray, dst: np.ndarray, ecmp_hash: np.ndarray) -> list[np.ndarray] | None:
+        """`vector_path` for given ECMP hashes (ignored, and possibly empty, where `ECMP` is false)."""
+        return None
+
+    def group_uplinks(self, hosts: int) -> list[list[Link]]:
+        """Each group of `hosts` consecutive hosts' links towards the rest of the fabric (one of its
+        config's `reduced_groups`), whose overflow a hybrid reduction must keep."""
+        raise NotImplementedError(f"{type(self).__name__} is not reduced in groups")
 
     def dimensions(self) -> list[tuple[tuple[int, ...], ...]]:
         """The network's dimensions for collectives, each a tuple of disjoint NPU groups; a flat
@@ -180,15 +256,19 @@ class Topology:
 class SwitchTopology(Topology):
     """Every host on one switch: host -> switch -> host."""
 
-    def __init__(self, eventlist: EventList, net: SwitchNetwork, seed: int, host: HostConfig | None = None) -> None:
-        super().__init__(eventlist, net, seed, host)
-        self.up = [self.add_link(f"h{i}", "sw", "host_nic", net.link_gbps, net.link_latency_us, False)
+    def __init__(self, eventlist: EventList, net: SwitchNetwork, seed: int, host: HostConfig | None = None,
+                 parent: Topology | None = None, host_names: Sequence[str] | None = None) -> None:
+        super().__init__(eventlist, net, seed, host, parent, host_names)
+        self.up = [self.add_link(self.host_name(i), "sw", "host_nic", net.link_gbps, net.link_latency_us, False)
                    for i in range(net.npus)]
-        self.down = [self.add_link("sw", f"h{i}", "switch_port", net.link_gbps, net.link_latency_us, True)
+        self.down = [self.add_link("sw", self.host_name(i), "switch_port", net.link_gbps, net.link_latency_us, True)
                      for i in range(net.npus)]
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         return (self.up[src], self.down[dst])
+
+    def vector_path_for_hash(self, src: np.ndarray, dst: np.ndarray, ecmp_hash: np.ndarray) -> list[np.ndarray]:
+        return [self.indices("up", lambda: self.up)[src], self.indices("down", lambda: self.down)[dst]]
 
 
 class DumbbellTopology(Topology):
@@ -198,9 +278,9 @@ class DumbbellTopology(Topology):
         super().__init__(eventlist, net, seed, host)
         self.half = net.npus // 2
         sides = [self.side_switch(i) for i in range(net.npus)]
-        self.up = [self.add_link(f"h{i}", sides[i], "host_nic", net.link_gbps, net.link_latency_us, False)
+        self.up = [self.add_link(self.host_name(i), sides[i], "host_nic", net.link_gbps, net.link_latency_us, False)
                    for i in range(net.npus)]
-        self.down = [self.add_link(sides[i], f"h{i}", "switch_port", net.link_gbps, net.link_latency_us, True)
+        self.down = [self.add_link(sides[i], self.host_name(i), "switch_port", net.link_gbps, net.link_latency_us, True)
                      for i in range(net.npus)]
         self.left_to_right = self.add_link("swL", "swR", "bottleneck", net.bottleneck_gbps,
                                            net.bottleneck_latency_us, True)
@@ -227,12 +307,15 @@ class RingTopology(Topology):
     """NPUs in a bidirectional ring, each forwarding for others; the shorter direction is taken
     (a flow hash breaks the tie half-way round)."""
 
+    HOST_PREFIX = "n"
+
     def __init__(self, eventlist: EventList, net: RingNetwork, seed: int, host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
         n = net.npus
-        self.clockwise = [self.add_link(f"n{i}", f"n{(i + 1) % n}", "ring", net.link_gbps, net.link_latency_us, True)
+        name = self.host_name
+        self.clockwise = [self.add_link(name(i), name((i + 1) % n), "ring", net.link_gbps, net.link_latency_us, True)
                           for i in range(n)]
-        self.counter = [self.add_link(f"n{i}", f"n{(i - 1) % n}", "ring", net.link_gbps, net.link_latency_us, True)
+        self.counter = [self.add_link(name(i), name((i - 1) % n), "ring", net.link_gbps, net.link_latency_us, True)
                         for i in range(n)]
         # routes cross the ports, which share each link between the NPU's own and forwarded packets
         self.ports = {id(link): RingPort(eventlist, link) for link in self.clockwise + self.counter}
@@ -267,14 +350,18 @@ class LeafSpineTopology(Topology):
     """Leaves of `hosts_per_leaf` hosts, each leaf joined to every spine by `uplink_gbps` links;
     ECMP over spines by flow hash. Oversubscription = hosts_per_leaf * link_gbps / (spines * uplink_gbps)."""
 
-    def __init__(self, eventlist: EventList, net: LeafSpineNetwork, seed: int, host: HostConfig | None = None) -> None:
-        super().__init__(eventlist, net, seed, host)
+    ECMP = True
+
+    def __init__(self, eventlist: EventList, net: LeafSpineNetwork, seed: int, host: HostConfig | None = None,
+                 parent: Topology | None = None, host_names: Sequence[str] | None = None) -> None:
+        super().__init__(eventlist, net, seed, host, parent, host_names)
         self.hosts_per_leaf = net.hosts_per_leaf
         leaves = net.npus // net.hosts_per_leaf
         per_leaf = net.hosts_per_leaf
-        self.up = [self.add_link(f"h{i}", f"leaf{i // per_leaf}", "host_nic", net.link_gbps, net.link_latency_us,
+        name = self.host_name
+        self.up = [self.add_link(name(i), f"leaf{i // per_leaf}", "host_nic", net.link_gbps, net.link_latency_us,
                                  False) for i in range(net.npus)]
-        self.down = [self.add_link(f"leaf{i // per_leaf}", f"h{i}", "switch_port", net.link_gbps,
+        self.down = [self.add_link(f"leaf{i // per_leaf}", name(i), "switch_port", net.link_gbps,
                                    net.link_latency_us, True) for i in range(net.npus)]
         self.leaf_up = [[self.add_link(f"leaf{leaf}", f"spine{s}", "leaf_uplink", net.uplink_gbps,
                                        net.link_latency_us, True)
@@ -290,32 +377,42 @@ class LeafSpineTopology(Topology):
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         if src // self.hosts_per_leaf == dst // self.hosts_per_leaf:
             return (self.up[src], self.down[dst])
-        return self._via_spine(src, dst, self._spine(src, dst, flow_id))
+        return self._via_spine(src, dst, self.ecmp_hash(src, dst, flow_id) % len(self.spine_down))
 
     def path_for_hash(self, src: int, dst: int, ecmp_hash: int) -> tuple[Link, ...]:
-        """The path `path` gives a connection whose ECMP hash (`flow_hash` of the seed, its unordered
-        pair and its flow id) is `ecmp_hash`: a reduced network routes a pair of the full run as the
-        full run's hash routes it (engine/backends/hybrid.py)."""
         if src // self.hosts_per_leaf == dst // self.hosts_per_leaf:
             return (self.up[src], self.down[dst])
         return self._via_spine(src, dst, ecmp_hash % len(self.spine_down))
 
     def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[Link, ...], tuple[Link, ...]]:
-        """As `path` both ways, hashing once: both directions cross the same spine (`path` hashes the
+        """As `path` both ways, hashing once: both directions cross the same spine (`ecmp_hash` hashes the
         unordered pair), and the 64-bit hash is most of what setting up a connection costs."""
         if src // self.hosts_per_leaf == dst // self.hosts_per_leaf:
             return (self.up[src], self.down[dst]), (self.up[dst], self.down[src])
-        spine = self._spine(src, dst, flow_id)
+        spine = self.ecmp_hash(src, dst, flow_id) % len(self.spine_down)
         return self._via_spine(src, dst, spine), self._via_spine(dst, src, spine)
 
-    def _spine(self, src: int, dst: int, flow_id: int) -> int:
-        """ECMP: both directions of a connection hash the same (unordered) pair, so ACKs share the spine."""
-        return flow_hash(self._seed, min(src, dst), max(src, dst), flow_id) % len(self.spine_down)
+    def group_uplinks(self, hosts: int) -> list[list[Link]]:
+        """A leaf's uplinks."""
+        return [list(row) for row in self.leaf_up]
 
     def _via_spine(self, src: int, dst: int, spine: int) -> tuple[Link, ...]:
         """The four links from `src` to `dst` on another leaf, through `spine`."""
         src_leaf, dst_leaf = src // self.hosts_per_leaf, dst // self.hosts_per_leaf
         return (self.up[src], self.leaf_up[src_leaf][spine], self.spine_down[spine][dst_leaf], self.down[dst])
+
+    def vector_path_for_hash(self, src: np.ndarray, dst: np.ndarray, ecmp_hash: np.ndarray) -> list[np.ndarray]:
+        per_leaf, spines, leaves = self.hosts_per_leaf, len(self.spine_down), len(self.leaf_up)
+        src_leaf, dst_leaf = src // per_leaf, dst // per_leaf
+        cross = src_leaf != dst_leaf
+        spine = (ecmp_hash % np.uint64(spines)).astype(np.int64)
+        # leaf_up at [leaf * spines + spine], spine_down at [spine * leaves + leaf]
+        leaf_up = self.indices("leaf_up", lambda: [link for row in self.leaf_up for link in row])
+        spine_down = self.indices("spine_down", lambda: [link for row in self.spine_down for link in row])
+        return [self.indices("up", lambda: self.up)[src],
+                np.where(cross, leaf_up[src_leaf * spines + spine], -1),
+                np.where(cross, spine_down[spine * leaves + dst_leaf], -1),
+                self.indices("down", lambda: self.down)[dst]]
 
 
 class FatTreeTopology(Topology):
@@ -330,16 +427,20 @@ class FatTreeTopology(Topology):
     Links live in flat lists indexed by switch numbers (edge e = pod * k/2 + i, aggregation
     a = pod * k/2 + j, core c = j * k/2 + m): O(k^3) links, no per-pair state."""
 
-    def __init__(self, eventlist: EventList, net: FatTreeNetwork, seed: int, host: HostConfig | None = None) -> None:
-        super().__init__(eventlist, net, seed, host)
+    ECMP = True
+
+    def __init__(self, eventlist: EventList, net: FatTreeNetwork, seed: int, host: HostConfig | None = None,
+                 parent: Topology | None = None, host_names: Sequence[str] | None = None) -> None:
+        super().__init__(eventlist, net, seed, host, parent, host_names)
         self.k = net.k
         half = self.half = self.k // 2
         k = self.k
         uplink_gbps = net.uplink_gbps if net.uplink_gbps is not None else net.link_gbps
         latency_us = net.link_latency_us
-        self.host_up = [self.add_link(f"h{h}", f"edge{h // half}", "host_nic", net.link_gbps, latency_us, False)
+        name = self.host_name
+        self.host_up = [self.add_link(name(h), f"edge{h // half}", "host_nic", net.link_gbps, latency_us, False)
                         for h in range(net.npus)]
-        self.host_down = [self.add_link(f"edge{h // half}", f"h{h}", "switch_port", net.link_gbps, latency_us, True)
+        self.host_down = [self.add_link(f"edge{h // half}", name(h), "switch_port", net.link_gbps, latency_us, True)
                           for h in range(net.npus)]
         switches = k * half  # edge switches, and aggregation switches, in all pods
         # edge e -> aggregation j of its pod, at [e * half + j]; aggregation a -> edge i, at [a * half + i]
@@ -357,6 +458,7 @@ class FatTreeTopology(Topology):
         self.core_down = [self.add_link(f"core{c}", f"agg{pod * half + c // half}", "core_downlink", uplink_gbps,
                                         latency_us, True)
                           for c in range(half * half) for pod in range(k)]
+        self._edge_of_host = np.arange(net.npus, dtype=np.int64) // half
 
     def locality(self, host: int) -> tuple[int, ...]:
         """Pod, then edge switch: class 0 crosses the core, class 1 an aggregation switch, class 2
@@ -366,13 +468,10 @@ class FatTreeTopology(Topology):
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         if src // self.half == dst // self.half:
             return (self.host_up[src], self.host_down[dst])
-        # ECMP: both directions of a connection hash the same (unordered) pair, as on leaf_spine
-        return self.path_for_hash(src, dst, flow_hash(self._seed, min(src, dst), max(src, dst), flow_id))
+        return self.path_for_hash(src, dst, self.ecmp_hash(src, dst, flow_id))
 
     def path_for_hash(self, src: int, dst: int, ecmp_hash: int) -> tuple[Link, ...]:
-        """The path `path` gives a connection whose ECMP hash is `ecmp_hash` (as
-        `LeafSpineTopology.path_for_hash`): it picks the aggregation switch going up and, across pods,
-        the core."""
+        """One hash picks the aggregation switch going up and, across pods, the core."""
         half = self.half
         src_edge, dst_edge = src // half, dst // half
         if src_edge == dst_edge:
@@ -388,50 +487,218 @@ class FatTreeTopology(Topology):
         return up + (self.agg_up[src_agg * half + m], self.core_down[core * self.k + dst_edge // half]) + down
 
 
-class HierarchicalTopology(Topology):
-    """Nodes of `npus_per_node` NPUs on a scale-up switch (`scaleup_gbps`, `scaleup_latency_us`);
-    every NPU also has a NIC of `link_gbps` to one scale-out switch joining the nodes."""
+    def group_uplinks(self, hosts: int) -> list[list[Link]]:
+        """An edge switch's uplinks (`hosts` = k/2); or a pod's: its edge uplinks and its aggregation
+        switches' core uplinks."""
+        half = self.half
+        groups = -(-self.npus // hosts)
+        if hosts == half:  # edge switches
+            return [self.edge_up[edge * half:edge * half + half] for edge in range(groups)]
+        return [[links[switch * half + port] for links in (self.edge_up, self.agg_up)
+                 for switch in range(pod * half, pod * half + half) for port in range(half)] for pod in range(groups)]
 
-    def __init__(self, eventlist: EventList, net: HierarchicalNetwork, seed: int,
-                 host: HostConfig | None = None) -> None:
+    def vector_path_for_hash(self, src: np.ndarray, dst: np.ndarray, ecmp_hash: np.ndarray) -> list[np.ndarray]:
+        half, k = self.half, self.k
+        src_edge, dst_edge = self._edge_of_host[src], self._edge_of_host[dst]  # lookups: no division
+        other_edge = src_edge != dst_edge
+        # path_for_hash's hash % half and hash // half % half, from one 64-bit division: with
+        # hash = a * half^2 + r, they are r % half and r // half
+        r = (ecmp_hash % np.uint64(half * half)).astype(np.int64)
+        j, m = r % half, r // half
+        src_agg = src_edge - src_edge % half + j
+        dst_agg = dst_edge - dst_edge % half + j
+        other_pod = other_edge & (src_agg != dst_agg)
+        core = j * half + m
+        return [self.indices("host_up", lambda: self.host_up)[src],
+                np.where(other_edge, self.indices("edge_up", lambda: self.edge_up)[src_edge * half + j], -1),
+                np.where(other_pod, self.indices("agg_up", lambda: self.agg_up)[src_agg * half + m], -1),
+                np.where(other_pod, self.indices("core_down", lambda: self.core_down)[core * k + dst_edge // half], -1),
+                np.where(other_edge, self.indices("agg_down", lambda: self.agg_down)[dst_agg * half + dst_edge % half],
+                         -1),
+                self.indices("host_down", lambda: self.host_down)[dst]]
+
+
+class NodesTopology(Topology):
+    """Nodes of `npus_per_node` NPUs on a scale-up switch each (`scaleup_gbps`, `scaleup_latency_us`:
+    links `npu<i>` <-> `node<n>`); every NPU's NIC of `link_gbps` on the scale-out network
+    (`NodesNetwork.scaleout_network`, a flat topology built as a part of this one, its host p being the
+    NIC of the NPU at position p: `NodesNetwork.nic_position`). Within a node a message crosses the
+    scale-up switch; between nodes it leaves by the NIC of its `relay` (its sender, or on a rail-optimized
+    network with PXN the sender's node's NPU on the receiver's rail, reached over the scale-up switch
+    first) and crosses the scale-out network to the receiver's NIC. Route classes: the scale-out's
+    (through the sender's own NIC), then one within a node, then the scale-out's again through a relay."""
+
+    HOST_PREFIX = "npu"
+
+    def __init__(self, eventlist: EventList, net: NodesNetwork, seed: int, host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
-        self.npus_per_node = net.npus_per_node
+        self.npus_per_node = per_node = net.npus_per_node
         n = net.npus
-        per_node = net.npus_per_node
-        self.scaleup_up = [self.add_link(f"npu{i}", f"node{i // per_node}", "scaleup_nic", net.scaleup_gbps,
+        self.scaleup_up = [self.add_link(self.host_name(i), f"node{i // per_node}", "scaleup_nic", net.scaleup_gbps,
                                          net.scaleup_latency_us, False) for i in range(n)]
-        self.scaleup_down = [self.add_link(f"node{i // per_node}", f"npu{i}", "scaleup_port", net.scaleup_gbps,
+        self.scaleup_down = [self.add_link(f"node{i // per_node}", self.host_name(i), "scaleup_port", net.scaleup_gbps,
                                            net.scaleup_latency_us, True) for i in range(n)]
-        self.nic_up = [self.add_link(f"npu{i}", "sw", "host_nic", net.link_gbps, net.link_latency_us, False)
-                       for i in range(n)]
-        self.nic_down = [self.add_link("sw", f"npu{i}", "switch_port", net.link_gbps, net.link_latency_us, True)
-                         for i in range(n)]
+        self.position = [net.nic_position(i) for i in range(n)]  # each NPU's NIC's host on the scale-out
+        self._position_array = np.array(self.position, dtype=np.int64)
+        npu_at = [0] * n
+        for npu, position in enumerate(self.position):
+            npu_at[position] = npu
+        scaleout_net = net.scaleout_network()
+        self.scaleout = TOPOLOGY_CLASSES[scaleout_net.topology](
+            eventlist, scaleout_net, seed, host, self, [self.host_name(npu) for npu in npu_at])
+        self.ECMP = self.scaleout.ECMP
+        # the scale-out's route classes: 0..depth; within a node: depth + 1; through a relay: depth + 2 on
+        self._node_class = len(self.scaleout.locality(0)) + 1
+
+    def relay(self, src: int, dst: int) -> int:
+        """The NPU whose NIC a message from `src` to `dst` on another node leaves by: `src` itself."""
+        return src
 
     def dimensions(self) -> list[tuple[tuple[int, ...], ...]]:
-        """Scale-up (NPUs of one node), then scale-out (the NPUs of equal local index in every node)."""
+        """Scale-up (NPUs of one node), then scale-out (the NPUs of equal local index in every node:
+        on a rail-optimized network, one rail)."""
         per_node, nodes = self.npus_per_node, self.npus // self.npus_per_node
         local = tuple(tuple(node * per_node + i for i in range(per_node)) for node in range(nodes))
         across = tuple(tuple(node * per_node + i for node in range(nodes)) for i in range(per_node))
         return [dims for dims in (local, across) if len(dims[0]) > 1] or [local]
 
     def locality(self, host: int) -> tuple[int, ...]:
-        """The node: class 0 goes through the NICs, class 1 through the node's scale-up fabric."""
+        """The node (routes between nodes: `route_class`)."""
         return (host // self.npus_per_node,)
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
         if src // self.npus_per_node == dst // self.npus_per_node:
             return (self.scaleup_up[src], self.scaleup_down[dst])
-        return (self.nic_up[src], self.nic_down[dst])
+        return self.path_for_hash(src, dst, self.ecmp_hash(src, dst, flow_id) if self.ECMP else 0)
+
+    def path_for_hash(self, src: int, dst: int, ecmp_hash: int) -> tuple[Link, ...]:
+        if src // self.npus_per_node == dst // self.npus_per_node:
+            return (self.scaleup_up[src], self.scaleup_down[dst])
+        relay = self.relay(src, dst)
+        across = self.scaleout.path_for_hash(self.position[relay], self.position[dst], ecmp_hash)
+        if relay == src:
+            return across
+        return (self.scaleup_up[src], self.scaleup_down[relay]) + across
+
+    def route_class(self, src: int, dst: int) -> int:
+        if src // self.npus_per_node == dst // self.npus_per_node:
+            return self._node_class
+        relay = self.relay(src, dst)
+        across = self.scaleout.route_class(self.position[relay], self.position[dst])
+        return across if relay == src else across + self._node_class + 1
+
+    def peer_class_counts(self, group: Sequence[int]) -> set[tuple[tuple[int, int], ...]]:
+        """As `Topology.peer_class_counts`, over the scale-out's domains of the members' NICs, the members
+        of one node taken apart (a node's NICs may sit on different leaves)."""
+        domains = [self.scaleout.locality(self.position[npu]) for npu in group]
+        nodes = [npu // self.npus_per_node for npu in group]
+        depth = len(domains[0])
+        sharing = [Counter(npu_domains[:level] for npu_domains in domains) for level in range(depth + 1)]
+        node_sharing = [Counter((node, npu_domains[:level]) for node, npu_domains in zip(nodes, domains))
+                        for level in range(depth + 1)]
+        seen: set[tuple[tuple[int, int], ...]] = set()
+        for node, npu_domains in zip(nodes, domains):
+            # members of other nodes sharing the first `level` domains with this one, non-increasing
+            within = [sharing[level][npu_domains[:level]] - node_sharing[level][(node, npu_domains[:level])]
+                      for level in range(depth + 1)] + [0]
+            counts = [(level, within[level] - within[level + 1]) for level in range(depth + 1)
+                      if within[level] > within[level + 1]]
+            same_node = node_sharing[0][(node, ())] - 1
+            seen.add(tuple(counts + ([(self._node_class, same_node)] if same_node else [])))
+        return seen
+
+    def vector_path_for_hash(self, src: np.ndarray, dst: np.ndarray, ecmp_hash: np.ndarray) -> list[np.ndarray] | None:
+        per_node = self.npus_per_node
+        position = self._position_array
+        same_node = src // per_node == dst // per_node
+        relay = self.vector_relay(src, dst)
+        across = self.scaleout.vector_path_for_hash(position[relay], position[dst], ecmp_hash)
+        assert across is not None, "a scale-out network is routed vectorised"
+        up = self.indices("scaleup_up", lambda: self.scaleup_up)
+        down = self.indices("scaleup_down", lambda: self.scaleup_down)
+        relayed = (relay != src) & ~same_node
+        first = np.where(same_node | relayed, up[src], across[0])
+        last = np.where(same_node, down[dst], across[-1])
+        middle = [np.where(same_node, -1, row) for row in across[1:-1]]
+        if relayed.any():
+            middle = [np.where(relayed, down[relay], -1), np.where(relayed, across[0], -1)] + middle
+        return [first, *middle, last]
+
+    def vector_relay(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """`relay` of many messages at once."""
+        return src
+
+    def group_uplinks(self, hosts: int) -> list[list[Link]]:
+        """The scale-out's, its groups of NICs holding whole nodes (`HierarchicalNetwork.reduced_groups`)."""
+        return self.scaleout.group_uplinks(hosts)
+
+
+class HierarchicalTopology(NodesTopology):
+    """Nodes on a scale-up switch each, their NICs on one switch, a leaf-spine or a fat tree
+    (`network.scaleout`), a node's NICs on consecutive hosts of it."""
+
+
+class RailOptimizedTopology(NodesTopology):
+    """Nodes on a scale-up switch each, NIC i of every node on rail i (`RailOptimizedNetwork`): rail
+    leaves joined by spines. With `pxn` a message to another rail is relayed by its sender's node's NPU
+    on the receiver's rail (NCCL's PXN), else it crosses the spines."""
+
+    def __init__(self, eventlist: EventList, net: RailOptimizedNetwork, seed: int,
+                 host: HostConfig | None = None) -> None:
+        super().__init__(eventlist, net, seed, host)
+        self.pxn = net.pxn
+        self.nodes_per_leaf = net.hosts_per_leaf
+
+    def relay(self, src: int, dst: int) -> int:
+        if not self.pxn:
+            return src
+        per_node = self.npus_per_node
+        return src - src % per_node + dst % per_node
+
+    def vector_relay(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        if not self.pxn:
+            return src
+        per_node = self.npus_per_node
+        return src - src % per_node + dst % per_node
+
+    def peer_class_counts(self, group: Sequence[int]) -> set[tuple[tuple[int, int], ...]]:
+        """With `pxn`, counted by node, rail and group of nodes (whose rail leaves are the same): a peer
+        on the member's rail is reached through the member's NIC (its leaf, or across the spines), one on
+        another rail through the relay's (the relay's leaf is the peer's if they are in one group of
+        nodes, else across the spines); without, as every node network."""
+        if not self.pxn:
+            return super().peer_class_counts(group)
+        per_node, per_leaf = self.npus_per_node, self.nodes_per_leaf
+        keys = [(npu // per_node, npu // per_node // per_leaf, npu % per_node) for npu in group]
+        in_node = Counter(node for node, _, _ in keys)
+        in_group = Counter(group_ for _, group_, _ in keys)
+        on_rail = Counter(rail for _, _, rail in keys)
+        on_leaf = Counter((group_, rail) for _, group_, rail in keys)
+        across, leaf, node_class = 0, 1, self._node_class
+        seen: set[tuple[tuple[int, int], ...]] = set()
+        for node, group_, rail in keys:
+            same_node = in_node[node] - 1
+            same_leaf = on_leaf[(group_, rail)] - 1
+            rail_across = on_rail[rail] - on_leaf[(group_, rail)]
+            relayed_leaf = in_group[group_] - on_leaf[(group_, rail)] - same_node
+            relayed_across = len(keys) - in_group[group_] - rail_across
+            counts = ((across, rail_across), (leaf, same_leaf), (node_class, same_node),
+                      (node_class + 1 + across, relayed_across), (node_class + 1 + leaf, relayed_leaf))
+            seen.add(tuple(pair for pair in counts if pair[1]))
+        return seen
 
 
 class FullMeshTopology(Topology):
     """Every NPU joined to every other by a link of its own each way: a route is that one link."""
 
+    HOST_PREFIX = "n"
+
     def __init__(self, eventlist: EventList, net: FullMeshNetwork, seed: int, host: HostConfig | None = None) -> None:
         super().__init__(eventlist, net, seed, host)
         n = net.npus
         # the link src -> dst at index src * (n - 1) + (dst if dst < src else dst - 1)
-        self.mesh = [self.add_link(f"n{src}", f"n{dst}", "mesh", net.link_gbps, net.link_latency_us, False)
+        self.mesh = [self.add_link(self.host_name(src), self.host_name(dst), "mesh", net.link_gbps, net.link_latency_us,
+                                   False)
                      for src in range(n) for dst in range(n) if dst != src]
 
     def path(self, src: int, dst: int, flow_id: int) -> tuple[Link, ...]:
@@ -447,6 +714,7 @@ TOPOLOGY_CLASSES: dict[str, type[Topology]] = {
     "fat_tree": FatTreeTopology,
     "hierarchical": HierarchicalTopology,
     "full_mesh": FullMeshTopology,
+    "rail_optimized": RailOptimizedTopology,
 }
 
 

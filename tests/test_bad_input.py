@@ -61,7 +61,7 @@ class Mistake:
 MISTAKES = [
     # unknown config group option or key
     Mistake("unknown-preset", "network=nope", EXIT_BAD_CONFIG,
-            ("network='nope'", "a preset in conf/network/", "leaf_spine, ring, switch")),
+            ("network='nope'", "a preset in conf/network/", "leaf_spine, rail_optimized, ring, switch")),
     Mistake("unknown-workload-preset", "workload=astra", EXIT_BAD_CONFIG,
             ("workload='astra'", "(did you mean astra_dlrm?)", "astra_micro_allreduce")),
     Mistake("unknown-key-added", "+network.nope=1", EXIT_BAD_CONFIG,

@@ -16,6 +16,7 @@ from sweep_support import compose_config
 
 import engine
 from engine.backends import hybrid
+from engine.backends import reduction as reduction_module
 from engine.backends.reduction import Reduction
 from engine.config import ConfigError, as_written, load_config
 from sweep.runner import measure, stored_rows
@@ -159,6 +160,45 @@ def test_at_two_edge_switches_hybrid_on_a_fat_tree_is_the_packet_run_to_the_pico
     hybrid, packet = hybrid_and_packet(network, workload)
     assert hybrid["runs"][0]["drops"] > 0 and hybrid["runs"][0]["hybrid_packet_sims"] == 2
     assert_same_run(hybrid, packet)
+
+
+@pytest.mark.parametrize("network", [
+    {"topology": "dumbbell", "npus": 8, "bottleneck_gbps": 25, "bottleneck_latency_us": 1, "buffer_kb": 32},
+    {"topology": "rail_optimized", "npus": 16, "npus_per_node": 4, "hosts_per_leaf": 2, "spines": 1,
+     "uplink_gbps": 25, "buffer_kb": 32},
+    # a node's 4 NICs on two leaves of 2: no leaf holds whole nodes, so it is simulated whole
+    {"topology": "hierarchical", "npus": 16, "npus_per_node": 4, "scaleout": "leaf_spine", "hosts_per_leaf": 2,
+     "spines": 1, "uplink_gbps": 25, "buffer_kb": 32},
+])
+def test_a_network_not_reduced_in_groups_is_simulated_whole_the_packet_run(network: dict[str, Any]) -> None:
+    workload = {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2}
+    hybrid, packet = (engine.run({"engine": {"backend": backend}, "network": network, "host": {"tx_jitter_ns": 0},
+                                  "workload": workload}) for backend in ("hybrid", "packet"))
+    assert hybrid["runs"][0]["drops"] > 0 and hybrid["runs"][0]["hybrid_packet_sims"] == 2  # 2 episodes, 1 network
+    assert_same_run(hybrid, packet)
+
+
+@pytest.mark.parametrize("scaleout", [
+    # 64 NPUs, nodes of 4 on leaves of 8 NICs (two nodes): four leaves simulated together, as a leaf-spine's
+    {"scaleout": "leaf_spine", "hosts_per_leaf": 8, "spines": 4, "uplink_gbps": 100},
+    # k = 6 with nodes of 3: pods of 9 NICs hold 3 nodes, edge switches of 3 one node
+    {"scaleout": "fat_tree", "fat_tree_k": 6, "uplink_gbps": 25},
+])
+def test_hierarchical_scaleouts_reduce_in_groups_of_whole_nodes(scaleout: dict[str, Any]) -> None:
+    per_node = 3 if scaleout["scaleout"] == "fat_tree" else 4
+    npus = 54 if scaleout["scaleout"] == "fat_tree" else 64
+    network = {"topology": "hierarchical", "npus": npus, "npus_per_node": per_node, "buffer_kb": 32, **scaleout}
+    config = load_config({"engine": {"backend": "hybrid"}, "network": network})
+    groups = reduction_module.reduced_groups(config)
+    assert groups is not None and groups.hosts % per_node == 0
+    assert reduction_module.group_size(config) == groups.hosts  # reduced, not simulated whole
+    workload = {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2}
+    hybrid, packet = (engine.run({"engine": {"backend": backend}, "network": network, "workload": workload})
+                      for backend in ("hybrid", "packet"))
+    assert hybrid["runs"][0]["status"] == "ok" and packet["runs"][0]["drops"] > 0
+    assert hybrid["runs"][0]["drops"] > 0
+    # each all-to-all waits as many RTO waves as the packet run's (RFC 6298's doubling)
+    assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [waves_of(ms) for ms in all_to_all_ms(packet)]
 
 
 @pytest.mark.parametrize("group", ["pod", "edge"])
@@ -347,10 +387,9 @@ def test_same_config_and_seed_same_result() -> None:
       "network": {"topology": "fat_tree", "npus": 16, "fat_tree_k": 8}}, "network.npus"),  # one pod of 16
     ({"network": {"topology": "fat_tree", "npus": 4, "fat_tree_k": 8}}, "network.npus"),  # one edge switch of 4
     ({"network": {"topology": "ring", "npus": 8}}, "network.topology"),
-    ({"network": {"topology": "hierarchical", "npus": 8, "npus_per_node": 4, "scaleup_gbps": 400,
-                  "scaleup_latency_us": 0.5}}, "network.topology"),
-    ({"network": {"topology": "dumbbell", "npus": 8, "bottleneck_gbps": 100, "bottleneck_latency_us": 1}},
-     "network.topology"),
+    # simulated whole (a node's NICs on leaves of 2), past the connections it may hold
+    ({"network": {"topology": "hierarchical", "npus": 2048, "npus_per_node": 4, "scaleout": "leaf_spine",
+                  "hosts_per_leaf": 2}}, "network.npus"),
     ({"network": {"topology": "leaf_spine", "npus": 16, "hosts_per_leaf": 16, "spines": 2, "uplink_gbps": 100}},
      "network.npus"),
     ({"network": {"topology": "switch", "npus": 1_025}}, "network.npus"),

@@ -46,6 +46,8 @@ CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.npus_per_node": (INCAST, 2),
     "network.scaleup_gbps": (INCAST, 1.0),
     "network.scaleup_latency_us": (INCAST, 50.0),
+    "network.scaleout": (INCAST, "leaf_spine"),
+    "network.pxn": (INCAST, False),
     "network.buffer_kb": (FULL_MESH_INCAST, 1.0),  # no switch port: nothing queues in a buffer
     "network.ecn_threshold_kb": (INCAST, 1.0),  # the queue reaches 16 KiB: ECN-capable packets would be marked
     "tcp.dctcp_g": (INCAST, 1.0),
@@ -134,6 +136,17 @@ FAT_TREE = {**ALL_REDUCE, "network": {"npus": 4, "topology": "fat_tree", "uplink
 HIERARCHICAL = {**ALL_REDUCE, "network": {"npus": 4, "topology": "hierarchical", "npus_per_node": 2,
                                           "scaleup_gbps": 400.0, "scaleup_latency_us": 0.5}}
 DCTCP = with_value(with_value(INCAST, "tcp.cc", "dctcp"), "network.ecn_threshold_kb", 4.0)
+
+
+@pytest.mark.parametrize(("key", "value"), [("network.hosts_per_leaf", 2), ("network.spines", 1),
+                                            ("network.uplink_gbps", 1.0), ("network.fat_tree_k", 4)])
+def test_a_scaleout_key_of_another_scaleout_changes_neither_simulation_nor_run_id(key: str, value: Any) -> None:
+    # on one scale-out switch (hierarchical's default) a leaf-spine's or fat tree's key is not read; and the
+    # run_id is the one the hierarchical presets had before the topology had those keys
+    changed = with_value(HIERARCHICAL, key, value)
+    assert key in unused_keys(engine.load_config(changed))
+    assert simulated(changed) == simulated(HIERARCHICAL)
+    assert run_id(changed) == run_id(HIERARCHICAL)
 ASTRA = {"network": {"npus": 4}, "workload": {"type": "astra", "path": "bundled:astra-sim-1.0/microAllReduce.txt",
                                               "iterations": 1}}
 DLRM = {"network": {"npus": 4}, "engine": {"backend": "analytical"},
@@ -218,7 +231,9 @@ def test_unused_keys_go_back_to_their_defaults_and_absent_ones_stay_absent() -> 
         "tcp": {"cc": "cubic", "cubic_beta": 0.5, "delayed_ack_timeout_ms": 40.0}, "network": {"topology": "switch"},
         "workload": {"type": "collective"}}
     composed = {"network": {**dataclasses.asdict(SwitchNetwork()), "spines": 4}}
-    other_topologies = [key for key in section_keys("network") if key not in NETWORK_BASE_KEYS]
+    # (the keys of before: one added since is left out, `network.scaleout` or `network.pxn`)
+    other_topologies = [key for key in section_keys("network")
+                        if key not in NETWORK_BASE_KEYS and f"network.{key}" in engine.keys.IDENTITY_KEYS_2026_12]
     assert identity_mapping(composed, engine.load_config(composed)) == {
         "network": {**dataclasses.asdict(SwitchNetwork()), **dict.fromkeys(other_topologies)}}
 

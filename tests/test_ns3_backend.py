@@ -82,6 +82,10 @@ def test_a_missing_wheel_or_compiler_is_one_config_error_naming_the_extra(monkey
     {"topology": "leaf_spine", "npus": 12, "hosts_per_leaf": 4, "spines": 3, "uplink_gbps": 40.0},
     {"topology": "fat_tree", "npus": 10, "fat_tree_k": 4},
     {"topology": "hierarchical", "npus": 8, "npus_per_node": 4, "scaleup_gbps": 400.0, "scaleup_latency_us": 0.1},
+    {"topology": "hierarchical", "npus": 16, "npus_per_node": 4, "scaleout": "leaf_spine", "hosts_per_leaf": 8},
+    {"topology": "rail_optimized", "npus": 16, "npus_per_node": 4, "hosts_per_leaf": 2, "spines": 2},
+    {"topology": "rail_optimized", "npus": 16, "npus_per_node": 4, "hosts_per_leaf": 2, "spines": 2, "pxn": False},
+    {"topology": "full_mesh", "npus": 5},
 ])
 def test_every_link_goes_to_ns3_once_and_every_route_is_a_walk_between_its_hosts(network):
     cfg = load_config({"network": network})
@@ -194,6 +198,9 @@ def test_ns3_runs_are_deterministic():
     {"topology": "fat_tree", "npus": 16, "fat_tree_k": 4},
     {"topology": "ring", "npus": 6},  # hosts forward for each other: every egress is a ring port
     {"topology": "dumbbell", "npus": 4, "bottleneck_gbps": 10.0, "bottleneck_latency_us": 2.0},
+    # NPUs relay to other rails over the scale-up fabric (PXN): they forward, as on the ring
+    {"topology": "rail_optimized", "npus": 16, "npus_per_node": 4, "hosts_per_leaf": 2, "spines": 2},
+    {"topology": "full_mesh", "npus": 4},  # hosts joined directly, no switch
 ])
 def test_every_topology_runs_on_ns3_and_agrees_with_the_packet_engine(network):
     packet, ns3 = both(config("packet", network=network, workload={"op": "all_to_all", "bytes": 262_144}))

@@ -23,12 +23,11 @@ from engine.system.phase import (
     EVENT_MERGE,
     VectorRoutes,
     XorStep,
-    flow_hash_array,
     max_min_levels,
     max_min_message_rates,
     xor_exchange_ps,
 )
-from engine.topology import build_topology, flow_hash
+from engine.topology import build_topology, flow_hash, flow_hash_array
 
 MSS = 1460
 PS_PER_BYTE = 80  # 100 Gb/s: 8 bits / 100e9 b/s
@@ -311,6 +310,14 @@ def test_vectorised_hash_is_flow_hash() -> None:
     {"topology": "leaf_spine", "npus": 24, "hosts_per_leaf": 4, "spines": 3, "uplink_gbps": 100},
     {"topology": "fat_tree", "npus": 54},  # k = 6: pods of 9 hosts, 3 per edge switch
     {"topology": "ring", "npus": 6},  # routed one by one through `path`
+    {"topology": "hierarchical", "npus": 16, "npus_per_node": 4},
+    # a node's NICs on two leaves (4 NICs a leaf, 8 NPUs a node), ECMP over 3 spines
+    {"topology": "hierarchical", "npus": 32, "npus_per_node": 8, "scaleout": "leaf_spine", "hosts_per_leaf": 4,
+     "spines": 3},
+    {"topology": "hierarchical", "npus": 24, "npus_per_node": 2, "scaleout": "fat_tree", "fat_tree_k": 6},
+    # 2 groups of 3 nodes of 4 GPUs: 8 rail leaves of 3 NICs, 2 spines; with and without PXN
+    {"topology": "rail_optimized", "npus": 24, "npus_per_node": 4, "hosts_per_leaf": 3, "spines": 2},
+    {"topology": "rail_optimized", "npus": 24, "npus_per_node": 4, "hosts_per_leaf": 3, "spines": 2, "pxn": False},
 ])
 def test_vectorised_routes_are_the_topologys_paths(network) -> None:
     topology = build_topology(EventList(), load_config({"network": network}).network, 5)
@@ -318,7 +325,7 @@ def test_vectorised_routes_are_the_topologys_paths(network) -> None:
     src, dst = (array.ravel() for array in np.meshgrid(np.arange(n), np.arange(n), indexing="ij"))
     src, dst = src[src != dst], dst[src != dst]
     flow_ids = np.arange(len(src)) * 7 + 3
-    hops, endpoint = VectorRoutes(topology, 5).hops(src, dst, flow_ids)
+    hops, endpoint = VectorRoutes(topology).hops(src, dst, flow_ids)
     index = {id(link): position for position, link in enumerate(topology.links)}
     for message, (s, d, f) in enumerate(zip(src, dst, flow_ids)):
         path = [index[id(link)] for link in topology.path(int(s), int(d), int(f))]

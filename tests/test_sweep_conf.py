@@ -26,8 +26,8 @@ def keys_of(values: object) -> set[str]:
 
 
 def test_every_group_has_its_presets() -> None:
-    assert group_options("network") == ["dumbbell", "fat_tree", "full_mesh", "hierarchical", "leaf_spine", "ring",
-                                        "switch"]
+    assert group_options("network") == ["dumbbell", "fat_tree", "full_mesh", "hierarchical", "leaf_spine",
+                                        "rail_optimized", "ring", "switch"]
     assert group_options("tcp") == ["cubic", "dctcp", "linux", "newreno"]
     assert group_options("system") == ["default", "halving_doubling", "local_bw_aware"]
     assert group_options("workload") == [

@@ -408,6 +408,74 @@ def test_hierarchical_idle_latencies():
     assert inter.arrivals[0][0] == 2_240_000
 
 
+# 2 groups of 2 nodes of 4 GPUs: rail leaf s * 4 + i holds NIC i of nodes 2s and 2s + 1; 3 spines
+RAIL = dict(topology="rail_optimized", npus=16, npus_per_node=4, hosts_per_leaf=2, spines=3, link_gbps=100,
+            link_latency_us=1.0, scaleup_gbps=400, scaleup_latency_us=0.1)
+
+
+def _names(path) -> list[str]:
+    return [link.name for link in path]
+
+
+def test_rail_optimized_routes_by_rail_with_and_without_pxn():
+    _, rails = build(**RAIL)
+    # NPU 1 (node 0, rail 1) to NPU 5 (node 1, rail 1): one rail leaf, the first group's rail 1
+    assert _names(rails.path(1, 5, 0)) == ["npu1->leaf1", "leaf1->npu5"]
+    # to NPU 9 (node 2, rail 1, the second group): up to a spine and down to the second group's rail-1 leaf
+    path = _names(rails.path(1, 9, 0))
+    assert path[0] == "npu1->leaf1" and path[1].startswith("leaf1->spine") and path[3] == "leaf5->npu9"
+    # to NPU 6 (node 1, rail 2) with PXN: over the scale-up switch to NPU 2 (node 0's GPU on rail 2),
+    # out of its NIC to rail 2's leaf
+    assert _names(rails.path(1, 6, 0)) == ["npu1->node0", "node0->npu2", "npu2->leaf2", "leaf2->npu6"]
+    # and its ACKs back the same way round: NPU 5 (node 1 on rail 1) relays them
+    assert _names(rails.path(6, 1, 0)) == ["npu6->node1", "node1->npu5", "npu5->leaf1", "leaf1->npu1"]
+    # without PXN: across a spine from rail 1's leaf to rail 2's
+    _, spines = build(**{**RAIL, "pxn": False})
+    path = _names(spines.path(1, 6, 0))
+    assert len(path) == 4 and path[0] == "npu1->leaf1" and path[3] == "leaf2->npu6" and "spine" in path[1]
+    # within a node: the scale-up switch either way
+    assert _names(rails.path(0, 3, 0)) == _names(spines.path(0, 3, 0)) == ["npu0->node0", "node0->npu3"]
+    # the collective dimensions: the nodes, then the rails
+    assert rails.dimensions()[1][2] == (2, 6, 10, 14)
+
+
+def test_rail_optimized_route_classes_count_the_peers_as_the_paths_do():
+    # every member's count of peers per route class, from the paths themselves, is what
+    # peer_class_counts gives, with and without PXN
+    for pxn in (True, False):
+        _, topo = build(**{**RAIL, "pxn": pxn})
+        group = list(range(topo.npus))
+        by_paths = set()
+        for src in group:
+            kinds = Counter(topo.route_class(src, dst) for dst in group if dst != src)
+            by_paths.add(tuple(sorted(kinds.items())))
+            for dst in group:  # a class is one sequence of link rates and latencies
+                if dst != src:
+                    same = [(link.rate_bps, link.latency_ps) for link in topo.path(src, dst, 0)]
+                    other = next(d for d in group if d != 0 and topo.route_class(0, d) == topo.route_class(src, dst))
+                    assert same == [(link.rate_bps, link.latency_ps) for link in topo.path(0, other, 0)]
+        assert {tuple(sorted(counts)) for counts in topo.peer_class_counts(group)} == by_paths
+
+
+@pytest.mark.parametrize("scaleout", [
+    {"scaleout": "leaf_spine", "hosts_per_leaf": 4, "spines": 2},  # a node's 8 NICs on two leaves
+    {"scaleout": "fat_tree", "fat_tree_k": 4},
+])
+def test_hierarchical_scaleout_routes_and_classes(scaleout):
+    _, topo = build(topology="hierarchical", npus=16, npus_per_node=8, **scaleout)
+    for src in range(16):
+        for dst in range(16):
+            if src // 8 == dst // 8 and src != dst:
+                assert [link.rate_bps for link in topo.path(src, dst, 0)] == [gbps_to_bps(400)] * 2
+            elif src != dst:  # between nodes: the NICs and the scale-out switches, never the scale-up fabric
+                names = _names(topo.path(src, dst, 3))
+                assert names[0].startswith(f"npu{src}->") and names[-1].endswith(f"->npu{dst}")
+                assert not any("node" in name for name in names)
+    group = list(range(16))
+    by_paths = {tuple(sorted(Counter(topo.route_class(s, d) for d in group if d != s).items())) for s in group}
+    assert {tuple(sorted(counts)) for counts in topo.peer_class_counts(group)} == by_paths
+
+
 def test_drop_tail_switch_port():
     # A switch port with a 3000 B buffer (backlog measured in bytes still to serialise ahead of the
     # arriving packet; a packet is dropped when that backlog exceeds the buffer). Five 1500 B packets

@@ -45,15 +45,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import FatTreeNetwork, LeafSpineNetwork, SimConfig, require
+from ..config import SimConfig, require
 from ..eventlist import EventList, StopFlag, run_together
-from ..links import Link
 from ..simulation import EVENTS_PER_SLICE, Simulation
 from ..system.algorithms import ALL, RING, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from ..system.collectives import Chunk, CollectivePhase, ProgramRun
 from ..system.phase import FluidPart, FluidPhases
-from ..topology import FatTreeTopology, LeafSpineTopology, Topology
 from ..transport.cc import UNSET_SSTHRESH
 from ..units import ns_to_ps, s_to_ps
 from .base import SCREEN_RISK_COLUMNS
@@ -63,14 +61,13 @@ from .reduction import (
     REDUCED_CONNECTIONS_MAX,
     PacketEpisodes,
     Reduction,
-    group_hosts,
     group_size,
     reduced_connections,
+    reduced_groups,
     replay_phase,
     simulated_pairs,
 )
 
-REDUCED_TOPOLOGIES = ("leaf_spine", "fat_tree", "switch")
 # what a reduced connection costs in a lossy episode: the packet engine's connection (BYTES_PER_CONNECTION), its
 # flow id entry, its share of the replays' step state and of a burst's packets; measured 2.2-2.5 KiB at 1,024 and
 # 9,216 NPUs (benchmarks/hybrid_scale.csv: peak RSS less the lossless run's, over the connections)
@@ -94,20 +91,6 @@ MEMO_TOLERANCE = 0.01
 PhaseKind = tuple[int, str, int, "int | None", int]  # a phase's dimension, op, chunk bytes, ASTRA-sim tree, queue
 Signature = tuple[tuple[PhaseKind, int], ...]  # an episode's opening phases: kind, start after the opening (ps)
 EpisodeKey = tuple[Signature, int]  # and the TCP state class its connections were in (`HybridPhases._tcp_class`)
-
-
-def group_uplinks(topology: Topology, size: int, groups: int) -> list[list[Link]]:
-    """Each group's links towards the rest of the fabric, whose overflow the reduction must keep: a
-    leaf's uplinks; an edge switch's uplinks; a pod's edge uplinks and its aggregation switches' core
-    uplinks (`size` the group's hosts)."""
-    if isinstance(topology, LeafSpineTopology):
-        return [list(row) for row in topology.leaf_up[:groups]]
-    assert isinstance(topology, FatTreeTopology)
-    half = topology.half
-    if size == half:  # edge switches
-        return [topology.edge_up[edge * half:edge * half + half] for edge in range(groups)]
-    return [[links[switch * half + port] for links in (topology.edge_up, topology.agg_up)
-             for switch in range(pod * half, pod * half + half) for port in range(half)] for pod in range(groups)]
 
 
 def _phase_kind(phase: CollectivePhase) -> PhaseKind:
@@ -309,10 +292,8 @@ class HybridPhases(FluidPhases):
         self._group_uplinks: np.ndarray | None = None  # [group, link]: indices into the links
         if self._group_size is not None:
             index = {id(link): position for position, link in enumerate(topology.links)}
-            groups = config.network.npus // self._group_size
-            self._group_uplinks = np.array([[index[id(link)] for link in row]
-                                            for row in group_uplinks(topology, self._group_size, groups)],
-                                           dtype=np.int64)
+            whole_groups = topology.group_uplinks(self._group_size)[:config.network.npus // self._group_size]
+            self._group_uplinks = np.array([[index[id(link)] for link in row] for row in whole_groups], dtype=np.int64)
 
     def start(self, layer: AlphaBetaSystemLayer, chunk: Chunk, queue: int, phase: CollectivePhase, key: PhaseKey,
               duration_ps: int) -> None:
@@ -595,7 +576,9 @@ class HybridPhases(FluidPhases):
         pairs = simulated_pairs(self.config.network.npus, self._group_size)
         # the full run's groups each simulated group stands for
         scale = self.config.network.npus / self._group_size / (2 * pairs)
-        if isinstance(self.config.network, LeafSpineNetwork):
+        groups = reduced_groups(self.config)
+        assert groups is not None  # as `_group_size`
+        if groups.together:
             return [Reduction(self.config, tuple(sorted(order[:LEAF_SPINE_GROUPS])), scale)]
         return [Reduction(self.config, tuple(sorted(order[2 * i:2 * i + 2])), scale) for i in range(pairs)]
 
@@ -634,29 +617,25 @@ class HybridBackend(PhaseBackend):
 
     @classmethod
     def check_config(cls, config: SimConfig) -> None:
-        """Refuse what the reduction does not cover yet: topologies but leaf_spine (at least two leaves),
-        fat_tree (at least two whole groups: pods, edge switches) and switch; reduced networks of more than
-        `REDUCED_CONNECTIONS_MAX` connections; algorithms but rings and direct steps; workloads whose
-        collectives do not span the whole network (Chakra traces' process groups)."""
+        """Refuse what the reduction does not cover yet: a topology that says why (`HYBRID_REFUSAL`); a
+        network reduced in groups
+        (`NetworkConfig.reduced_groups`) of fewer than two whole groups; reduced networks, or networks
+        simulated whole, of more than `REDUCED_CONNECTIONS_MAX` connections; algorithms but rings and
+        direct steps; workloads whose collectives do not span the whole network (Chakra traces' process
+        groups)."""
         net = config.network
-        require(net.topology in REDUCED_TOPOLOGIES, "network.topology", net.topology,
-                f"one of {', '.join(REDUCED_TOPOLOGIES)} on engine.backend=hybrid (the topologies it reduces yet)")
-        if isinstance(net, LeafSpineNetwork):
-            require(net.npus >= 2 * net.hosts_per_leaf, "network.npus", net.npus,
-                    f"at least 2 leaves (2 x network.hosts_per_leaf = {2 * net.hosts_per_leaf}) on "
-                    "engine.backend=hybrid (it reduces a leaf-spine to some of its leaves)")
-        elif isinstance(net, FatTreeNetwork):
-            size = group_hosts(config)
-            assert size is not None
-            groups = "pods" if size > net.k // 2 else "edge switches"
-            require(net.npus >= 2 * size, "network.npus", net.npus,
-                    f"at least 2 whole {groups} ({2 * size} NPUs for k = {net.k}) on engine.backend=hybrid with "
-                    f"engine.hybrid_fat_tree_group={config.engine.hybrid_fat_tree_group} (its reduced network is "
-                    "a pair of them)")
+        require(not net.HYBRID_REFUSAL, "network.topology", net.topology,
+                f"{net.HYBRID_REFUSAL} on engine.backend=hybrid")
+        groups = reduced_groups(config)
+        if groups is not None:
+            require(net.npus >= 2 * groups.hosts, "network.npus", net.npus,
+                    f"at least 2 whole {groups.plural} ({2 * groups.hosts} NPUs) on engine.backend=hybrid (it reduces "
+                    f"a {net.IN_WORDS} to some of its {groups.plural})")
         connections = reduced_connections(config)
+        whole = "" if groups is not None else f"; a {net.IN_WORDS} is simulated whole, no smaller part of it reduces"
         require(connections <= REDUCED_CONNECTIONS_MAX, "network.npus", net.npus,
                 f"a size whose reduced networks hold at most {REDUCED_CONNECTIONS_MAX:,} connections on "
-                f"engine.backend=hybrid (here {connections:,}: each simulated rank to every other NPU)")
+                f"engine.backend=hybrid (here {connections:,}: each simulated rank to every other NPU{whole})")
         for op, algorithms in REDUCED_ALGORITHMS.items():
             require(getattr(config.system, op) in algorithms, f"system.{op}", getattr(config.system, op),
                     f"one of {', '.join(algorithms)} on engine.backend=hybrid (rings and direct steps are "

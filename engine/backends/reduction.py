@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from ..config import FatTreeNetwork, LeafSpineNetwork, SimConfig
+from ..config import ReducedGroups, SimConfig
 from ..links import Link
 from ..simulation import Simulation
 from ..system.algorithms import Program, Send, Step
 from ..system.collectives import MessageCarrier, ProgramRun, Receipt
-from ..topology import FatTreeTopology, LeafSpineTopology, flow_hash
+from ..topology import flow_hash
 from ..transport import TcpConnection, TcpSender
 
 # connections the reduced networks may hold at most (each simulated rank to every other NPU):
@@ -48,63 +48,54 @@ def _pair_connections(npus: int, group_size: int) -> int:
     return 2 * group_size * simulated_pairs(npus, group_size) * (npus - 1)
 
 
-def group_hosts(config: SimConfig) -> int | None:
-    """The hosts of one group of the network: a leaf of a leaf-spine; a pod of a fat tree or, with
-    `engine.hybrid_fat_tree_group=edge` (or `auto` where there are fewer than two pods or their pairs
-    would hold more than `POD_PAIRS_CONNECTIONS_MAX` connections), an edge switch; None on a switch."""
-    net = config.network
-    if isinstance(net, LeafSpineNetwork):
-        return net.hosts_per_leaf
-    if isinstance(net, FatTreeNetwork):
-        half = net.k // 2
-        choice = config.engine.hybrid_fat_tree_group
-        pod = half * half
-        if choice == "auto":  # pods where there are two and their pairs are small
-            fits = net.npus >= 2 * pod and _pair_connections(net.npus, pod) <= POD_PAIRS_CONNECTIONS_MAX
-            choice = "pod" if fits else "edge"
-        return pod if choice == "pod" else half
-    return None
+def reduced_groups(config: SimConfig) -> ReducedGroups | None:
+    """The groups the network is reduced to (`NetworkConfig.reduced_groups`): the coarsest, but on a fat
+    tree with `engine.hybrid_fat_tree_group=edge` (or `auto` where there are fewer than two pods or their
+    pairs would hold more than `POD_PAIRS_CONNECTIONS_MAX` connections) its edge switches; None where the
+    network is simulated whole (one switch, a ring)."""
+    options = config.network.reduced_groups()
+    if not options:
+        return None
+    choice = config.engine.hybrid_fat_tree_group
+    if len(options) == 1 or choice == "pod":
+        return options[0]
+    if choice == "edge":
+        return options[-1]
+    npus, pod = config.network.npus, options[0].hosts
+    fits = npus >= 2 * pod and _pair_connections(npus, pod) <= POD_PAIRS_CONNECTIONS_MAX
+    return options[0] if fits else options[-1]
 
 
 def group_size(config: SimConfig) -> int | None:
-    """The hosts of one group of the reduction (`group_hosts`), or None where the reduced network is the
-    whole network: a switch, or a network of no more hosts than `PAIRS` pairs of its groups hold, which
-    the whole network simulates at no more connections than the pairs (p (p - 1) <= 2 PAIRS g (p - 1)),
-    and exactly (64 NPUs on 16-host leaves: the 4 leaves)."""
-    size = group_hosts(config)
-    if size is None or config.network.npus <= 2 * PAIRS * size:
+    """The hosts of one group of the reduction (`reduced_groups`), or None where the reduced network is the
+    whole network: one not reduced in groups, or a network of no more hosts than `PAIRS` pairs of its
+    groups hold, which the whole network simulates at no more connections than the pairs
+    (p (p - 1) <= 2 PAIRS g (p - 1)), and exactly (64 NPUs on 16-host leaves: the 4 leaves)."""
+    groups = reduced_groups(config)
+    if groups is None or config.network.npus <= 2 * PAIRS * groups.hosts:
         return None
-    return size
+    return groups.hosts
 
 
 def second_group_host(config: SimConfig) -> int:
     """The reduced network's host of the second group's first rank (the first group's are hosts 0..g-1):
-    the next group's, but for an edge pair of a fat tree of two pods or more, which sits on the first
-    edge switch of the second pod, so that the pair's traffic crosses the core as most of the full run's
-    does."""
-    size = group_size(config)
-    assert size is not None, "a pair of groups"
-    net = config.network
-    if isinstance(net, FatTreeNetwork):
-        pod = (net.k // 2) ** 2
-        if size < pod and net.npus >= 2 * pod:
-            return pod
-    return size
+    the next group's, but where the network places a pair's second group further
+    (`NetworkConfig.second_group_host`: a fat tree's edge pair in two pods)."""
+    groups = reduced_groups(config)
+    assert groups is not None and group_size(config) is not None, "a pair of groups"
+    return config.network.second_group_host(groups)
 
 
 def reduced_config(config: SimConfig) -> SimConfig:
-    """The config of a reduced network: the hosts up to its last group's last (`LEAF_SPINE_GROUPS`
-    leaves; two pods, or two edge switches of a fat tree with the hosts between them idle), the rest as
-    the run's; the run's own where the whole network is simulated (`group_size` None)."""
-    net = config.network
+    """The config of a reduced network: the hosts up to its last group's last (`LEAF_SPINE_GROUPS` groups
+    together; a pair of groups, the hosts between them idle), the rest as the run's
+    (`NetworkConfig.first_hosts`); the run's own where the whole network is simulated (`group_size` None)."""
+    groups = reduced_groups(config)
     size = group_size(config)
-    if size is None:  # the whole network
+    if groups is None or size is None:  # the whole network
         return config
-    npus = (LEAF_SPINE_GROUPS * size if isinstance(net, LeafSpineNetwork)
-            else second_group_host(config) + size)
-    if isinstance(net, FatTreeNetwork):  # the full run's k, not the one npus implies
-        return dataclasses.replace(config, network=dataclasses.replace(net, npus=npus, fat_tree_k=net.k))
-    return dataclasses.replace(config, network=dataclasses.replace(net, npus=npus))
+    npus = LEAF_SPINE_GROUPS * size if groups.together else second_group_host(config) + size
+    return dataclasses.replace(config, network=config.network.first_hosts(npus))
 
 
 def reduced_connections(config: SimConfig) -> int:
@@ -166,12 +157,10 @@ class Reduction:
     def routes(self, reduced: Simulation, sender: int, npu: int,
                flow_id: int) -> tuple[tuple[int, int], tuple[Link, ...], tuple[Link, ...]]:
         """The reduced hosts of the full-run pair (`sender`, `npu`) and its data and ACK routes there:
-        the paths the full run's ECMP hash (its unordered pair of NPUs and flow id) picks."""
+        the paths the full run's ECMP hash (its unordered pair of NPUs and flow id) picks. (Where the
+        network is simulated whole, `PacketEpisodes` opens its connections as the packet engine does.)"""
         src, dst = self.hosts[self.position(sender, sender)], self.hosts[self.position(sender, npu)]
         topology = reduced.topology
-        if not self.index:  # one switch: the network itself, on its own links (`Topology.routes`)
-            return (src, dst), topology.path(src, dst, flow_id), topology.path(dst, src, flow_id)
-        assert isinstance(topology, (LeafSpineTopology, FatTreeTopology))
         ecmp_hash = flow_hash(self.seed, min(sender, npu), max(sender, npu), flow_id)
         return (src, dst), topology.path_for_hash(src, dst, ecmp_hash), topology.path_for_hash(dst, src, ecmp_hash)
 
@@ -193,8 +182,11 @@ class PacketEpisodes:
         if connection is None:
             sender, npu = pair
             flow_id = flow_ids[pair]
-            (src, dst), data_links, ack_links = self.reduction.routes(self.sim, sender, npu, flow_id)
-            connection = self.sim.open_routed_connection(src, dst, flow_id, data_links, ack_links)
+            if not self.reduction.index:  # the whole network: its own routes (a ring's through its ports)
+                connection = self.sim.open_connection(sender, npu, flow_id)
+            else:
+                (src, dst), data_links, ack_links = self.reduction.routes(self.sim, sender, npu, flow_id)
+                connection = self.sim.open_routed_connection(src, dst, flow_id, data_links, ack_links)
             self._connections[pair] = connection
         return connection
 

@@ -40,13 +40,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from math import inf
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
 from ..eventlist import EventList, EventSource
 from ..links import TCP_IP_HEADER_BYTES, Link, wire_bytes
-from ..topology import FatTreeTopology, LeafSpineTopology, SwitchTopology, Topology
+from ..topology import Topology
 from ..transport.cc import slow_start_dominates
 from ..units import BITS_PER_BYTE, PS_PER_S, serialisation_ps
 from .algorithms import ALL, RING, XOR, Program, SymmetricStep
@@ -59,98 +59,28 @@ CHUNK_MESSAGES = 1 << 18  # messages routed per numpy pass: its temporary arrays
 # (`xor_exchange_ps`): it bounds the events by log(end / first event) / EVENT_MERGE, whatever the messages
 EVENT_MERGE = 3e-3
 FILL_ROUNDS = 20  # progressive-filling rounds per event at most (`max_min_message_rates`)
-_SPLITMIX_START = 0x9E3779B97F4A7C15
-_SPLITMIX_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
-_SPLITMIX_MUL2 = np.uint64(0x94D049BB133111EB)
-
-
-def flow_hash_array(*values: np.ndarray | int) -> np.ndarray:
-    """`topology.flow_hash` of many tuples at once: element i mixes the i-th entries (or the scalar)
-    of `values`, with the same splitmix64 steps, in uint64 arithmetic that wraps as the `& mask` does."""
-    with np.errstate(over="ignore"):
-        state = np.asarray(_SPLITMIX_START, dtype=np.uint64)
-        for value in values:
-            state = (state ^ np.asarray(value).astype(np.uint64)) * _SPLITMIX_MUL1
-            state = (state ^ (state >> np.uint64(27))) * _SPLITMIX_MUL2
-            state = state ^ (state >> np.uint64(31))
-    return np.asarray(state)
 
 
 class VectorRoutes:
     """The links (indices into `topology.links`) of many messages at once, as `topology.path` gives
-    them: vectorised for switch, leaf_spine and fat_tree; other topologies are routed message by
-    message through `path` (they are not the ones simulated at thousands of NPUs)."""
+    them: vectorised where the topology routes so (`Topology.vector_path`); other topologies are routed
+    message by message through `path` (they are not the ones simulated at thousands of NPUs)."""
 
-    def __init__(self, topology: Topology, seed: int) -> None:
+    def __init__(self, topology: Topology) -> None:
         self.topology = topology
-        self.seed = seed
         self.link_count = len(topology.links)
         self._index = {id(link): index for index, link in enumerate(topology.links)}
-        # the topology's link lists as index arrays, for the vectorised routes
-        self._arrays: dict[str, np.ndarray] = {}
-        if isinstance(topology, (SwitchTopology, LeafSpineTopology)):
-            self._arrays.update(up=self._indices(topology.up), down=self._indices(topology.down))
-        if isinstance(topology, LeafSpineTopology):
-            self._arrays.update(leaf_up=self._indices([link for row in topology.leaf_up for link in row]),
-                                spine_down=self._indices([link for row in topology.spine_down for link in row]))
-        if isinstance(topology, FatTreeTopology):
-            for name in ("host_up", "host_down", "edge_up", "agg_up", "core_down", "agg_down"):
-                self._arrays[name] = self._indices(getattr(topology, name))
-            edge = np.arange(topology.npus, dtype=np.int64) // topology.half  # each host's edge switch
-            self._arrays.update(edge_of_host=edge, first_edge_of_pod_of_host=edge - edge % topology.half,
-                                pod_of_host=edge // topology.half, edge_in_pod_of_host=edge % topology.half)
-
-    def _indices(self, links: Sequence[object]) -> np.ndarray:
-        return np.array([self._index[id(link)] for link in links], dtype=np.int64)
 
     def hops(self, src: np.ndarray, dst: np.ndarray, flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """The link index of every hop of every message (-1 where a route is shorter; ECMP hashes
         `flow_ids`, the packet engine's ids of the pairs' connections), and which hops
         are endpoint links (a route's first and last: the links alpha_beta charges)."""
-        topology = self.topology
-        if isinstance(topology, SwitchTopology):
-            return [self._arrays["up"][src], self._arrays["down"][dst]], np.array([True, True])
-        if isinstance(topology, LeafSpineTopology):
-            return self._leaf_spine(topology, src, dst, flow_ids), np.array([True, False, False, True])
-        if isinstance(topology, FatTreeTopology):
-            return self._fat_tree(topology, src, dst, flow_ids), np.array([True, False, False, False, False, True])
-        return self._one_by_one(src, dst, flow_ids)
-
-    def _leaf_spine(self, topology: LeafSpineTopology, src: np.ndarray, dst: np.ndarray,
-                    flow_ids: np.ndarray) -> list[np.ndarray]:
-        per_leaf, spines = topology.hosts_per_leaf, len(topology.spine_down)
-        leaves = len(topology.leaf_up)
-        src_leaf, dst_leaf = src // per_leaf, dst // per_leaf
-        cross = src_leaf != dst_leaf
-        spine = (flow_hash_array(self.seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
-                 % np.uint64(spines)).astype(np.int64)
-        arrays = self._arrays  # leaf_up at [leaf * spines + spine], spine_down at [spine * leaves + leaf]
-        return [arrays["up"][src],
-                np.where(cross, arrays["leaf_up"][src_leaf * spines + spine], -1),
-                np.where(cross, arrays["spine_down"][spine * leaves + dst_leaf], -1),
-                arrays["down"][dst]]
-
-    def _fat_tree(self, topology: FatTreeTopology, src: np.ndarray, dst: np.ndarray,
-                  flow_ids: np.ndarray) -> list[np.ndarray]:
-        half, k = topology.half, topology.k
-        arrays = self._arrays
-        src_edge, dst_edge = arrays["edge_of_host"][src], arrays["edge_of_host"][dst]  # lookups: no division
-        other_edge = src_edge != dst_edge
-        choice = flow_hash_array(self.seed, np.minimum(src, dst), np.maximum(src, dst), flow_ids)
-        # path's choice % half and choice // half % half, from one 64-bit division: with
-        # choice = a * half^2 + r, they are r % half and r // half
-        r = (choice % np.uint64(half * half)).astype(np.int64)
-        j, m = r % half, r // half
-        src_agg = arrays["first_edge_of_pod_of_host"][src] + j
-        dst_agg = arrays["first_edge_of_pod_of_host"][dst] + j
-        other_pod = other_edge & (src_agg != dst_agg)
-        core = j * half + m
-        return [arrays["host_up"][src],
-                np.where(other_edge, arrays["edge_up"][src_edge * half + j], -1),
-                np.where(other_pod, arrays["agg_up"][src_agg * half + m], -1),
-                np.where(other_pod, arrays["core_down"][core * k + arrays["pod_of_host"][dst]], -1),
-                np.where(other_edge, arrays["agg_down"][dst_agg * half + arrays["edge_in_pod_of_host"][dst]], -1),
-                arrays["host_down"][dst]]
+        rows = self.topology.vector_path(src, dst, flow_ids)
+        if rows is None:
+            return self._one_by_one(src, dst, flow_ids)
+        endpoint = np.zeros(len(rows), dtype=bool)
+        endpoint[0] = endpoint[-1] = True
+        return rows, endpoint
 
     def _one_by_one(self, src: np.ndarray, dst: np.ndarray,
                     flow_ids: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
@@ -390,7 +320,7 @@ class FluidPhases:
                  incast_rto_ps: tuple[int, int] | None = None) -> None:
         self.eventlist = eventlist
         self.topology = topology
-        self.routes = VectorRoutes(topology, seed)
+        self.routes = VectorRoutes(topology)
         self.flow_ids = PairFlowIds(topology.npus)
         self.mss_bytes = mss_bytes
         self.header_bytes = header_bytes

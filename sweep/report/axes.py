@@ -22,6 +22,7 @@ import pandas as pd
 
 from engine.backends import BACKEND_NAMES, backend_class
 from engine.backends.base import NetworkBackend
+from engine.config import TOPOLOGY_CONFIGS
 
 from ..replicate import mean_interval
 from ..runner import CONFIG_GROUPS
@@ -74,7 +75,7 @@ KEY_WORDS = {
 # Values shown as their names are written (congestion controls); any other value as stored.
 # Presets and values in words, for ticks, legends and titles (what is not here is shown as it is written)
 VALUE_WORDS = {"newreno": "NewReno", "dctcp": "DCTCP", "cubic": "CUBIC", "linux": "Linux",
-               "leaf_spine": "leaf-spine", "fat_tree": "fat tree", "switch": "one switch",
+               **{name: cls.IN_WORDS for name, cls in TOPOLOGY_CONFIGS.items()},
                "dlrm": "DLRM", "dlrm_small": "DLRM small", "dlrm_medium": "DLRM medium", "dlrm_large": "DLRM large",
                "dlrm_dcnv2": "DLRM-DCNv2", "astra_dlrm": "DLRM (ASTRA-sim file)",
                "halving_doubling": "halving-doubling", "double_binary_tree": "double binary tree",

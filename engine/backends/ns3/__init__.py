@@ -24,7 +24,7 @@ from ...units import s_to_ps
 from ..base import EVENT_RATE_COLUMNS, MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
 from ..names import BACKEND_NAMES
 from . import build
-from .helper import NS3_TCP_KEYS, NS3_TOPOLOGIES, Ns3Messages
+from .helper import NS3_TCP_KEYS, Ns3Messages
 
 # Why ns-3 cannot take another value of a `tcp.*` key its helper does not map, where there is more
 # to say than that
@@ -61,8 +61,6 @@ class Ns3Backend(NetworkBackend):
     def check_config(cls, config: SimConfig) -> None:
         """What ns-3 cannot express, refused on the key that asks for it; then whether ns-3 is here."""
         net, tcp = config.network, config.tcp
-        require(net.topology in NS3_TOPOLOGIES, "network.topology", net.topology,
-                f"one of {', '.join(NS3_TOPOLOGIES)} with engine.backend=ns3 (the topologies its helper lays out)")
         require(net.loss_rate == 0.0, "network.loss_rate", net.loss_rate,
                 "0 with engine.backend=ns3 (random loss is not mapped to ns-3)")
         for item in fields(tcp):  # a key the helper does not map: ns-3 behaves as its default

@@ -25,21 +25,11 @@ from ...config import SimConfig
 from ...eventlist import EventList
 from ...links import Link
 from ...system.messages import MessageLog
-from ...topology import (
-    DumbbellTopology,
-    FatTreeTopology,
-    HierarchicalTopology,
-    LeafSpineTopology,
-    RingTopology,
-    SwitchTopology,
-    Topology,
-)
+from ...topology import Topology
 from ...units import ms_to_ps, us_to_ps
 from .build import helper_path
 
 DuplexLink = tuple[int, int, Link, Link]  # node a, node b, the link a -> b, the link b -> a
-# The topologies `network_graph` lays out as ns-3 nodes and links
-NS3_TOPOLOGIES = ("switch", "dumbbell", "ring", "leaf_spine", "fat_tree", "hierarchical")
 # The `tcp.*` keys `tcp_setting_lines` maps to ns-3; any other must hold its default (`Ns3Backend.check_config`)
 NS3_TCP_KEYS = frozenset({"cc", "mss_bytes", "timestamps", "init_cwnd_pkts", "min_rto_ms", "clock_granularity_us",
                           "sack", "delayed_ack", "delayed_ack_timeout_ms", "ecn", "slow_start_after_idle", "dctcp_g",
@@ -47,55 +37,33 @@ NS3_TCP_KEYS = frozenset({"cc", "mss_bytes", "timestamps", "init_cwnd_pkts", "mi
 
 
 def network_graph(topology: Topology) -> tuple[int, list[DuplexLink]]:
-    """The topology as nodes and duplex links: hosts are nodes 0..npus-1, switches follow.
-    Returns the number of nodes and the links (every one of `topology.links` exactly once)."""
-    n = topology.npus
+    """The topology as nodes and duplex links: hosts are nodes 0..npus-1, switches follow (grouped by
+    the prefix of their names, in order of first appearance, each group in the order of its numbers).
+    Returns the number of nodes and the links (every one of `topology.links` exactly once, each duplex
+    link where its first direction is in `links`)."""
+    hosts = {topology.host_name(host): host for host in range(topology.npus)}
+    switches = dict.fromkeys(name for role in topology.link_roles for name in (role.src, role.dst)
+                             if name not in hosts)
+    prefixes = list(dict.fromkeys(name.rstrip("0123456789") for name in switches))
+
+    def order(name: str) -> tuple[int, int]:
+        prefix = name.rstrip("0123456789")
+        return prefixes.index(prefix), int(name[len(prefix):] or 0)
+
+    node_of = {**hosts, **{name: len(hosts) + index for index, name in enumerate(sorted(switches, key=order))}}
+    by_ends = {(role.src, role.dst): link for link, role in zip(topology.links, topology.link_roles)}
     duplex: list[DuplexLink] = []
-    if isinstance(topology, SwitchTopology):
-        nodes = n + 1
-        duplex += [(h, n, topology.up[h], topology.down[h]) for h in range(n)]
-    elif isinstance(topology, DumbbellTopology):
-        left, right = n, n + 1
-        nodes = n + 2
-        duplex += [(h, left if h < topology.half else right, topology.up[h], topology.down[h]) for h in range(n)]
-        duplex.append((left, right, topology.left_to_right, topology.right_to_left))
-    elif isinstance(topology, RingTopology):
-        nodes = n
-        duplex += [(i, (i + 1) % n, topology.clockwise[i], topology.counter[(i + 1) % n]) for i in range(n)]
-    elif isinstance(topology, LeafSpineTopology):
-        leaves, spines = len(topology.leaf_up), len(topology.spine_down)
-        nodes = n + leaves + spines
-        duplex += [(h, n + h // topology.hosts_per_leaf, topology.up[h], topology.down[h]) for h in range(n)]
-        duplex += [(n + leaf, n + leaves + spine, topology.leaf_up[leaf][spine], topology.spine_down[spine][leaf])
-                   for leaf in range(leaves) for spine in range(spines)]
-    elif isinstance(topology, FatTreeTopology):
-        k, half = topology.k, topology.half
-        switches = k * half  # edge switches, and aggregation switches
-        edge0, agg0, core0 = n, n + switches, n + 2 * switches
-        nodes = core0 + half * half
-        duplex += [(h, edge0 + h // half, topology.host_up[h], topology.host_down[h]) for h in range(n)]
-        for edge in range(switches):
-            for j in range(half):
-                agg = edge - edge % half + j
-                duplex.append((edge0 + edge, agg0 + agg, topology.edge_up[edge * half + j],
-                               topology.agg_down[agg * half + edge % half]))
-        for agg in range(switches):
-            for m in range(half):
-                core = agg % half * half + m
-                duplex.append((agg0 + agg, core0 + core, topology.agg_up[agg * half + m],
-                               topology.core_down[core * k + agg // half]))
-    elif isinstance(topology, HierarchicalTopology):
-        per_node = topology.npus_per_node
-        node_switch0, scale_out = n, n + n // per_node
-        nodes = scale_out + 1
-        duplex += [(i, scale_out, topology.nic_up[i], topology.nic_down[i]) for i in range(n)]
-        duplex += [(i, node_switch0 + i // per_node, topology.scaleup_up[i], topology.scaleup_down[i])
-                   for i in range(n)]
-    else:
-        raise ValueError(f"the ns3 backend cannot build a {type(topology).__name__}")
-    covered = {id(link) for _, _, forward, backward in duplex for link in (forward, backward)}
-    assert len(covered) == len(topology.links) == 2 * len(duplex), "every link exactly once"
-    return nodes, duplex
+    paired: set[int] = set()
+    for link, role in zip(topology.links, topology.link_roles):
+        if id(link) in paired:
+            continue
+        back = by_ends.get((role.dst, role.src))
+        if back is None:
+            raise ValueError(f"the ns3 backend lays out duplex links: {role.src}->{role.dst} has no way back")
+        paired.update((id(link), id(back)))
+        duplex.append((node_of[role.src], node_of[role.dst], link, back))
+    assert len(paired) == len(topology.links) == 2 * len(duplex), "every link exactly once"
+    return len(node_of), duplex
 
 
 def tcp_setting_lines(config: SimConfig) -> list[str]:
