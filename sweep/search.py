@@ -20,8 +20,8 @@ ends with `error` or `timeout`, or that cannot run at all, is a failed trial, ne
   them fills (`check_filled`); a point the sampler proposes between them that cannot run is a failed trial.
 
 `Search` is the loop, independent of Hydra and Ray: the launcher is any object with `stored_rows`,
-`run_ids` and `run_points` (see `TrialLauncher`); hydra_plugins/netsweep_ray_launcher/ holds the
-Hydra sweeper that builds it.
+`run_ids` and `run_points` (see `TrialLauncher`); `sweep.launch.run_search` builds it for the Hydra
+sweeper of hydra_plugins/netsweep_ray_launcher/.
 """
 
 from __future__ import annotations
