@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NoReturn, Sequence
+from typing import Any, Generator, Iterator, Mapping, NoReturn, Sequence
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.types import Override
@@ -57,7 +57,7 @@ from .fidelity import (
 )
 from .interrupts import EXIT_INTERRUPTED
 from .local_ray import RayStartError
-from .plan import BackendRefusal, GridComposer, GridError, PlannedRun, format_refused, plan
+from .plan import BackendRefusal, GridComposer, GridError, PlannedRun, format_refused, plan, resolved_dict
 from .progress import SweepSummary, format_summary
 from .replicate import ReplicatedPoint, ReplicatePolicy, check_one_seed_per_point, format_replicated, replicate_points
 from .rows import RunResult
@@ -202,7 +202,7 @@ class _KeptUp:
     def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         pass
 
-    def results(self, runs: Sequence[PlannedRun]) -> Iterator[tuple[PlannedRun, RunResult] | None]:
+    def results(self, runs: Sequence[PlannedRun]) -> Generator[tuple[PlannedRun, RunResult] | None, None, None]:
         return self.executor.results(runs)
 
 
@@ -436,7 +436,7 @@ class SearchSettings:
     direction: Any
     n_trials: int
     n_jobs: int
-    sampler: Any  # an Optuna sampler's config, for Hydra's `instantiate`; its null seed takes the config's
+    sampler: DictConfig | None  # an Optuna sampler's config for Hydra's `instantiate`; a null seed takes the config's
     params: Mapping[str, str]  # the search space; the command line's overrides add to it
 
 
@@ -466,12 +466,13 @@ def run_search(launcher: SweepLauncher | Launcher | None, settings: SearchSettin
         _refuse(str(exc))
     launcher.check_settings_or_exit()
     launcher.check_search_or_exit(corner_points(space), objectives)
-    sampler_config = dict(OmegaConf.to_container(settings.sampler, resolve=True)) if settings.sampler else {}
+    sampler_config = resolved_dict(settings.sampler) if settings.sampler else {}
     if "seed" in sampler_config and sampler_config["seed"] is None:
         sampler_config["seed"] = int(config.seed)  # the same command proposes the same points
     sampler = instantiate(sampler_config) if sampler_config else None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(directions=directions, sampler=sampler)
+    study = optuna.create_study(directions=[optuna.study.StudyDirection[name.upper()] for name in directions],
+                                sampler=sampler)  # as create_study turns the words into directions
     search = Search(study, space, objectives, launcher, settings.n_trials, settings.n_jobs)
     print(f"search: {settings.n_trials} trials, {settings.n_jobs} at a time, {type(study.sampler).__name__} "
           f"over {', '.join(space.distributions)}; objective "
