@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence, TextIO
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 import engine
@@ -31,7 +31,7 @@ from engine.backends import backend_class
 
 from .driver import InProcessExecutor, run_sweep
 from .internals import HYDRA_OPTIONS
-from .plan import check_dataset, check_overrides_apply, config_error, hydra_error, planned_run, pop_force
+from .plan import check_dataset, check_overrides_apply, config_error, hydra_error, planned_run, pop_force, resolved_dict
 from .schema import PRESET_COLUMNS
 
 # The configs, installed as the package `sweep.conf` (conf/ of the repository; see setup.py): a
@@ -46,9 +46,7 @@ def compose_config(overrides: Sequence[str] = ()) -> dict[str, Any]:
     for scripts and notebooks (`engine.run(compose_config([...]))`)."""
     with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         composed = hydra.compose(config_name="config", overrides=list(overrides))
-    config = OmegaConf.to_container(composed, resolve=True)
-    assert isinstance(config, dict)  # the root config is a mapping
-    return {str(key): value for key, value in config.items()}
+    return resolved_dict(composed)
 
 
 # Exit codes (see the module docstring).
@@ -115,7 +113,7 @@ def _stopped_line(run: Mapping[str, Any]) -> str:
             "of simulated time: what follows is what was measured until then")
 
 
-def format_summary(rows: Mapping[str, list[dict[str, Any]]], dataset: Path) -> str:
+def format_summary(rows: Mapping[str, Sequence[Mapping[str, Any]]], dataset: Path) -> str:
     """A short human summary of one run's rows and of where they were stored; the run is named by the
     presets it was composed from (its config's own labels where it was given key by key)."""
     run = rows["runs"][0]
@@ -237,10 +235,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     """Hydra entry point of `python -m sweep`; `+force=true` reruns a run that is already done."""
     try:
         try:
-            config = OmegaConf.to_container(cfg, resolve=True)
+            config = resolved_dict(cfg)
         except OmegaConfBaseException as exc:  # a `${...}` that does not resolve
             raise config_error(exc) from None
-        assert isinstance(config, dict)  # the root config is a mapping
         force = pop_force(config)
     except engine.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, TextIO
 
 from .internals import (
     ask_gcs,
@@ -404,7 +404,7 @@ class RayExecutor:
     def _cpus(self) -> int:
         return int(self._ray.cluster_resources().get("CPU", 1))
 
-    def results(self, runs: Sequence[PlannedRun]) -> Iterator[tuple[PlannedRun, RunResult] | None]:
+    def results(self, runs: Sequence[PlannedRun]) -> Generator[tuple[PlannedRun, RunResult] | None, None, None]:
         """Run `runs` (inside `with executor:`); yield `(run, rows)` as each finishes, or None after
         `poll_s` seconds without one (so the caller can flush on time). Runs still in flight when
         the executor is left end with the Ray session (a job's tasks die with its driver): cancelling

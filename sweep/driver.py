@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Protocol, Sequence, TextIO
+from typing import Callable, Generator, Protocol, Sequence, TextIO
 
 from .interrupts import interrupts_deferred, sigterm_as_interrupt
 from .plan import PlannedRun
@@ -36,7 +36,7 @@ class Executor(Protocol):
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None: ...
 
-    def results(self, runs: Sequence[PlannedRun]) -> Iterator[tuple[PlannedRun, RunResult] | None]: ...
+    def results(self, runs: Sequence[PlannedRun]) -> Generator[tuple[PlannedRun, RunResult] | None, None, None]: ...
 
 
 @dataclass
@@ -57,7 +57,7 @@ class InProcessExecutor:
     def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         pass
 
-    def results(self, runs: Sequence[PlannedRun]) -> Iterator[tuple[PlannedRun, RunResult]]:
+    def results(self, runs: Sequence[PlannedRun]) -> Generator[tuple[PlannedRun, RunResult], None, None]:
         """Run each run here, in order; yield it with its outcome."""
         for run in runs:
             result = measure_within_limits(self.run_fn, run.sim_config, self.max_wall_time_s,

@@ -146,7 +146,8 @@ def auto_address() -> tuple[str, str, str] | None:
 def ask_gcs(address: str) -> None:
     """Open a GCS client on a head's `host:port` (it asks the cluster's id): raises what Ray raises
     when the cluster refuses this process (`ray._raylet.GcsClient`)."""
-    from ray._raylet import GcsClient
+    # Ray's _raylet.pyi lists only the ID types of the compiled module, which has GcsClient too
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     GcsClient(address=address)
 

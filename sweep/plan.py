@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -322,6 +322,13 @@ def planned_run(config: dict[str, Any], overrides: Sequence[str] = (), force: bo
                       engine.estimate_run_bytes(sim_config), validated=sim_config)
 
 
+def resolved_dict(config: DictConfig) -> dict[str, Any]:
+    """`config` resolved to plain containers (raises what OmegaConf raises for a `${...}` that does not resolve)."""
+    resolved = OmegaConf.to_container(config, resolve=True)
+    assert isinstance(resolved, dict)  # what a DictConfig gives
+    return cast(dict[str, Any], resolved)  # OmegaConf's keys may be of other types; a config's are strings
+
+
 class GridComposer:
     """Grid points to plain configs, equal to what Hydra composes for each point on its own.
 
@@ -379,9 +386,7 @@ class GridComposer:
             base = self._base(choices)
             self._plain_bases[choices] = None
             if _interpolation_free(base):
-                resolved = OmegaConf.to_container(base, resolve=True)
-                assert isinstance(resolved, dict)  # the root config is a mapping
-                self._plain_bases[choices] = _PlainBase(resolved, frozenset(_plain_leaves(base)))
+                self._plain_bases[choices] = _PlainBase(resolved_dict(base), frozenset(_plain_leaves(base)))
         return self._plain_bases[choices]
 
     def compose(self, overrides: Sequence[str]) -> dict[str, Any]:
@@ -396,7 +401,7 @@ class GridComposer:
                     continue
                 (self._parsed[line],) = self._parser.parse_overrides([line])
         parsed = [self._parsed[line] for line in overrides if line not in simple]
-        choices = tuple(override.input_line for override in parsed if self._composes(override))
+        choices = tuple(line for line in overrides if line not in simple and self._composes(self._parsed[line]))
         values = [override for override in parsed if not self._composes(override)]
         plain = self._plain_base(choices)
         if plain is not None and all(key in plain.leaves for key, _ in simple.values()) \
@@ -421,9 +426,7 @@ class GridComposer:
         values = [self._parsed[line] for line in overrides if not self._composes(self._parsed[line])]
         composed = copy.deepcopy(self._base(choices))
         apply_value_overrides(values, composed)
-        resolved = OmegaConf.to_container(composed, resolve=True)
-        assert isinstance(resolved, dict)  # the root config is a mapping
-        return resolved
+        return resolved_dict(composed)
 
 
 @dataclass(frozen=True)
@@ -452,9 +455,9 @@ def _plain_leaves(node: DictConfig, prefix: str = "") -> set[str]:
     for key in node.keys():
         child = child_node(node, key)
         if isinstance(child, DictConfig):
-            leaves |= _plain_leaves(child, f"{prefix}{key}.")
+            leaves |= _plain_leaves(child, f"{prefix}{str(key)}.")  # a config's keys are strings
         elif isinstance(child, AnyNode):
-            leaves.add(f"{prefix}{key}")
+            leaves.add(f"{prefix}{str(key)}")
     return leaves
 
 

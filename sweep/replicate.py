@@ -135,7 +135,7 @@ class ReplicatedPoint:
 
 def replicate_points(runs: Sequence[PlannedRun], policy: ReplicatePolicy,
                      run_wave: Callable[[list[PlannedRun]],
-                                        dict[str, Mapping[str, Any]] | None]) -> list[ReplicatedPoint]:
+                                        Mapping[str, Mapping[str, Any]] | None]) -> list[ReplicatedPoint]:
     """Run the replicas of every point in waves (`run_wave` runs a list of runs, those already stored
     skipped, and returns the runs row of each by run_id, or None if it was interrupted) until no
     point wants another seed; return the points with their values."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import fields
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -87,7 +87,7 @@ def declared_schema(table: str) -> pa.Schema:
     return pa.schema(list(DECLARED_COLUMNS.get(table, {}).items()))
 
 
-def rows_to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
+def rows_to_table(table: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     """`rows` of `table` as an Arrow table of its schema: the declared columns (all of them,
     whether the rows have them or not), then any other column the rows have, in sorted order,
     typed by its values."""

@@ -20,8 +20,8 @@ ends with `error` or `timeout`, or that cannot run at all, is a failed trial, ne
   them fills (`check_filled`); a point the sampler proposes between them that cannot run is a failed trial.
 
 `Search` is the loop, independent of Hydra and Ray: the launcher is any object with `stored_rows`,
-`run_ids` and `run_points` (see `TrialLauncher`); hydra_plugins/netsweep_ray_launcher/ holds the
-Hydra sweeper that builds it.
+`run_ids` and `run_points` (see `TrialLauncher`); `sweep.launch.run_search` builds it for the Hydra
+sweeper of hydra_plugins/netsweep_ray_launcher/.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, Mapping, Protocol, Sequence, TextIO
 
 import pandas as pd
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, Transformer
+from hydra.core.override_parser.types import IntervalSweep, Transformer
 
 import engine
 
@@ -128,7 +128,8 @@ def _in_distribution(value: Any, distribution: Any) -> Any:
             if isinstance(choice, str):
                 if (value is None and choice == "null") or (isinstance(value, str) and value == choice):
                     return choice
-            elif value is not None and not isinstance(value, str) and float(value) == float(choice):
+            elif value is not None and choice is not None and not isinstance(value, str) \
+                    and float(value) == float(choice):
                 return choice
         return _OUTSIDE
     if value is None or isinstance(value, str):
@@ -148,28 +149,31 @@ def search_space(lines: Sequence[str]) -> SearchSpace:
 
     distributions: dict[str, Any] = {}
     fixed = []
-    override: Override
-    for override in OverridesParser.create().parse_overrides(list(lines)):
+    for line, override in zip(lines, OverridesParser.create().parse_overrides(list(lines))):
         key = override.get_key_element()
         if not override.is_sweep_override():
-            fixed.append(override.input_line)
+            fixed.append(line)
             continue
         if override.is_interval_sweep():
             interval = override.value()
+            # what an interval sweep holds, both ends given (the grammar requires them)
+            assert isinstance(interval, IntervalSweep) and interval.start is not None and interval.end is not None
             distributions[key] = optuna.distributions.FloatDistribution(
                 float(interval.start), float(interval.end), log="log" in interval.tags)
         elif override.is_range_sweep():
-            values = list(override.sweep_iterator(transformer=Transformer.encode))
-            if not values or not all(isinstance(value, int) for value in values):
-                raise engine.ConfigError(key, override.input_line.partition("=")[2],
+            swept = list(override.sweep_iterator(transformer=Transformer.encode))
+            values = [value for value in swept if isinstance(value, int)]
+            if not values or len(values) < len(swept):
+                raise engine.ConfigError(key, line.partition("=")[2],
                                          "a range of integers (a list of reals as choice(...), or interval(a,b))")
             step = values[1] - values[0] if len(values) > 1 else 1
             distributions[key] = optuna.distributions.IntDistribution(min(values), max(values), step=abs(step))
         elif override.is_choice_sweep():
+            # Hydra types the items as any parsed value, but Transformer.encode writes lists and dicts as strings
             distributions[key] = optuna.distributions.CategoricalDistribution(
-                list(override.sweep_iterator(transformer=Transformer.encode)))
+                list(override.sweep_iterator(transformer=Transformer.encode)))  # type: ignore[arg-type]
         else:
-            raise engine.ConfigError(key, override.input_line.partition("=")[2],
+            raise engine.ConfigError(key, line.partition("=")[2],
                                      "a choice, an integer range(...) or an interval(...) to search")
     return SearchSpace(distributions, tuple(fixed))
 
@@ -245,7 +249,7 @@ def trial_values(row: Mapping[str, Any], objectives: Sequence[str]) -> list[floa
         return None
     values = []
     for objective in objectives:
-        value = row.get(objective)
+        value = row.get(objective, math.nan)  # an absent column: missing as NaN is
         if _missing(value) or not math.isfinite(float(value)):
             return None
         values.append(float(value))

@@ -26,8 +26,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import AnyNode, IntegerNode, OmegaConf
 
-from hydra_plugins.netsweep_ray_launcher.ray_launcher import grid_points
 from sweep import internals
+from sweep.launch import grid_points
 
 PROJECT = Path(__file__).resolve().parent.parent
 PARSER = OverridesParser.create()

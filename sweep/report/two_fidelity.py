@@ -77,7 +77,7 @@ def two_fidelity(runs: pd.DataFrame) -> TwoFidelity | None:
     # a hybrid screen runs the points hybrid refuses on phase: the screen is the backend that extends another
     others = set(runs.loc[runs["engine.backend"] != fine_backend, "engine.backend"])
     screen_backend = next((b for b in sorted(others) if extended_backend(b) in others), screen_backend)
-    backends = tuple(b for b in (screen_backend, extended_backend(screen_backend)) if b in others)
+    backends = tuple(b for b in (screen_backend, extended_backend(screen_backend)) if b is not None and b in others)
     screen = runs[runs["engine.backend"].isin(backends)].drop_duplicates("point_id", keep="last")
     fine = runs[(runs["engine.backend"] == fine_backend) & runs["status"].eq("ok")].drop_duplicates(
         "point_id", keep="last").set_index("point_id")
