@@ -661,6 +661,14 @@ class RailOptimizedTopology(NodesTopology):
         per_node = self.npus_per_node
         return src - src % per_node + dst % per_node
 
+    def group_uplinks(self, hosts: int) -> list[list[Link]]:
+        """A group of nodes' rail leaves' uplinks (`RailOptimizedNetwork.reduced_groups`), every rail's."""
+        assert isinstance(self.scaleout, LeafSpineTopology)
+        rails = self.npus_per_node
+        leaf_up = self.scaleout.leaf_up
+        return [[link for leaf in range(group * rails, group * rails + rails) for link in leaf_up[leaf]]
+                for group in range(self.npus // hosts)]
+
     def peer_class_counts(self, group: Sequence[int]) -> set[tuple[tuple[int, int], ...]]:
         """With `pxn`, counted by node, rail and group of nodes (whose rail leaves are the same): a peer
         on the member's rail is reached through the member's NIC (its leaf, or across the spines), one on
