@@ -197,8 +197,8 @@ class _MemoEpisode:
 
 
 class _MemoPhase:
-    """A phase timed from a record: at its fluid end (as `FluidPhases` calls `end`) it ends then, or
-    where the record's ended past its fluid end, as long after its start."""
+    """A phase timed from a record: when its fluid and fixed parts are over (`HybridPhases.phase_end`)
+    it ends then, or where the record's ended past its fluid end, as long after its start."""
 
     __slots__ = ("eventlist", "end", "end_ps")
 
@@ -215,8 +215,8 @@ class _MemoPhase:
 
 
 class _ReplayedPhase:
-    """A phase of the full run being replayed on the reduced networks: ends it (as `FluidPhases`
-    calls `end` when its fluid time and fixed part are over) no earlier than its replays finish if
+    """A phase of the full run being replayed on the reduced networks: ends it (called when its fluid
+    time and fixed part are over: `HybridPhases.phase_end`) no earlier than its replays finish if
     packets were dropped meanwhile (`HybridPhases.phase_due`); with `outcome`, records how it went."""
 
     __slots__ = ("phases", "end", "start_ps", "unfinished", "late_ps", "finished_ps", "drops_at_start", "ended_ps",
@@ -295,6 +295,8 @@ class HybridPhases(FluidPhases):
         # the phases in their fluid part not replayed yet: their layer, phase and start
         self._plans: dict[FluidPart, tuple[AlphaBetaSystemLayer, CollectivePhase, int]] = {}
         self._starting: tuple[AlphaBetaSystemLayer, CollectivePhase, int] | None = None
+        # the phases in their fluid part whose end waits for their replays or record (`phase_end`)
+        self._enders: dict[FluidPart, Callable[[], None]] = {}
         self._risky = False  # a stage filled a port past TRIGGER_QUEUE_SHARE: an episode after the sharing
         self._replaying = 0  # phases whose replays have not all finished: while > 0 an episode lasts
         self._due: list[_ReplayedPhase] = []  # phases past their fluid end waiting for their replays
@@ -321,29 +323,30 @@ class HybridPhases(FluidPhases):
         super().start(layer, chunk, queue, phase, key, duration_ps)
         self._starting = None
 
-    def _stage_starts(self, fluid: FluidPart) -> None:
-        """Flag the phase as phase does (a port overflows: `incast_phases`), and mark an episode due if
-        the stage fills a port past `TRIGGER_QUEUE_SHARE` of its buffer."""
+    def on_stage_start(self, fluid: FluidPart, queue_share: float) -> None:
+        """Keep a starting phase's plan, and mark an episode due if the stage fills a port past
+        `TRIGGER_QUEUE_SHARE` of its buffer."""
         if self._starting is not None and fluid not in self._plans:
             self._plans[fluid] = self._starting
-        share = self.port_queue_share()
-        self._risky = self._risky or share > TRIGGER_QUEUE_SHARE
-        if share > 1.0 and not fluid.flagged:
-            fluid.flagged = True
-            self.incast_phases += 1
+        self._risky = self._risky or queue_share > TRIGGER_QUEUE_SHARE
 
-    def _share(self, now: int) -> None:
-        """Share the links as phase does; then, if a stage that started risks loss, replay the phases in
+    def phase_end(self, fluid: FluidPart) -> Callable[[], None]:
+        """A replayed phase's end waits for its replays (`_ReplayedPhase`), a memoised one's for its
+        record (`_MemoPhase`); any other ends as phase's."""
+        return self._enders.pop(fluid, fluid.end)
+
+    def after_share(self, now: int) -> None:
+        """The links shared as phase does: if a stage that started risks loss, replay the phases in
         their fluid part not replayed yet: an episode opens, or, while one lasts, they join it. A phase
         that starts during an episode without such a stage waits for the next risky one (its ring steps
         at 9,216 NPUs would cost more packet events than the episode, for nothing measured)."""
-        super()._share(now)
         if self._risky and not self.timed_out:
             opens = not self._replaying and (self._memo is None or now >= self._memo.until_ps)
             memoised = self._replay(now, opens)
             self.packet_sims += len(self.episodes) if opens and not memoised else 0
         self._risky = False
-        self._plans = {fluid: plan for fluid, plan in self._plans.items() if fluid in self._fluid}
+        fluids = self.fluid_parts
+        self._plans = {fluid: plan for fluid, plan in self._plans.items() if fluid in fluids}
 
     def _replay(self, now: int, opens: bool) -> bool:
         """Start the replays of the phases in their fluid part not replayed yet, on every simulated group
@@ -358,7 +361,7 @@ class HybridPhases(FluidPhases):
                              for reduction in self._reductions()]
             self._lagging = [[] for _ in self.episodes]
             self._deferred = [[] for _ in self.episodes]
-        fluids = [fluid for fluid in self._fluid if fluid in self._plans]
+        fluids = [fluid for fluid in self.fluid_parts if fluid in self._plans]
         if not fluids:
             return False
         memoised = opens and self._memoise(fluids, now)
@@ -371,7 +374,7 @@ class HybridPhases(FluidPhases):
                 simulated.append(fluid)
             else:
                 del self._plans[fluid]
-                fluid.end = _MemoPhase(self.eventlist, fluid.end, start_ps, outcome)
+                self._enders[fluid] = _MemoPhase(self.eventlist, fluid.end, start_ps, outcome)
         if not simulated:
             return memoised
         if memo is not None and not self._replaying:  # a join the record does not have: simulated after all
@@ -385,7 +388,7 @@ class HybridPhases(FluidPhases):
             program = self._program(layer, phase)
             outcome = self._recording.add(_phase_kind(phase), start_ps) if self._recording is not None else None
             replayed = _ReplayedPhase(self, fluid.end, start_ps, len(self.episodes), drops, outcome)
-            fluid.end = replayed
+            self._enders[fluid] = replayed
             self._replaying += 1
             for pair, episodes in enumerate(self.episodes):
                 replay = replay_phase(episodes, program, self._flow_ids, self.delay_ps,
