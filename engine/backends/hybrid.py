@@ -45,13 +45,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import FatTreeNetwork, LeafSpineNetwork, SimConfig, require
+from ..config import SYSTEM_ALGORITHMS, FatTreeNetwork, LeafSpineNetwork, SimConfig, require
 from ..eventlist import EventList, StopFlag, run_together
 from ..links import Link
 from ..simulation import EVENTS_PER_SLICE, Simulation
-from ..system.algorithms import ALL, RING, Program
+from ..system.algorithms import Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
-from ..system.collectives import Chunk, CollectivePhase, ProgramRun
+from ..system.collectives import Chunk, CollectivePhase
 from ..system.phase import FluidPart, FluidPhases
 from ..topology import FatTreeTopology, LeafSpineTopology, Topology
 from ..transport.cc import UNSET_SSTHRESH
@@ -62,6 +62,7 @@ from .reduction import (
     LEAF_SPINE_GROUPS,
     REDUCED_CONNECTIONS_MAX,
     PacketEpisodes,
+    PhaseReplay,
     Reduction,
     group_hosts,
     group_size,
@@ -75,10 +76,9 @@ REDUCED_TOPOLOGIES = ("leaf_spine", "fat_tree", "switch")
 # flow id entry, its share of the replays' step state and of a burst's packets; measured 2.2-2.5 KiB at 1,024 and
 # 9,216 NPUs (benchmarks/hybrid_scale.csv: peak RSS less the lossless run's, over the connections)
 BYTES_PER_REDUCED_CONNECTION = 3_072  # on one switch the reduction is the whole network: p (p - 1) connections at most
-REDUCED_PATTERNS = (RING, ALL)  # step patterns an episode replays: rings and direct (all-to-all) steps
-REDUCED_ALGORITHMS = {"all_reduce": ("ring", "direct"), "all_gather": ("ring", "direct"),
-                      "reduce_scatter": ("ring", "direct"), "all_to_all": ("direct", "ring")}
-REDUCED_WORKLOADS = ("dlrm", "astra", "collective")
+# workloads of collective phases (and a Chakra trace's point-to-point sends, timed as phase times them); `flows`
+# are TCP flows, which the phase model that times every hybrid phase has no model of (the packet engine runs them)
+REDUCED_WORKLOADS = ("dlrm", "astra", "collective", "chakra")
 # An episode opens where phase's rule fills a port past this share of its buffer, not only past all of it
 # (incast_phases): the fluid queue estimate misses packet-level bursts. On the validation grid
 # (benchmarks/validate_hybrid.py) every case the packet engine lost packets in reached 0.97 or more, and
@@ -254,7 +254,7 @@ class _DeferredReplay:
 
     __slots__ = ("replayed", "run", "replay_ps", "blockers", "shift_ps")
 
-    def __init__(self, replayed: _ReplayedPhase, run: ProgramRun, replay_ps: int,
+    def __init__(self, replayed: _ReplayedPhase, run: PhaseReplay, replay_ps: int,
                  blockers: list[_ReplayedPhase]) -> None:
         self.replayed = replayed
         self.run = run
@@ -385,13 +385,13 @@ class HybridPhases(FluidPhases):
         for fluid in simulated:
             layer, phase, start_ps = self._plans.pop(fluid)
             replay_ps = max(start_ps, reduced_ps)
-            program = self._program(layer, phase)
+            groups, programs, symmetric = self._programs(layer, phase)
             outcome = self._recording.add(_phase_kind(phase), start_ps) if self._recording is not None else None
             replayed = _ReplayedPhase(self, fluid.end, start_ps, len(self.episodes), drops, outcome)
             self._enders[fluid] = replayed
             self._replaying += 1
             for pair, episodes in enumerate(self.episodes):
-                replay = replay_phase(episodes, program, self._flow_ids, self.delay_ps,
+                replay = replay_phase(episodes, groups, programs, symmetric, self._flow_ids, self.delay_ps,
                                       partial(self.replay_finished, replayed, pair))
                 blockers = [ended for ended in self._lagging[pair] if ended.ended_ps <= start_ps]
                 if blockers:
@@ -567,14 +567,13 @@ class HybridPhases(FluidPhases):
     def _drops(self) -> int:
         return sum(episodes.drops() for episodes in self.episodes)
 
-    def _program(self, layer: AlphaBetaSystemLayer, phase: CollectivePhase) -> Program:
-        """A phase's step program (one, as rings and direct steps have)."""
+    def _programs(self, layer: AlphaBetaSystemLayer,
+                  phase: CollectivePhase) -> tuple[tuple[tuple[int, ...], ...], list[Program], str | None]:
+        """A phase's groups of NPUs, its step programs (run at once on each group: one, or a double binary
+        tree's two) and the pattern of its steps where every rank does alike (ring, all, xor; else None)."""
         dim = layer.dimensions[phase.dimension]
         steps = layer.phase_steps(phase, len(dim.groups[0]))
-        assert steps is not None and all(step.pattern in REDUCED_PATTERNS for step in steps), \
-            "check_config refuses what the reduction does not replay"
-        (program,) = layer.plan_phase(phase, dim)
-        return program
+        return dim.groups, layer.plan_phase(phase, dim), None if steps is None else steps[0].pattern
 
     def _flow_ids(self, senders: list[int], peers: list[int]) -> list[int]:
         """The full run's flow ids of the pairs of NPUs (`senders[i]`, `peers[i]`)."""
@@ -639,8 +638,8 @@ class HybridBackend(PhaseBackend):
     def check_config(cls, config: SimConfig) -> None:
         """Refuse what the reduction does not cover yet: topologies but leaf_spine (at least two leaves),
         fat_tree (at least two whole groups: pods, edge switches) and switch; reduced networks of more than
-        `REDUCED_CONNECTIONS_MAX` connections; algorithms but rings and direct steps; workloads whose
-        collectives do not span the whole network (Chakra traces' process groups)."""
+        `REDUCED_CONNECTIONS_MAX` connections; halving-doubling where the reduced groups are not a power of
+        two NPUs (`XorFold`); `flows` workloads (TCP flows, which phase has no model of)."""
         net = config.network
         require(net.topology in REDUCED_TOPOLOGIES, "network.topology", net.topology,
                 f"one of {', '.join(REDUCED_TOPOLOGIES)} on engine.backend=hybrid (the topologies it reduces yet)")
@@ -660,12 +659,17 @@ class HybridBackend(PhaseBackend):
         require(connections <= REDUCED_CONNECTIONS_MAX, "network.npus", net.npus,
                 f"a size whose reduced networks hold at most {REDUCED_CONNECTIONS_MAX:,} connections on "
                 f"engine.backend=hybrid (here {connections:,}: each simulated rank to every other NPU)")
-        for op, algorithms in REDUCED_ALGORITHMS.items():
-            require(getattr(config.system, op) in algorithms, f"system.{op}", getattr(config.system, op),
-                    f"one of {', '.join(algorithms)} on engine.backend=hybrid (rings and direct steps are "
-                    "the patterns it reduces yet)")
+        size = group_size(config)
+        if size is not None and size & (size - 1):  # XorFold folds whole groups
+            for op in ("all_reduce", "all_gather", "reduce_scatter"):
+                algorithm = getattr(config.system, op)
+                others = [name for name in SYSTEM_ALGORITHMS[op] if name != "halving_doubling"]
+                require(algorithm != "halving_doubling", f"system.{op}", algorithm,
+                        f"one of {', '.join(others)} on engine.backend=hybrid where its reduced groups are not a "
+                        f"power of two NPUs (here {size}: halving-doubling's exchanges would split a group)")
         require(config.workload.type in REDUCED_WORKLOADS, "workload.type", config.workload.type,
-                f"one of {', '.join(REDUCED_WORKLOADS)} on engine.backend=hybrid")
+                f"one of {', '.join(REDUCED_WORKLOADS)} on engine.backend=hybrid (flows are TCP flows, not "
+                "collective phases: engine.backend=packet runs them)")
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:
