@@ -76,11 +76,11 @@ def leaf_spine(npus: int, spines: int, buffer_kb: float) -> dict[str, Any]:
 
 def case(kind: str, label: str, network: dict[str, Any], workload: dict[str, Any],
          tcp: dict[str, Any] | None = None, hybrid: dict[str, Any] | None = None,
-         reference: str | None = None) -> dict[str, Any]:
+         reference: str | None = None, system: dict[str, Any] | None = None) -> dict[str, Any]:
     """One configuration of the grid; `hybrid`: engine keys of the hybrid run only, and `reference` the
-    case whose packet and phase runs it shares (those backends ignore them)."""
+    case whose packet and phase runs it shares (those backends ignore them); `system`: its system keys."""
     return {"kind": kind, "label": label, "network": network, "workload": workload, "tcp": tcp or {},
-            "hybrid": hybrid or {}, "reference": reference}
+            "hybrid": hybrid or {}, "reference": reference, "system": system or {}}
 
 
 def grid() -> Iterator[dict[str, Any]]:
@@ -132,6 +132,17 @@ def grid() -> Iterator[dict[str, Any]]:
         yield case("fat_tree", label, network, workload, hybrid={"hybrid_fat_tree_group": "pod"})
         yield case("fat_tree_edge", label.replace("fat_tree", "fat_tree edge"), network, workload,
                    hybrid={"hybrid_fat_tree_group": "edge"}, reference=label)
+    halving_doubling = preset("system", "halving_doubling")
+    for name, system in (("halving_doubling", halving_doubling),
+                         ("double_binary_tree", {"all_reduce": "double_binary_tree"})):
+        for npus in (64, 128):
+            for spines, buffer_kb in ((2, 128.0), (4, 256.0), (16, 1024.0)):
+                yield case("algorithm", f"{name} {npus} s{spines} b{buffer_kb:.0f}",
+                           leaf_spine(npus, spines, buffer_kb), ASTRA_DLRM, system=system)
+        for buffer_kb in (64.0, 1024.0):  # a fat tree reduced to pod pairs (k = 8: pods of 16)
+            network = {"topology": "fat_tree", "npus": 128, "uplink_gbps": 25.0, "buffer_kb": buffer_kb}
+            yield case("algorithm", f"{name} fat_tree 128 4:1 b{buffer_kb:.0f}", network, ASTRA_DLRM,
+                       hybrid={"hybrid_fat_tree_group": "pod"}, system=system)
 
 
 def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
@@ -140,7 +151,7 @@ def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
     hybrid = spec["hybrid"] if backend == "hybrid" else {}
     config = {"seed": 0, "engine": {"backend": backend, "max_sim_time_s": LIMIT_S, **hybrid},
               "network": {"link_gbps": 100.0, "link_latency_us": 1.0, **spec["network"]},
-              "tcp": spec["tcp"], "workload": spec["workload"]}
+              "tcp": spec["tcp"], "system": spec["system"], "workload": spec["workload"]}
     start = time.perf_counter()
     net = spec["network"]
     result = {"label": spec["label"], "kind": spec["kind"], "topology": net["topology"], "npus": net["npus"],
@@ -186,7 +197,7 @@ def loses(row: dict[str, Any]) -> bool:
     return row["status"] == "timeout" or (row["drops"] or 0) > 0
 
 
-ALTERNATIVE_KINDS = ("fat_tree_edge",)  # cases of a non-default reduction, summarised on their own
+ALTERNATIVE_KINDS = ("fat_tree_edge", "algorithm")  # cases of a non-default reduction or algorithm, summarised on their own
 
 
 def summary(rows: list[dict[str, Any]]) -> str:

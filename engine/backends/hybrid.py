@@ -49,7 +49,7 @@ from ..config import SYSTEM_ALGORITHMS, FatTreeNetwork, LeafSpineNetwork, SimCon
 from ..eventlist import EventList, StopFlag, run_together
 from ..links import Link
 from ..simulation import EVENTS_PER_SLICE, Simulation
-from ..system.algorithms import Program
+from ..system.algorithms import XOR, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
 from ..system.collectives import Chunk, CollectivePhase
 from ..system.phase import FluidPart, FluidPhases
@@ -325,10 +325,23 @@ class HybridPhases(FluidPhases):
 
     def on_stage_start(self, fluid: FluidPart, queue_share: float) -> None:
         """Keep a starting phase's plan, and mark an episode due if the stage fills a port past
-        `TRIGGER_QUEUE_SHARE` of its buffer."""
+        `TRIGGER_QUEUE_SHARE` of its buffer: with the opening windows of the stages in their fluid part
+        (phase's rule), or, for a phase not replayed yet whose ranks exchange long messages with a few
+        peers (halving-doubling, a double binary tree), with its stage's whole messages (`stage_queue_share`):
+        loss-based TCP grows their windows until the queue of a port they collide at overflows."""
         if self._starting is not None and fluid not in self._plans:
             self._plans[fluid] = self._starting
+        plan = self._plans.get(fluid)
+        if plan is not None and self._few_peers(plan[0], plan[1]):
+            queue_share = max(queue_share, self.stage_queue_share(fluid.stages[fluid.stage]))
         self._risky = self._risky or queue_share > TRIGGER_QUEUE_SHARE
+
+    @staticmethod
+    def _few_peers(layer: AlphaBetaSystemLayer, phase: CollectivePhase) -> bool:
+        """A phase of XOR exchanges or of ranks in different roles (a tree): each rank's messages go to one
+        or a few peers, whole, not spread over every peer (direct) or one block a step (ring)."""
+        steps = layer.phase_steps(phase, layer.dimensions[phase.dimension].size)
+        return steps is None or steps[0].pattern == XOR
 
     def phase_end(self, fluid: FluidPart) -> Callable[[], None]:
         """A replayed phase's end waits for its replays (`_ReplayedPhase`), a memoised one's for its

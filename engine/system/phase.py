@@ -489,10 +489,23 @@ class FluidPhases:
         self.max_port_flows = max(self.max_port_flows, int(port_flows.max(initial=0)))
         opening = sum(demand.opening_bytes[ports] for demand in active)
         arrival = sum(demand.arrival_bytes_per_ps[ports] for demand in active)
+        return self._buffer_share(opening, arrival)
+
+    def stage_queue_share(self, stage: StageDemand) -> float:
+        """As `port_queue_share`, for `stage` alone and its whole messages instead of their opening windows:
+        the share of its buffer the fullest switch port would hold if every byte the stage puts there came
+        at its messages' arrival rate (what loss-based TCP, its windows growing until a drop, can fill)."""
+        ports = self.switch_port
+        return self._buffer_share(stage.link_bytes[ports], stage.arrival_bytes_per_ps[ports])
+
+    def _buffer_share(self, arriving: np.ndarray, arrival: np.ndarray) -> float:
+        """The fullest switch port's queue as a share of its buffer when `arriving` bytes come at `arrival`
+        bytes a picosecond (arrays over the switch ports) while it drains at its rate."""
+        ports = self.switch_port
         drained = np.divide(self.capacity_bytes_per_ps[ports], arrival, out=np.ones_like(arrival), where=arrival > 0)
         queued = 1.0 - drained
         queued[queued < RATE_TOLERANCE] = 0.0  # a port fed at its own rate, within float rounding: no queue
-        queue_bytes = opening * queued
+        queue_bytes = arriving * queued
         # no queue is no share, whatever the buffer (0 / 0 would be nan); a queue on no buffer is infinite
         with np.errstate(divide="ignore"):
             share = np.divide(queue_bytes, self.buffer_bytes[ports], out=np.zeros_like(queue_bytes),
