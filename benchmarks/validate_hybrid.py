@@ -42,6 +42,7 @@ import multiprocessing
 import resource
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -50,6 +51,7 @@ from typing import Any, Iterator
 from validate_phase import spearman
 
 import engine
+from engine.workload.chakra_schema import COLLECTIVE_COMM_TYPES, NODE_TYPES, AttributeProto, GlobalMetadata, Node
 from sweep.cli import compose_config
 
 HERE = Path(__file__).resolve().parent
@@ -72,6 +74,48 @@ def leaf_spine(npus: int, spines: int, buffer_kb: float) -> dict[str, Any]:
     """A 100 Gb/s leaf-spine of 16 hosts a leaf."""
     return {"topology": "leaf_spine", "npus": npus, "hosts_per_leaf": 16, "spines": spines, "uplink_gbps": 100.0,
             "buffer_kb": buffer_kb}
+
+
+def chakra_trace(npus: int) -> str:
+    """A Chakra trace of `npus` NPUs (written once, in the temporary directory; its path prefix): each NPU
+    computes 50 us, runs a 256 KiB all-to-all over every NPU, then a 1 MiB all-reduce over its half of the NPUs
+    (a process group of npus / 2, spanning leaves), then computes 50 us (no point-to-point send: the hybrid
+    refuses them)."""
+    folder = Path(tempfile.gettempdir()) / "netsweep_validate_hybrid" / f"process_groups_v2_{npus}"
+    prefix = folder / "trace"
+    if (folder / f"trace.{npus - 1}.et").exists():
+        return str(prefix)
+    folder.mkdir(parents=True, exist_ok=True)
+    node_type = {name: number for number, name in NODE_TYPES.items()}
+    comm_type = {name: number for number, name in COLLECTIVE_COMM_TYPES.items()}
+
+    def node(node_id: int, kind: str, deps: list[int], duration_us: int = 0, **attributes: Any) -> Node:
+        built = Node(id=node_id, name=f"n{node_id}", type=node_type[kind], duration_micros=duration_us,
+                     data_deps=deps)
+        for key, value in attributes.items():
+            built.attr.append(AttributeProto(name=key, string_val=value) if isinstance(value, str)
+                              else AttributeProto(name=key, int64_val=value))
+        return built
+
+    half = npus // 2
+    for rank in range(npus):
+        nodes = [node(1, "COMP_NODE", [], 50),
+                 node(2, "COMM_COLL_NODE", [1], comm_type=comm_type["ALL_TO_ALL"], comm_size=MIB // 4),
+                 node(3, "COMM_COLL_NODE", [2], comm_type=comm_type["ALL_REDUCE"], comm_size=MIB,
+                      pg_name=f"half{rank // half}"),
+                 node(4, "COMP_NODE", [3], 50)]
+        written = folder / f"trace.{rank}.et.part"
+        with written.open("wb") as handle:
+            for message in [GlobalMetadata(version="0.0.4"), *nodes]:
+                data = message.SerializeToString()
+                length, varint = len(data), bytearray()
+                while length >= 0x80:  # the length as a base-128 varint, as Chakra's tools write it
+                    varint.append(length & 0x7F | 0x80)
+                    length >>= 7
+                varint.append(length)
+                handle.write(bytes(varint) + data)
+        written.replace(folder / f"trace.{rank}.et")  # whole files only, whichever process writes them
+    return str(prefix)
 
 
 def case(kind: str, label: str, network: dict[str, Any], workload: dict[str, Any],
@@ -143,6 +187,13 @@ def grid() -> Iterator[dict[str, Any]]:
             network = {"topology": "fat_tree", "npus": 128, "uplink_gbps": 25.0, "buffer_kb": buffer_kb}
             yield case("algorithm", f"{name} fat_tree 128 4:1 b{buffer_kb:.0f}", network, ASTRA_DLRM,
                        hybrid={"hybrid_fat_tree_group": "pod"}, system=system)
+    for npus in (64, 128):  # a Chakra trace's process groups and point-to-point sends (`chakra_trace`)
+        for name, system in (("ring", {}), ("halving_doubling", halving_doubling)):
+            for spines, buffer_kb in ((2, 128.0), (16, 1024.0)):
+                yield case("algorithm", f"chakra {name} {npus} s{spines} b{buffer_kb:.0f}",
+                           leaf_spine(npus, spines, buffer_kb),
+                           {"type": "chakra", "path": chakra_trace(npus), "duration_unit": "us", "iterations": 2},
+                           system=system)
 
 
 def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
@@ -197,7 +248,7 @@ def loses(row: dict[str, Any]) -> bool:
     return row["status"] == "timeout" or (row["drops"] or 0) > 0
 
 
-ALTERNATIVE_KINDS = ("fat_tree_edge", "algorithm")  # cases of a non-default reduction or algorithm, summarised on their own
+ALTERNATIVE_KINDS = ("fat_tree_edge", "algorithm")  # a non-default reduction, or other algorithms: on their own
 
 
 def summary(rows: list[dict[str, Any]]) -> str:

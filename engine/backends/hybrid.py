@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import SYSTEM_ALGORITHMS, FatTreeNetwork, LeafSpineNetwork, SimConfig, require
+from ..config import SYSTEM_ALGORITHMS, ChakraWorkload, FatTreeNetwork, LeafSpineNetwork, SimConfig, require
 from ..eventlist import EventList, StopFlag, run_together
 from ..links import Link
 from ..simulation import EVENTS_PER_SLICE, Simulation
@@ -56,6 +56,7 @@ from ..system.phase import FluidPart, FluidPhases
 from ..topology import FatTreeTopology, LeafSpineTopology, Topology
 from ..transport.cc import UNSET_SSTHRESH
 from ..units import ns_to_ps, s_to_ps
+from ..workload.chakra import SEND, read_rank, trace_files
 from .base import SCREEN_RISK_COLUMNS
 from .phase import PhaseBackend
 from .reduction import (
@@ -652,7 +653,8 @@ class HybridBackend(PhaseBackend):
         """Refuse what the reduction does not cover yet: topologies but leaf_spine (at least two leaves),
         fat_tree (at least two whole groups: pods, edge switches) and switch; reduced networks of more than
         `REDUCED_CONNECTIONS_MAX` connections; halving-doubling where the reduced groups are not a power of
-        two NPUs (`XorFold`); `flows` workloads (TCP flows, which phase has no model of)."""
+        two NPUs (`XorFold`); `flows` workloads (TCP flows, which phase has no model of); Chakra traces with
+        point-to-point sends (not phases: never replayed)."""
         net = config.network
         require(net.topology in REDUCED_TOPOLOGIES, "network.topology", net.topology,
                 f"one of {', '.join(REDUCED_TOPOLOGIES)} on engine.backend=hybrid (the topologies it reduces yet)")
@@ -683,6 +685,15 @@ class HybridBackend(PhaseBackend):
         require(config.workload.type in REDUCED_WORKLOADS, "workload.type", config.workload.type,
                 f"one of {', '.join(REDUCED_WORKLOADS)} on engine.backend=hybrid (flows are TCP flows, not "
                 "collective phases: engine.backend=packet runs them)")
+        workload = config.workload
+        if isinstance(workload, ChakraWorkload) and workload.path is not None:
+            files = trace_files(workload.path)
+            require(not any(node.kind == SEND for rank, file in enumerate(files)
+                            for node in read_rank(file, rank, len(files)).nodes),
+                    "workload.path", workload.path,
+                    "a trace without point-to-point sends (COMM_SEND_NODE) on engine.backend=hybrid (it replays "
+                    "collective phases only: a send would keep phase's time alone on its route, blind to the loss "
+                    "its collisions cause)")
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:
