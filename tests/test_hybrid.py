@@ -355,10 +355,6 @@ def test_same_config_and_seed_same_result() -> None:
     ({"network": {"topology": "leaf_spine", "npus": 16, "hosts_per_leaf": 16, "spines": 2, "uplink_gbps": 100}},
      "network.npus"),
     ({"network": {"topology": "switch", "npus": 1_025}}, "network.npus"),
-    # pods of 25 hosts: halving-doubling's exchanges would split the groups the reduction folds whole
-    ({"network": {"topology": "fat_tree", "npus": 128, "fat_tree_k": 10},
-      "system": {"all_reduce": "halving_doubling"}}, "system.all_reduce"),
-    ({"workload": {"type": "flows", "pattern": "all_to_all", "bytes_per_flow": 1_000}}, "workload.type"),
     ({"engine": {"backend": "hybrid", "incast_rto": True}}, "engine.incast_rto"),  # its RTOs are simulated
 ])
 def test_what_it_cannot_reduce_is_refused_naming_the_key(overrides: dict[str, Any], key: str) -> None:
