@@ -177,16 +177,17 @@ def grid() -> Iterator[dict[str, Any]]:
         yield case("fat_tree_edge", label.replace("fat_tree", "fat_tree edge"), network, workload,
                    hybrid={"hybrid_fat_tree_group": "edge"}, reference=label)
     halving_doubling = preset("system", "halving_doubling")
-    for name, system in (("halving_doubling", halving_doubling),
-                         ("double_binary_tree", {"all_reduce": "double_binary_tree"})):
-        for npus in (64, 128):
+    # double binary trees where hybrid simulates the whole network (it refuses them where it folds groups)
+    for name, system, sizes in (("halving_doubling", halving_doubling, (64, 128)),
+                                ("double_binary_tree", {"all_reduce": "double_binary_tree"}, (64,))):
+        for npus in sizes:
             for spines, buffer_kb in ((2, 128.0), (4, 256.0), (16, 1024.0)):
                 yield case("algorithm", f"{name} {npus} s{spines} b{buffer_kb:.0f}",
                            leaf_spine(npus, spines, buffer_kb), ASTRA_DLRM, system=system)
-        for buffer_kb in (64.0, 1024.0):  # a fat tree reduced to pod pairs (k = 8: pods of 16)
-            network = {"topology": "fat_tree", "npus": 128, "uplink_gbps": 25.0, "buffer_kb": buffer_kb}
-            yield case("algorithm", f"{name} fat_tree 128 4:1 b{buffer_kb:.0f}", network, ASTRA_DLRM,
-                       hybrid={"hybrid_fat_tree_group": "pod"}, system=system)
+            for buffer_kb in (64.0, 1024.0):  # fat trees of k = 8 (pods of 16): 128 NPUs reduced to pod pairs
+                network = {"topology": "fat_tree", "npus": npus, "uplink_gbps": 25.0, "buffer_kb": buffer_kb}
+                yield case("algorithm", f"{name} fat_tree {npus} 4:1 b{buffer_kb:.0f}", network, ASTRA_DLRM,
+                           hybrid={"hybrid_fat_tree_group": "pod"}, system=system)
     for npus in (64, 128):  # a Chakra trace's process groups and point-to-point sends (`chakra_trace`)
         for name, system in (("ring", {}), ("halving_doubling", halving_doubling)):
             for spines, buffer_kb in ((2, 128.0), (16, 1024.0)):

@@ -1,6 +1,6 @@
 """The hybrid backend beyond rings and direct steps (engine/backends/hybrid.py, reduction.py; docs/hybrid-backend.md):
-halving-doubling (XOR exchanges folded onto the simulated groups as involutions, `XorFold`), double binary trees,
-and Chakra traces' process-group collectives; and what it still refuses.
+halving-doubling (XOR exchanges folded onto the simulated groups as involutions, `XorFold`), double binary trees
+(where the whole network is simulated), and Chakra traces' process-group collectives; and what it still refuses.
 
 Expected values: exact identities (a folded XOR exchange is a permutation and an involution; a lossless episode
 leaves phase's figure to the picosecond) and, for the lossy case, the packet engine's own run."""
@@ -57,12 +57,13 @@ def test_a_folded_xor_exchange_is_a_permutation_and_an_involution(groups: tuple[
                 assert ranks[target] // 16 != rank // 16 and ranks[target] % 16 == partner % 16
 
 
-@pytest.mark.parametrize("system", [HALVING_DOUBLING, {"all_reduce": "double_binary_tree"}])
-def test_a_lossless_episode_of_halving_doubling_or_a_tree_leaves_phase_s_figure(system: dict[str, Any]) -> None:
-    # 3 MiB buffers: the stages' whole messages fill a port past half its buffer (an episode opens on the
-    # reduced leaves), and nothing is dropped there: phase's time to the picosecond
-    hybrid = runs_row(leaf_spine("hybrid", system, ALL_REDUCE))
-    phase = runs_row(leaf_spine("phase", system, ALL_REDUCE))
+@pytest.mark.parametrize(("system", "npus"), [(HALVING_DOUBLING, 128), ({"all_reduce": "double_binary_tree"}, 64)])
+def test_a_lossless_episode_of_halving_doubling_or_a_tree_leaves_phase_s_figure(system: dict[str, Any],
+                                                                                npus: int) -> None:
+    # 3 MiB buffers: the stages' whole messages fill a port past half its buffer (an episode opens: on 4 of
+    # the 8 leaves, on the 4 leaves of 64 NPUs whole), and nothing is dropped there: phase's time to the picosecond
+    hybrid = runs_row(leaf_spine("hybrid", system, ALL_REDUCE, npus=npus))
+    phase = runs_row(leaf_spine("phase", system, ALL_REDUCE, npus=npus))
     assert hybrid["hybrid_packet_sims"] >= 1 and hybrid["drops"] == 0
     assert hybrid["iteration_time_s"] == phase["iteration_time_s"]
 
@@ -105,6 +106,7 @@ def test_a_chakra_trace_s_process_group_collectives_are_replayed_and_lossless_eq
     ("sends", "workload.path"),  # point-to-point sends are not phases: never replayed
     ("flows", "workload.type"),  # TCP flows: the packet engine's
     ("pods of 25", "system.all_reduce"),  # halving-doubling's exchanges would split the groups folded whole
+    ("folded tree", "system.all_reduce"),  # 128 NPUs, 4 of 8 leaves simulated: a parent's two children folded to one
 ])
 def test_what_it_does_not_reduce_is_refused_in_one_line(change: str, key: str, tmp_path: Path) -> None:
     config = leaf_spine("hybrid", HALVING_DOUBLING, ALL_REDUCE, npus=64)
@@ -112,6 +114,8 @@ def test_what_it_does_not_reduce_is_refused_in_one_line(change: str, key: str, t
         config["workload"] = {"type": "chakra", "path": process_group_trace(tmp_path / "sends", 64, sends=True)}
     elif change == "flows":
         config["workload"] = {"type": "flows", "pattern": "all_to_all", "bytes_per_flow": 1_000}
+    elif change == "folded tree":
+        config = leaf_spine("hybrid", {"all_reduce": "double_binary_tree"}, ALL_REDUCE)
     else:
         config["network"] = {"topology": "fat_tree", "npus": 128, "fat_tree_k": 10}
     with pytest.raises(ConfigError) as refused:

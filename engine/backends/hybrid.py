@@ -652,9 +652,10 @@ class HybridBackend(PhaseBackend):
     def check_config(cls, config: SimConfig) -> None:
         """Refuse what the reduction does not cover yet: topologies but leaf_spine (at least two leaves),
         fat_tree (at least two whole groups: pods, edge switches) and switch; reduced networks of more than
-        `REDUCED_CONNECTIONS_MAX` connections; halving-doubling where the reduced groups are not a power of
-        two NPUs (`XorFold`); `flows` workloads (TCP flows, which phase has no model of); Chakra traces with
-        point-to-point sends (not phases: never replayed)."""
+        `REDUCED_CONNECTIONS_MAX` connections; double binary trees where the reduced network is not the whole
+        network; halving-doubling where the reduced groups are not a power of two NPUs (`XorFold`); `flows`
+        workloads (TCP flows, which phase has no model of); Chakra traces with point-to-point sends (not
+        phases: never replayed)."""
         net = config.network
         require(net.topology in REDUCED_TOPOLOGIES, "network.topology", net.topology,
                 f"one of {', '.join(REDUCED_TOPOLOGIES)} on engine.backend=hybrid (the topologies it reduces yet)")
@@ -675,6 +676,10 @@ class HybridBackend(PhaseBackend):
                 f"a size whose reduced networks hold at most {REDUCED_CONNECTIONS_MAX:,} connections on "
                 f"engine.backend=hybrid (here {connections:,}: each simulated rank to every other NPU)")
         size = group_size(config)
+        require(size is None or config.system.all_reduce != "double_binary_tree", "system.all_reduce",
+                config.system.all_reduce, f"one of ring, halving_doubling, direct on engine.backend=hybrid where it "
+                f"simulates some groups of {size} NPUs, not the whole network (a tree's parent takes two children's "
+                "messages; the simulated ranks' sends, folded, bring their groups one)")
         if size is not None and size & (size - 1):  # XorFold folds whole groups
             for op in ("all_reduce", "all_gather", "reduce_scatter"):
                 algorithm = getattr(config.system, op)
