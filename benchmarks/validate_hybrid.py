@@ -22,6 +22,7 @@ The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NI
     python benchmarks/validate_hybrid.py --backends hybrid --rerun   # hybrid again (after a change), packet kept
     python benchmarks/validate_hybrid.py --match tcp --jobs 2
     python benchmarks/validate_hybrid.py --summarise        # the .md of the CSV, nothing run
+    python benchmarks/validate_hybrid.py --match "fat_tree 64" --seed 1   # those cases with seed 1, printed only
 
 Each run is a child process (a 1,024-NPU packet run holds 3.8 GiB); rows are appended to
 benchmarks/validate_hybrid.csv as they finish, so an interrupted validation keeps what it ran and the
@@ -201,7 +202,7 @@ def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
     """One case on one backend, in a child process: its runs row's figures, wall time and peak RSS."""
     spec, backend = item
     hybrid = spec["hybrid"] if backend == "hybrid" else {}
-    config = {"seed": 0, "engine": {"backend": backend, "max_sim_time_s": LIMIT_S, **hybrid},
+    config = {"seed": spec.get("seed", 0), "engine": {"backend": backend, "max_sim_time_s": LIMIT_S, **hybrid},
               "network": {"link_gbps": 100.0, "link_latency_us": 1.0, **spec["network"]},
               "tcp": spec["tcp"], "system": spec["system"], "workload": spec["workload"]}
     start = time.perf_counter()
@@ -350,7 +351,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="run the chosen backends' cases again (their old rows dropped)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
     parser.add_argument("--summarise", action="store_true", help="write the .md of the CSV, run nothing")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="run the matched cases with this seed instead of 0 and print their times, storing nothing "
+                             "(how much a case's figure owes to luck)")
     args = parser.parse_args(argv)
+    if args.seed is not None:
+        for spec in grid():
+            if not args.match or args.match in spec["label"]:
+                for backend in args.backends:
+                    row = run(({**spec, "seed": args.seed}, backend))
+                    print(f"{row['label']} {backend} seed {args.seed}: {row['status']} "
+                          f"{row.get('iteration_time_s')} s, {row.get('timeouts')} timeouts")
+        return
     if not args.summarise:
         cases = [spec for spec in grid() if not args.match or args.match in spec["label"]]
         rows = read_rows()
