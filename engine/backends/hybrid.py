@@ -21,7 +21,9 @@ real hosts and every switch above them, and the run's link rates, latencies, buf
   where the full run's ECMP hash routes it (`path_for_hash`). A peer in another group is folded onto a
   simulated group by its group distance (`Reduction.position`; with a pair, onto the other group): each
   group's uplinks then carry its own data and the ACKs of the data coming in, as in the full run, and
-  every rank receives what its program waits for.
+  every rank receives what its program waits for. Halving-doubling's XOR partners are folded as involutions
+  instead (`XorFold`); a double binary tree (whole networks only) and a Chakra process group's collectives
+  wait only for the messages that reach their own receiver (`replay_phase`).
 - `switch`, and a leaf_spine or fat_tree of no more hosts than the pairs would hold: the whole network (no
   reduction; on a switch up to 1,024 NPUs, `REDUCED_CONNECTIONS_MAX`).
 Connections persist from episode to episode (cwnd, ssthresh, RTT estimate, RTO backoff, idle restart).
@@ -77,8 +79,8 @@ REDUCED_TOPOLOGIES = ("leaf_spine", "fat_tree", "switch")
 # flow id entry, its share of the replays' step state and of a burst's packets; measured 2.2-2.5 KiB at 1,024 and
 # 9,216 NPUs (benchmarks/hybrid_scale.csv: peak RSS less the lossless run's, over the connections)
 BYTES_PER_REDUCED_CONNECTION = 3_072  # on one switch the reduction is the whole network: p (p - 1) connections at most
-# workloads of collective phases (and a Chakra trace's point-to-point sends, timed as phase times them); `flows`
-# are TCP flows, which the phase model that times every hybrid phase has no model of (the packet engine runs them)
+# workloads of collective phases (a Chakra trace's without point-to-point sends: `check_config`); `flows` are TCP
+# flows, which the phase model that times every hybrid phase has no model of (the packet engine runs them)
 REDUCED_WORKLOADS = ("dlrm", "astra", "collective", "chakra")
 # An episode opens where phase's rule fills a port past this share of its buffer, not only past all of it
 # (incast_phases): the fluid queue estimate misses packet-level bursts. On the validation grid
