@@ -10,12 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from test_chakra import coll, node, write_trace
 
 import engine
 from engine.backends.reduction import Reduction, XorFold
 from engine.config import ConfigError, load_config
+from engine.simulation import Simulation
+from engine.system.phase import FluidPhases, StageDemand
 
 HALVING_DOUBLING = {"all_reduce": "halving_doubling", "all_gather": "halving_doubling",
                     "reduce_scatter": "halving_doubling"}
@@ -55,6 +58,24 @@ def test_a_folded_xor_exchange_is_a_permutation_and_an_involution(groups: tuple[
                 assert ranks[target] == partner
             else:
                 assert ranks[target] // 16 != rank // 16 and ranks[target] % 16 == partner % 16
+
+
+def test_a_stage_s_whole_messages_fill_a_port_they_reach_faster_than_it_drains() -> None:
+    # a switch of 5 hosts: 4 messages of 30,000 wire bytes each into host 0's port at once, arriving at 4x its
+    # rate: it sends one byte on for every four that come, so 3/4 of the 120,000 bytes queue there (the rule that
+    # opens an episode for halving-doubling and trees); a port fed at its own rate holds none
+    config = load_config({"network": {"topology": "switch", "npus": 5, "buffer_kb": 64}})
+    sim = Simulation(config, False)
+    phases = FluidPhases(sim.eventlist, sim.topology, config.segment_bytes)
+    port = sim.topology.links.index(sim.topology.down[0])
+    link_bytes, arrival = np.zeros(len(sim.topology.links)), np.zeros(len(sim.topology.links))
+    link_bytes[port] = 4 * 30_000
+    arrival[port] = 4 * phases.capacity_bytes_per_ps[port]
+    none = np.zeros(len(link_bytes), dtype=np.int64)
+    stage = StageDemand(link_bytes, link_bytes, 1.0, 0, none, np.zeros(len(link_bytes)), arrival)
+    assert phases.stage_queue_share(stage) == pytest.approx(0.75 * 120_000 / (64 * 1024))
+    arrival[port] /= 4
+    assert phases.stage_queue_share(stage) == 0.0
 
 
 @pytest.mark.parametrize(("system", "npus"), [(HALVING_DOUBLING, 128), ({"all_reduce": "double_binary_tree"}, 64)])
