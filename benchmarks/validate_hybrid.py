@@ -179,13 +179,13 @@ def grid() -> Iterator[dict[str, Any]]:
                    hybrid={"hybrid_fat_tree_group": "edge"}, reference=label)
     halving_doubling = preset("system", "halving_doubling")
     # double binary trees where hybrid simulates the whole network (it refuses them where it folds groups)
-    for name, system, sizes in (("halving_doubling", halving_doubling, (64, 128)),
+    for name, system, sizes in (("halving_doubling", halving_doubling, (64, 128, 256)),
                                 ("double_binary_tree", {"all_reduce": "double_binary_tree"}, (64,))):
         for npus in sizes:
             for spines, buffer_kb in ((2, 128.0), (4, 256.0), (16, 1024.0)):
                 yield case("algorithm", f"{name} {npus} s{spines} b{buffer_kb:.0f}",
                            leaf_spine(npus, spines, buffer_kb), ASTRA_DLRM, system=system)
-            for buffer_kb in (64.0, 1024.0):  # fat trees of k = 8 (pods of 16): 128 NPUs reduced to pod pairs
+            for buffer_kb in (64.0, 1024.0) if npus < 256 else ():  # k = 8 (pods of 16): 128 NPUs on pod pairs
                 network = {"topology": "fat_tree", "npus": npus, "uplink_gbps": 25.0, "buffer_kb": buffer_kb}
                 yield case("algorithm", f"{name} fat_tree {npus} 4:1 b{buffer_kb:.0f}", network, ASTRA_DLRM,
                            hybrid={"hybrid_fat_tree_group": "pod"}, system=system)
