@@ -176,41 +176,6 @@ class Reduction:
         return (src, dst), topology.path_for_hash(src, dst, ecmp_hash), topology.path_for_hash(dst, src, ecmp_hash)
 
 
-class XorFold(Reduction):
-    """A reduction's view for halving-doubling's XOR exchanges on the full run's group (`xor_fold`): a peer in a
-    simulated group is itself; one in another group (the exchange's group mask M = its group XOR the sender's) is
-    the NPU at its position in a partner group: the simulated groups whose partner group (theirs XOR M) is not
-    simulated are paired in their order, first with second, third with fourth. The fold is then an involution, as
-    the exchange is: every simulated rank receives one message a step, from the rank it sends to, and each
-    simulated group's uplinks and downlinks carry one message per rank as the full run's do. Group sizes are powers
-    of two (`HybridBackend.check_config`), so that a step's peers in other groups lie all in one group."""
-
-    def __init__(self, reduction: Reduction) -> None:
-        # the reduction's own fields: a view, not a copy of its state
-        self.npus = reduction.npus
-        self.seed = reduction.seed
-        self.scale = reduction.scale
-        self.index = reduction.index
-        self.groups = reduction.groups
-        self.group_size = reduction.group_size
-        self.ranks = reduction.ranks
-        self.hosts = reduction.hosts
-
-    def position(self, sender: int, npu: int) -> int:
-        """The run rank standing for `npu` as the XOR partner of `sender` (class docstring)."""
-        index = self.index
-        if not index:
-            return npu
-        size = self.group_size
-        group = npu // size
-        if group in index:
-            return index[group] * size + npu % size
-        mask = group ^ sender // size
-        unmatched = [simulated for simulated in sorted(index) if simulated ^ mask not in index]
-        partner = unmatched[unmatched.index(sender // size) ^ 1]  # an even count: a match is mutual
-        return index[partner] * size + npu % size
-
-
 class PacketEpisodes:
     """The persistent packet simulation of one reduced network (its own event list, topology and
     connections: one per full-run pair of NPUs that a simulated rank sends to, opened on first use;
@@ -254,6 +219,41 @@ class PacketEpisodes:
         return {"retransmits": round(scale * sum(sender.retransmits for sender in senders)),
                 "timeouts": round(scale * sum(sender.timeouts for sender in senders)),
                 "drops": round(scale * self.drops())}
+
+
+class XorFold(Reduction):
+    """A reduction's view for halving-doubling's XOR exchanges on the full run's group (`xor_fold`): a peer in a
+    simulated group is itself; one in another group (the exchange's group mask M = its group XOR the sender's) is
+    the NPU at its position in a partner group: the simulated groups whose partner group (theirs XOR M) is not
+    simulated are paired in their order, first with second, third with fourth. The fold is then an involution, as
+    the exchange is: every simulated rank receives one message a step, from the rank it sends to, and each
+    simulated group's uplinks and downlinks carry one message per rank as the full run's do. Group sizes are powers
+    of two (`HybridBackend.check_config`), so that a step's peers in other groups lie all in one group."""
+
+    def __init__(self, reduction: Reduction) -> None:
+        # the reduction's own fields: a view, not a copy of its state
+        self.npus = reduction.npus
+        self.seed = reduction.seed
+        self.scale = reduction.scale
+        self.index = reduction.index
+        self.groups = reduction.groups
+        self.group_size = reduction.group_size
+        self.ranks = reduction.ranks
+        self.hosts = reduction.hosts
+
+    def position(self, sender: int, npu: int) -> int:
+        """The run rank standing for `npu` as the XOR partner of `sender` (class docstring)."""
+        index = self.index
+        if not index:
+            return npu
+        size = self.group_size
+        group = npu // size
+        if group in index:
+            return index[group] * size + npu % size
+        mask = group ^ sender // size
+        unmatched = [simulated for simulated in sorted(index) if simulated ^ mask not in index]
+        partner = unmatched[unmatched.index(sender // size) ^ 1]  # an even count: a match is mutual
+        return index[partner] * size + npu % size
 
 
 def _unconsumed() -> None:
