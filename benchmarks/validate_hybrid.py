@@ -22,6 +22,7 @@ The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NI
     python benchmarks/validate_hybrid.py --backends hybrid --rerun   # hybrid again (after a change), packet kept
     python benchmarks/validate_hybrid.py --match tcp --jobs 2
     python benchmarks/validate_hybrid.py --summarise        # the .md of the CSV, nothing run
+    python benchmarks/validate_hybrid.py --match "fat_tree 64" --seed 1   # those cases with seed 1, printed only
 
 Each run is a child process (a 1,024-NPU packet run holds 3.8 GiB); rows are appended to
 benchmarks/validate_hybrid.csv as they finish, so an interrupted validation keeps what it ran and the
@@ -42,6 +43,7 @@ import multiprocessing
 import resource
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -50,6 +52,7 @@ from typing import Any, Iterator
 from validate_phase import spearman
 
 import engine
+from engine.workload.chakra_schema import COLLECTIVE_COMM_TYPES, NODE_TYPES, AttributeProto, GlobalMetadata, Node
 from sweep.cli import compose_config
 
 HERE = Path(__file__).resolve().parent
@@ -74,13 +77,55 @@ def leaf_spine(npus: int, spines: int, buffer_kb: float) -> dict[str, Any]:
             "buffer_kb": buffer_kb}
 
 
+def chakra_trace(npus: int) -> str:
+    """A Chakra trace of `npus` NPUs (written once, in the temporary directory; its path prefix): each NPU
+    computes 50 us, runs a 256 KiB all-to-all over every NPU, then a 1 MiB all-reduce over its half of the NPUs
+    (a process group of npus / 2, spanning leaves), then computes 50 us (no point-to-point send: the hybrid
+    refuses them)."""
+    folder = Path(tempfile.gettempdir()) / "netsweep_validate_hybrid" / f"process_groups_v2_{npus}"
+    prefix = folder / "trace"
+    if (folder / f"trace.{npus - 1}.et").exists():
+        return str(prefix)
+    folder.mkdir(parents=True, exist_ok=True)
+    node_type = {name: number for number, name in NODE_TYPES.items()}
+    comm_type = {name: number for number, name in COLLECTIVE_COMM_TYPES.items()}
+
+    def node(node_id: int, kind: str, deps: list[int], duration_us: int = 0, **attributes: Any) -> Node:
+        built = Node(id=node_id, name=f"n{node_id}", type=node_type[kind], duration_micros=duration_us,
+                     data_deps=deps)
+        for key, value in attributes.items():
+            built.attr.append(AttributeProto(name=key, string_val=value) if isinstance(value, str)
+                              else AttributeProto(name=key, int64_val=value))
+        return built
+
+    half = npus // 2
+    for rank in range(npus):
+        nodes = [node(1, "COMP_NODE", [], 50),
+                 node(2, "COMM_COLL_NODE", [1], comm_type=comm_type["ALL_TO_ALL"], comm_size=MIB // 4),
+                 node(3, "COMM_COLL_NODE", [2], comm_type=comm_type["ALL_REDUCE"], comm_size=MIB,
+                      pg_name=f"half{rank // half}"),
+                 node(4, "COMP_NODE", [3], 50)]
+        written = folder / f"trace.{rank}.et.part"
+        with written.open("wb") as handle:
+            for message in [GlobalMetadata(version="0.0.4"), *nodes]:
+                data = message.SerializeToString()
+                length, varint = len(data), bytearray()
+                while length >= 0x80:  # the length as a base-128 varint, as Chakra's tools write it
+                    varint.append(length & 0x7F | 0x80)
+                    length >>= 7
+                varint.append(length)
+                handle.write(bytes(varint) + data)
+        written.replace(folder / f"trace.{rank}.et")  # whole files only, whichever process writes them
+    return str(prefix)
+
+
 def case(kind: str, label: str, network: dict[str, Any], workload: dict[str, Any],
          tcp: dict[str, Any] | None = None, hybrid: dict[str, Any] | None = None,
-         reference: str | None = None) -> dict[str, Any]:
+         reference: str | None = None, system: dict[str, Any] | None = None) -> dict[str, Any]:
     """One configuration of the grid; `hybrid`: engine keys of the hybrid run only, and `reference` the
-    case whose packet and phase runs it shares (those backends ignore them)."""
+    case whose packet and phase runs it shares (those backends ignore them); `system`: its system keys."""
     return {"kind": kind, "label": label, "network": network, "workload": workload, "tcp": tcp or {},
-            "hybrid": hybrid or {}, "reference": reference}
+            "hybrid": hybrid or {}, "reference": reference, "system": system or {}}
 
 
 def grid() -> Iterator[dict[str, Any]]:
@@ -132,15 +177,34 @@ def grid() -> Iterator[dict[str, Any]]:
         yield case("fat_tree", label, network, workload, hybrid={"hybrid_fat_tree_group": "pod"})
         yield case("fat_tree_edge", label.replace("fat_tree", "fat_tree edge"), network, workload,
                    hybrid={"hybrid_fat_tree_group": "edge"}, reference=label)
+    halving_doubling = preset("system", "halving_doubling")
+    # double binary trees where hybrid simulates the whole network (it refuses them where it folds groups)
+    for name, system, sizes in (("halving_doubling", halving_doubling, (64, 128, 256)),
+                                ("double_binary_tree", {"all_reduce": "double_binary_tree"}, (64,))):
+        for npus in sizes:
+            for spines, buffer_kb in ((2, 128.0), (4, 256.0), (16, 1024.0)):
+                yield case("algorithm", f"{name} {npus} s{spines} b{buffer_kb:.0f}",
+                           leaf_spine(npus, spines, buffer_kb), ASTRA_DLRM, system=system)
+            for buffer_kb in (64.0, 1024.0) if npus < 256 else ():  # k = 8 (pods of 16): 128 NPUs on pod pairs
+                network = {"topology": "fat_tree", "npus": npus, "uplink_gbps": 25.0, "buffer_kb": buffer_kb}
+                yield case("algorithm", f"{name} fat_tree {npus} 4:1 b{buffer_kb:.0f}", network, ASTRA_DLRM,
+                           hybrid={"hybrid_fat_tree_group": "pod"}, system=system)
+    for npus in (64, 128):  # a Chakra trace's process groups and point-to-point sends (`chakra_trace`)
+        for name, system in (("ring", {}), ("halving_doubling", halving_doubling)):
+            for spines, buffer_kb in ((2, 128.0), (16, 1024.0)):
+                yield case("algorithm", f"chakra {name} {npus} s{spines} b{buffer_kb:.0f}",
+                           leaf_spine(npus, spines, buffer_kb),
+                           {"type": "chakra", "path": chakra_trace(npus), "duration_unit": "us", "iterations": 2},
+                           system=system)
 
 
 def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
     """One case on one backend, in a child process: its runs row's figures, wall time and peak RSS."""
     spec, backend = item
     hybrid = spec["hybrid"] if backend == "hybrid" else {}
-    config = {"seed": 0, "engine": {"backend": backend, "max_sim_time_s": LIMIT_S, **hybrid},
+    config = {"seed": spec.get("seed", 0), "engine": {"backend": backend, "max_sim_time_s": LIMIT_S, **hybrid},
               "network": {"link_gbps": 100.0, "link_latency_us": 1.0, **spec["network"]},
-              "tcp": spec["tcp"], "workload": spec["workload"]}
+              "tcp": spec["tcp"], "system": spec["system"], "workload": spec["workload"]}
     start = time.perf_counter()
     net = spec["network"]
     result = {"label": spec["label"], "kind": spec["kind"], "topology": net["topology"], "npus": net["npus"],
@@ -186,7 +250,7 @@ def loses(row: dict[str, Any]) -> bool:
     return row["status"] == "timeout" or (row["drops"] or 0) > 0
 
 
-ALTERNATIVE_KINDS = ("fat_tree_edge",)  # cases of a non-default reduction, summarised on their own
+ALTERNATIVE_KINDS = ("fat_tree_edge", "algorithm")  # a non-default reduction, or other algorithms: on their own
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
@@ -287,7 +351,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="run the chosen backends' cases again (their old rows dropped)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
     parser.add_argument("--summarise", action="store_true", help="write the .md of the CSV, run nothing")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="run the matched cases with this seed instead of 0 and print their times, storing nothing "
+                             "(how much a case's figure owes to luck)")
     args = parser.parse_args(argv)
+    if args.seed is not None:
+        for spec in grid():
+            if not args.match or args.match in spec["label"]:
+                for backend in args.backends:
+                    row = run(({**spec, "seed": args.seed}, backend))
+                    print(f"{row['label']} {backend} seed {args.seed}: {row['status']} "
+                          f"{row.get('iteration_time_s')} s, {row.get('timeouts')} timeouts")
+        return
     if not args.summarise:
         cases = [spec for spec in grid() if not args.match or args.match in spec["label"]]
         rows = read_rows()

@@ -247,7 +247,8 @@ def test_a_replay_starts_no_earlier_than_the_replays_of_the_phases_ended_before_
     replays: list[dict[str, Any]] = []  # each pair's replay of each phase: the phase, its start and finish
     replay_phase = hybrid.replay_phase
 
-    def recorded_replay(episodes: Any, program: Any, flow_ids: Any, delay_ps: int, on_finished: Any) -> Any:
+    def recorded_replay(episodes: Any, groups: Any, programs: Any, symmetric: Any, flow_ids: Any, delay_ps: int,
+                        on_finished: Any) -> Any:
         replayed, pair = on_finished.args  # HybridPhases.replay_finished's arguments: the phase and the pair
         record = {"phase": replayed, "pair": pair}
         replays.append(record)
@@ -257,7 +258,7 @@ def test_a_replay_starts_no_earlier_than_the_replays_of_the_phases_ended_before_
             record["finish_ps"] = eventlist.now_ps
             on_finished()
 
-        run = replay_phase(episodes, program, flow_ids, delay_ps, finished)
+        run = replay_phase(episodes, groups, programs, symmetric, flow_ids, delay_ps, finished)
 
         class Started:  # the run, its start recorded
             def start(self) -> None:
@@ -393,8 +394,6 @@ def test_same_config_and_seed_same_result() -> None:
     ({"network": {"topology": "leaf_spine", "npus": 16, "hosts_per_leaf": 16, "spines": 2, "uplink_gbps": 100}},
      "network.npus"),
     ({"network": {"topology": "switch", "npus": 1_025}}, "network.npus"),
-    ({"system": {"all_reduce": "double_binary_tree"}}, "system.all_reduce"),
-    ({"system": {"all_reduce": "halving_doubling"}}, "system.all_reduce"),
     ({"engine": {"backend": "hybrid", "incast_rto": True}}, "engine.incast_rto"),  # its RTOs are simulated
 ])
 def test_what_it_cannot_reduce_is_refused_naming_the_key(overrides: dict[str, Any], key: str) -> None:

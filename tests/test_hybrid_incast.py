@@ -85,7 +85,8 @@ def run_gather(config: SimConfig, message_bytes: int) -> tuple[PacketEpisodes, i
     def flow_ids(senders: list[int], peers: list[int]) -> list[int]:
         return senders  # each sender's connection to rank 0 has its rank as flow id
 
-    replay = replay_phase(episodes, program, flow_ids, 0, lambda: finished_ps.append(eventlist.now_ps))
+    replay = replay_phase(episodes, (tuple(range(npus)),), [program], None, flow_ids, 0,
+                          lambda: finished_ps.append(eventlist.now_ps))
     eventlist.call_at(START_PS, replay.start)
     assert eventlist.run(START_PS + 10 * 10**12)  # every timer done well within 10 s
     (finished,) = finished_ps

@@ -267,14 +267,17 @@ def test_a_sweep_of_256_npus_screens_every_point_on_hybrid(tmp_path: Path) -> No
 
 def test_a_hybrid_screen_runs_the_points_hybrid_refuses_on_phase(tmp_path: Path) -> None:
     """`screen_backend=hybrid` on a grid of a lossy 64-NPU leaf-spine all-to-all (16 a leaf, 2 spines,
-    64 KiB), and the same with halving-doubling all-reduces, which hybrid refuses: the first point
+    64 KiB), and 128 NPUs on a fat tree of k = 10 (8:1 above the edge) with halving-doubling all-reduces, which
+    hybrid refuses (its exchanges would split the pods of 25 it folds whole): the first point
     screens on hybrid (its all-to-all a chain of RTOs, its packets dropped: not at risk), the second
     on phase, with the refusal said; the phase point's incast flag (drops null) makes it the one at-risk refinement,
     though phase screens it faster. The report counts both as the screen."""
     common = ["workload=collective", "workload.op=all_to_all", "workload.bytes=98304", "network.npus=64",
               "network.buffer_kb=64", "engine.backend=alpha_beta", f"results_dir={tmp_path}", "name=mixed"]
     leaf_spine = [*common, "network=leaf_spine", "network.hosts_per_leaf=16", "network.spines=2"]
-    runs = plan([leaf_spine, [*leaf_spine, "system.all_reduce=halving_doubling"]], compose_config)
+    fat_tree = [*common, "network=fat_tree", "network.npus=128", "network.fat_tree_k=10",
+                "network.uplink_gbps=12.5", "system.all_reduce=halving_doubling"]
+    runs = plan([leaf_spine, fat_tree], compose_config)
     policy = RefinePolicy("hybrid", budget_runs=1, top=0)
     policy.check()
     policy.check_grid(runs)

@@ -21,7 +21,9 @@ real hosts and every switch above them, and the run's link rates, latencies, buf
   where the full run's ECMP hash routes it (`path_for_hash`). A peer in another group is folded onto a
   simulated group by its group distance (`Reduction.position`; with a pair, onto the other group): each
   group's uplinks then carry its own data and the ACKs of the data coming in, as in the full run, and
-  every rank receives what its program waits for.
+  every rank receives what its program waits for. Halving-doubling's XOR partners are folded as involutions
+  instead (`XorFold`); a double binary tree (whole networks only) and a Chakra process group's collectives
+  wait only for the messages that reach their own receiver (`replay_phase`).
 - `switch`, and a leaf_spine or fat_tree of no more hosts than the pairs would hold: the whole network (no
   reduction; on a switch up to 1,024 NPUs, `REDUCED_CONNECTIONS_MAX`).
 Connections persist from episode to episode (cwnd, ssthresh, RTT estimate, RTO backoff, idle restart).
@@ -45,21 +47,23 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import SimConfig, require
+from ..config import SYSTEM_ALGORITHMS, ChakraWorkload, SimConfig, require
 from ..eventlist import EventList, StopFlag, run_together
 from ..simulation import EVENTS_PER_SLICE, Simulation
-from ..system.algorithms import ALL, RING, Program
+from ..system.algorithms import XOR, Program
 from ..system.alpha_beta import AlphaBetaSystemLayer, PhaseKey
-from ..system.collectives import Chunk, CollectivePhase, ProgramRun
+from ..system.collectives import Chunk, CollectivePhase
 from ..system.phase import FluidPart, FluidPhases
 from ..transport.cc import UNSET_SSTHRESH
 from ..units import ns_to_ps, s_to_ps
+from ..workload.chakra import SEND, read_rank, trace_files
 from .base import SCREEN_RISK_COLUMNS
 from .phase import PhaseBackend
 from .reduction import (
     LEAF_SPINE_GROUPS,
     REDUCED_CONNECTIONS_MAX,
     PacketEpisodes,
+    PhaseReplay,
     Reduction,
     group_size,
     reduced_connections,
@@ -72,10 +76,9 @@ from .reduction import (
 # flow id entry, its share of the replays' step state and of a burst's packets; measured 2.2-2.5 KiB at 1,024 and
 # 9,216 NPUs (benchmarks/hybrid_scale.csv: peak RSS less the lossless run's, over the connections)
 BYTES_PER_REDUCED_CONNECTION = 3_072  # on one switch the reduction is the whole network: p (p - 1) connections at most
-REDUCED_PATTERNS = (RING, ALL)  # step patterns an episode replays: rings and direct (all-to-all) steps
-REDUCED_ALGORITHMS = {"all_reduce": ("ring", "direct"), "all_gather": ("ring", "direct"),
-                      "reduce_scatter": ("ring", "direct"), "all_to_all": ("direct", "ring")}
-REDUCED_WORKLOADS = ("dlrm", "astra", "collective")
+# workloads of collective phases (a Chakra trace's without point-to-point sends: `check_config`); `flows` are TCP
+# flows, which the phase model that times every hybrid phase has no model of (the packet engine runs them)
+REDUCED_WORKLOADS = ("dlrm", "astra", "collective", "chakra")
 # An episode opens where phase's rule fills a port past this share of its buffer, not only past all of it
 # (incast_phases): the fluid queue estimate misses packet-level bursts. On the validation grid
 # (benchmarks/validate_hybrid.py) every case the packet engine lost packets in reached 0.97 or more, and
@@ -180,8 +183,8 @@ class _MemoEpisode:
 
 
 class _MemoPhase:
-    """A phase timed from a record: at its fluid end (as `FluidPhases` calls `end`) it ends then, or
-    where the record's ended past its fluid end, as long after its start."""
+    """A phase timed from a record: when its fluid and fixed parts are over (`HybridPhases.phase_end`)
+    it ends then, or where the record's ended past its fluid end, as long after its start."""
 
     __slots__ = ("eventlist", "end", "end_ps")
 
@@ -198,8 +201,8 @@ class _MemoPhase:
 
 
 class _ReplayedPhase:
-    """A phase of the full run being replayed on the reduced networks: ends it (as `FluidPhases`
-    calls `end` when its fluid time and fixed part are over) no earlier than its replays finish if
+    """A phase of the full run being replayed on the reduced networks: ends it (called when its fluid
+    time and fixed part are over: `HybridPhases.phase_end`) no earlier than its replays finish if
     packets were dropped meanwhile (`HybridPhases.phase_due`); with `outcome`, records how it went."""
 
     __slots__ = ("phases", "end", "start_ps", "unfinished", "late_ps", "finished_ps", "drops_at_start", "ended_ps",
@@ -237,7 +240,7 @@ class _DeferredReplay:
 
     __slots__ = ("replayed", "run", "replay_ps", "blockers", "shift_ps")
 
-    def __init__(self, replayed: _ReplayedPhase, run: ProgramRun, replay_ps: int,
+    def __init__(self, replayed: _ReplayedPhase, run: PhaseReplay, replay_ps: int,
                  blockers: list[_ReplayedPhase]) -> None:
         self.replayed = replayed
         self.run = run
@@ -278,6 +281,8 @@ class HybridPhases(FluidPhases):
         # the phases in their fluid part not replayed yet: their layer, phase and start
         self._plans: dict[FluidPart, tuple[AlphaBetaSystemLayer, CollectivePhase, int]] = {}
         self._starting: tuple[AlphaBetaSystemLayer, CollectivePhase, int] | None = None
+        # the phases in their fluid part whose end waits for their replays or record (`phase_end`)
+        self._enders: dict[FluidPart, Callable[[], None]] = {}
         self._risky = False  # a stage filled a port past TRIGGER_QUEUE_SHARE: an episode after the sharing
         self._replaying = 0  # phases whose replays have not all finished: while > 0 an episode lasts
         self._due: list[_ReplayedPhase] = []  # phases past their fluid end waiting for their replays
@@ -302,29 +307,43 @@ class HybridPhases(FluidPhases):
         super().start(layer, chunk, queue, phase, key, duration_ps)
         self._starting = None
 
-    def _stage_starts(self, fluid: FluidPart) -> None:
-        """Flag the phase as phase does (a port overflows: `incast_phases`), and mark an episode due if
-        the stage fills a port past `TRIGGER_QUEUE_SHARE` of its buffer."""
+    def on_stage_start(self, fluid: FluidPart, queue_share: float) -> None:
+        """Keep a starting phase's plan, and mark an episode due if the stage fills a port past
+        `TRIGGER_QUEUE_SHARE` of its buffer: with the opening windows of the stages in their fluid part
+        (phase's rule), or, for a phase not replayed yet whose ranks exchange long messages with a few
+        peers (halving-doubling, a double binary tree), with its stage's whole messages (`stage_queue_share`):
+        loss-based TCP grows their windows until the queue of a port they collide at overflows."""
         if self._starting is not None and fluid not in self._plans:
             self._plans[fluid] = self._starting
-        share = self.port_queue_share()
-        self._risky = self._risky or share > TRIGGER_QUEUE_SHARE
-        if share > 1.0 and not fluid.flagged:
-            fluid.flagged = True
-            self.incast_phases += 1
+        plan = self._plans.get(fluid)
+        if plan is not None and self._few_peers(plan[0], plan[1]):
+            queue_share = max(queue_share, self.stage_queue_share(fluid.stages[fluid.stage]))
+        self._risky = self._risky or queue_share > TRIGGER_QUEUE_SHARE
 
-    def _share(self, now: int) -> None:
-        """Share the links as phase does; then, if a stage that started risks loss, replay the phases in
+    @staticmethod
+    def _few_peers(layer: AlphaBetaSystemLayer, phase: CollectivePhase) -> bool:
+        """A phase of XOR exchanges or of ranks in different roles (a tree): each rank's messages go to one
+        or a few peers, whole, not spread over every peer (direct) or one block a step (ring)."""
+        steps = layer.phase_steps(phase, layer.dimensions[phase.dimension].size)
+        return steps is None or steps[0].pattern == XOR
+
+    def phase_end(self, fluid: FluidPart) -> Callable[[], None]:
+        """A replayed phase's end waits for its replays (`_ReplayedPhase`), a memoised one's for its
+        record (`_MemoPhase`); any other ends as phase's."""
+        return self._enders.pop(fluid, fluid.end)
+
+    def after_share(self, now: int) -> None:
+        """The links shared as phase does: if a stage that started risks loss, replay the phases in
         their fluid part not replayed yet: an episode opens, or, while one lasts, they join it. A phase
         that starts during an episode without such a stage waits for the next risky one (its ring steps
         at 9,216 NPUs would cost more packet events than the episode, for nothing measured)."""
-        super()._share(now)
         if self._risky and not self.timed_out:
             opens = not self._replaying and (self._memo is None or now >= self._memo.until_ps)
             memoised = self._replay(now, opens)
             self.packet_sims += len(self.episodes) if opens and not memoised else 0
         self._risky = False
-        self._plans = {fluid: plan for fluid, plan in self._plans.items() if fluid in self._fluid}
+        fluids = self.fluid_parts
+        self._plans = {fluid: plan for fluid, plan in self._plans.items() if fluid in fluids}
 
     def _replay(self, now: int, opens: bool) -> bool:
         """Start the replays of the phases in their fluid part not replayed yet, on every simulated group
@@ -339,7 +358,7 @@ class HybridPhases(FluidPhases):
                              for reduction in self._reductions()]
             self._lagging = [[] for _ in self.episodes]
             self._deferred = [[] for _ in self.episodes]
-        fluids = [fluid for fluid in self._fluid if fluid in self._plans]
+        fluids = [fluid for fluid in self.fluid_parts if fluid in self._plans]
         if not fluids:
             return False
         memoised = opens and self._memoise(fluids, now)
@@ -352,7 +371,7 @@ class HybridPhases(FluidPhases):
                 simulated.append(fluid)
             else:
                 del self._plans[fluid]
-                fluid.end = _MemoPhase(self.eventlist, fluid.end, start_ps, outcome)
+                self._enders[fluid] = _MemoPhase(self.eventlist, fluid.end, start_ps, outcome)
         if not simulated:
             return memoised
         if memo is not None and not self._replaying:  # a join the record does not have: simulated after all
@@ -363,13 +382,13 @@ class HybridPhases(FluidPhases):
         for fluid in simulated:
             layer, phase, start_ps = self._plans.pop(fluid)
             replay_ps = max(start_ps, reduced_ps)
-            program = self._program(layer, phase)
+            groups, programs, symmetric = self._programs(layer, phase)
             outcome = self._recording.add(_phase_kind(phase), start_ps) if self._recording is not None else None
             replayed = _ReplayedPhase(self, fluid.end, start_ps, len(self.episodes), drops, outcome)
-            fluid.end = replayed
+            self._enders[fluid] = replayed
             self._replaying += 1
             for pair, episodes in enumerate(self.episodes):
-                replay = replay_phase(episodes, program, self._flow_ids, self.delay_ps,
+                replay = replay_phase(episodes, groups, programs, symmetric, self._flow_ids, self.delay_ps,
                                       partial(self.replay_finished, replayed, pair))
                 blockers = [ended for ended in self._lagging[pair] if ended.ended_ps <= start_ps]
                 if blockers:
@@ -545,14 +564,13 @@ class HybridPhases(FluidPhases):
     def _drops(self) -> int:
         return sum(episodes.drops() for episodes in self.episodes)
 
-    def _program(self, layer: AlphaBetaSystemLayer, phase: CollectivePhase) -> Program:
-        """A phase's step program (one, as rings and direct steps have)."""
+    def _programs(self, layer: AlphaBetaSystemLayer,
+                  phase: CollectivePhase) -> tuple[tuple[tuple[int, ...], ...], list[Program], str | None]:
+        """A phase's groups of NPUs, its step programs (run at once on each group: one, or a double binary
+        tree's two) and the pattern of its steps where every rank does alike (ring, all, xor; else None)."""
         dim = layer.dimensions[phase.dimension]
         steps = layer.phase_steps(phase, len(dim.groups[0]))
-        assert steps is not None and all(step.pattern in REDUCED_PATTERNS for step in steps), \
-            "check_config refuses what the reduction does not replay"
-        (program,) = layer.plan_phase(phase, dim)
-        return program
+        return dim.groups, layer.plan_phase(phase, dim), None if steps is None else steps[0].pattern
 
     def _flow_ids(self, senders: list[int], peers: list[int]) -> list[int]:
         """The full run's flow ids of the pairs of NPUs (`senders[i]`, `peers[i]`)."""
@@ -568,7 +586,7 @@ class HybridPhases(FluidPhases):
         edge switches), paired in that order."""
         if self._group_size is None or self._group_uplinks is None:
             return [Reduction(self.config, None)]
-        active = [fluid.stages[fluid.stage] for fluid in self._fluid]  # a stage has just started: not empty
+        active = [fluid.stages[fluid.stage] for fluid in self.fluid_parts]  # a stage has just started: not empty
         peak = np.sum([stage.peak_messages for stage in active], axis=0)[self._group_uplinks].max(axis=1)
         load = np.sum([stage.link_bytes for stage in active], axis=0)[self._group_uplinks].sum(axis=1)
         # whole groups only (a fat tree's last pod or edge may be partial: its NPUs are folded, never simulated)
@@ -618,11 +636,11 @@ class HybridBackend(PhaseBackend):
     @classmethod
     def check_config(cls, config: SimConfig) -> None:
         """Refuse what the reduction does not cover yet: a topology that says why (`HYBRID_REFUSAL`); a
-        network reduced in groups
-        (`NetworkConfig.reduced_groups`) of fewer than two whole groups; reduced networks, or networks
-        simulated whole, of more than `REDUCED_CONNECTIONS_MAX` connections; algorithms but rings and
-        direct steps; workloads whose collectives do not span the whole network (Chakra traces' process
-        groups)."""
+        network reduced in groups (`NetworkConfig.reduced_groups`) of fewer than two whole groups; reduced
+        networks, or networks simulated whole, of more than `REDUCED_CONNECTIONS_MAX` connections; double
+        binary trees where the reduced network is not the whole network; halving-doubling where the reduced
+        groups are not a power of two NPUs (`XorFold`); `flows` workloads (TCP flows, which phase has no
+        model of); Chakra traces with point-to-point sends (not phases: never replayed)."""
         net = config.network
         require(not net.HYBRID_REFUSAL, "network.topology", net.topology,
                 f"{net.HYBRID_REFUSAL} on engine.backend=hybrid")
@@ -636,12 +654,30 @@ class HybridBackend(PhaseBackend):
         require(connections <= REDUCED_CONNECTIONS_MAX, "network.npus", net.npus,
                 f"a size whose reduced networks hold at most {REDUCED_CONNECTIONS_MAX:,} connections on "
                 f"engine.backend=hybrid (here {connections:,}: each simulated rank to every other NPU{whole})")
-        for op, algorithms in REDUCED_ALGORITHMS.items():
-            require(getattr(config.system, op) in algorithms, f"system.{op}", getattr(config.system, op),
-                    f"one of {', '.join(algorithms)} on engine.backend=hybrid (rings and direct steps are "
-                    "the patterns it reduces yet)")
+        size = group_size(config)
+        require(size is None or config.system.all_reduce != "double_binary_tree", "system.all_reduce",
+                config.system.all_reduce, f"one of ring, halving_doubling, direct on engine.backend=hybrid where it "
+                f"simulates some groups of {size} NPUs, not the whole network (a tree's parent takes two children's "
+                "messages; the simulated ranks' sends, folded, bring their groups one)")
+        if size is not None and size & (size - 1):  # XorFold folds whole groups
+            for op in ("all_reduce", "all_gather", "reduce_scatter"):
+                algorithm = getattr(config.system, op)
+                others = [name for name in SYSTEM_ALGORITHMS[op] if name != "halving_doubling"]
+                require(algorithm != "halving_doubling", f"system.{op}", algorithm,
+                        f"one of {', '.join(others)} on engine.backend=hybrid where its reduced groups are not a "
+                        f"power of two NPUs (here {size}: halving-doubling's exchanges would split a group)")
         require(config.workload.type in REDUCED_WORKLOADS, "workload.type", config.workload.type,
-                f"one of {', '.join(REDUCED_WORKLOADS)} on engine.backend=hybrid")
+                f"one of {', '.join(REDUCED_WORKLOADS)} on engine.backend=hybrid (flows are TCP flows, not "
+                "collective phases: engine.backend=packet runs them)")
+        workload = config.workload
+        if isinstance(workload, ChakraWorkload) and workload.path is not None:
+            files = trace_files(workload.path)
+            require(not any(node.kind == SEND for rank, file in enumerate(files)
+                            for node in read_rank(file, rank, len(files)).nodes),
+                    "workload.path", workload.path,
+                    "a trace without point-to-point sends (COMM_SEND_NODE) on engine.backend=hybrid (it replays "
+                    "collective phases only: a send would keep phase's time alone on its route, blind to the loss "
+                    "its collisions cause)")
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:

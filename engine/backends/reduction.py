@@ -13,7 +13,7 @@ from typing import Callable
 from ..config import ReducedGroups, SimConfig
 from ..links import Link
 from ..simulation import Simulation
-from ..system.algorithms import Program, Send, Step
+from ..system.algorithms import XOR, Program, Send, Step
 from ..system.collectives import MessageCarrier, ProgramRun, Receipt
 from ..topology import flow_hash
 from ..transport import TcpConnection, TcpSender
@@ -172,22 +172,28 @@ class PacketEpisodes:
 
     def __init__(self, config: SimConfig, reduction: Reduction, models_host_stack: bool) -> None:
         self.reduction = reduction
+        self.xor_fold = XorFold(reduction)
         self.sim = Simulation(reduced_config(config), models_host_stack)
-        self._connections: dict[tuple[int, int], TcpConnection] = {}
+        # by full-run pair and the run rank it lands on: a pair that XOR exchanges fold elsewhere than other
+        # patterns do has a connection for each
+        self._connections: dict[tuple[int, int, int], TcpConnection] = {}
 
-    def connection(self, pair: tuple[int, int], flow_ids: dict[tuple[int, int], int]) -> TcpConnection:
+    def connection(self, pair: tuple[int, int], fold: Reduction, target: int,
+                   flow_ids: dict[tuple[int, int], int]) -> TcpConnection:
         """The persistent connection of the full-run `pair` of NPUs (sender, receiver) on the reduced
-        network, opened under its flow id in `flow_ids` on first use."""
-        connection = self._connections.get(pair)
+        network, to run rank `target` (where `fold`, the reduction or its `xor_fold`, puts the receiver),
+        opened under its flow id in `flow_ids` on first use."""
+        sender, npu = pair
+        key = (sender, npu, target)
+        connection = self._connections.get(key)
         if connection is None:
-            sender, npu = pair
             flow_id = flow_ids[pair]
             if not self.reduction.index:  # the whole network: its own routes (a ring's through its ports)
                 connection = self.sim.open_connection(sender, npu, flow_id)
             else:
-                (src, dst), data_links, ack_links = self.reduction.routes(self.sim, sender, npu, flow_id)
+                (src, dst), data_links, ack_links = fold.routes(self.sim, sender, npu, flow_id)
                 connection = self.sim.open_routed_connection(src, dst, flow_id, data_links, ack_links)
-            self._connections[pair] = connection
+            self._connections[key] = connection
         return connection
 
     def senders(self) -> list[TcpSender]:
@@ -207,52 +213,152 @@ class PacketEpisodes:
                 "drops": round(scale * self.drops())}
 
 
+class XorFold(Reduction):
+    """A reduction's view for halving-doubling's XOR exchanges on the full run's group (`xor_fold`): a peer in a
+    simulated group is itself; one in another group (the exchange's group mask M = its group XOR the sender's) is
+    the NPU at its position in a partner group: the simulated groups whose partner group (theirs XOR M) is not
+    simulated are paired in their order, first with second, third with fourth. The fold is then an involution, as
+    the exchange is: every simulated rank receives one message a step, from the rank it sends to, and each
+    simulated group's uplinks and downlinks carry one message per rank as the full run's do. Group sizes are powers
+    of two (`HybridBackend.check_config`), so that a step's peers in other groups lie all in one group."""
+
+    def __init__(self, reduction: Reduction) -> None:
+        # the reduction's own fields: a view, not a copy of its state
+        self.npus = reduction.npus
+        self.seed = reduction.seed
+        self.scale = reduction.scale
+        self.index = reduction.index
+        self.groups = reduction.groups
+        self.group_size = reduction.group_size
+        self.ranks = reduction.ranks
+        self.hosts = reduction.hosts
+
+    def position(self, sender: int, npu: int) -> int:
+        """The run rank standing for `npu` as the XOR partner of `sender` (class docstring)."""
+        index = self.index
+        if not index:
+            return npu
+        size = self.group_size
+        group = npu // size
+        if group in index:
+            return index[group] * size + npu % size
+        mask = group ^ sender // size
+        unmatched = [simulated for simulated in sorted(index) if simulated ^ mask not in index]
+        partner = unmatched[unmatched.index(sender // size) ^ 1]  # an even count: a match is mutual
+        return index[partner] * size + npu % size
+
+
+def _unconsumed() -> None:
+    """What a message folded onto a rank that does not wait for it calls on arrival: nothing."""
+
+
 class ReducedCarrier(MessageCarrier):
     """The messages of a phase replayed on a reduced network: run rank i is the reduction's simulated
-    NPU `ranks[i]`; each message goes on the connection of its full-run pair of NPUs, under the full
-    run's flow id, to the run rank standing for the receiver (`Reduction.position`)."""
+    NPU `ranks[i]`, rank `local[i]` of its dimension group `groups[i]`; each message goes on the connection of
+    its full-run pair of NPUs, under the full run's flow id, to the run rank standing for the receiver
+    (`fold.position`). With `exact`, only a message that lands on its receiver itself counts for that rank's
+    step; one folded onto another rank loads the network and is consumed by nobody."""
 
-    __slots__ = ("episodes", "reduction", "ranks", "flow_ids")
+    __slots__ = ("episodes", "fold", "ranks", "groups", "local", "flow_ids", "exact")
 
-    def __init__(self, episodes: PacketEpisodes, flow_ids: dict[tuple[int, int], int]) -> None:
+    def __init__(self, episodes: PacketEpisodes, fold: Reduction, groups: list[tuple[int, ...]], local: list[int],
+                 flow_ids: dict[tuple[int, int], int], exact: bool) -> None:
         self.episodes = episodes
-        self.reduction = episodes.reduction
-        self.ranks = self.reduction.ranks
+        self.fold = fold
+        self.ranks = fold.ranks
+        self.groups = groups
+        self.local = local
         self.flow_ids = flow_ids
+        self.exact = exact
 
     def carry(self, run: ProgramRun, index: int, send: Send) -> None:
-        reduction = self.reduction
         rank = self.ranks[index]
-        peer = (rank + send.peer_offset) % reduction.npus
-        connection = self.episodes.connection((rank, peer), self.flow_ids)
-        connection.send_message(send.size_bytes, Receipt(run, reduction.position(rank, peer), send.peer_step))
+        group = self.groups[index]
+        peer = group[(self.local[index] + send.peer_offset) % len(group)]
+        target = self.fold.position(rank, peer)
+        connection = self.episodes.connection((rank, peer), self.fold, target, self.flow_ids)
+        if self.exact and self.ranks[target] != peer:
+            connection.send_message(send.size_bytes, _unconsumed)
+        else:
+            connection.send_message(send.size_bytes, Receipt(run, target, send.peer_step))
 
 
-def replay_phase(episodes: PacketEpisodes, program: Program,
-                 flow_ids: Callable[[list[int], list[int]], list[int]], delay_ps: int,
-                 on_finished: Callable[[], None]) -> ProgramRun:
-    """A phase's `program` (its ranks the full run's NPUs) replayed by the simulated ranks of
-    `episodes`' reduction on its packet network, as the system layer runs it (`delay_ps` its endpoint
-    delay); `flow_ids` gives the full run's flow ids of pairs of NPUs (senders, receivers);
-    `on_finished` is called when the last simulated rank has finished; start it with `start`.
+class PhaseReplay:
+    """A phase's program runs on one reduced network (two for a double binary tree's trees): `start` starts them
+    all; `on_finished` is called once the last has finished."""
 
-    Each step waits for the messages the simulated ranks send it: the program's count where the pair
-    mirrors the full run (whole groups); where a peer group is partial (a fat tree's last pod) what
-    arrives, so that no rank waits for a message nobody sends."""
+    __slots__ = ("runs", "left", "on_finished")
+
+    def __init__(self, on_finished: Callable[[], None]) -> None:
+        self.runs: list[ProgramRun] = []
+        self.left = 0
+        self.on_finished = on_finished
+
+    def start(self) -> None:
+        """Every run's ranks enter their first step now (none: it has finished)."""
+        if not self.runs:
+            self.on_finished()
+        for run in self.runs:
+            run.start()
+
+    def run_finished(self) -> None:
+        """One of the runs has finished."""
+        self.left -= 1
+        if not self.left:
+            self.on_finished()
+
+
+def replay_phase(episodes: PacketEpisodes, groups: tuple[tuple[int, ...], ...], programs: list[Program],
+                 symmetric: str | None, flow_ids: Callable[[list[int], list[int]], list[int]], delay_ps: int,
+                 on_finished: Callable[[], None]) -> PhaseReplay:
+    """A phase's `programs` (run at once on every one of its dimension's `groups` of NPUs of the full run)
+    replayed by the simulated ranks of `episodes`' reduction on its packet network, as the system layer
+    runs them (`delay_ps` its endpoint delay); a simulated NPU in no group has nothing to do.
+    `symmetric`: the pattern of every step where all ranks do alike (ring, all, xor), else None; `flow_ids`
+    gives the full run's flow ids of pairs of NPUs (senders, receivers); `on_finished` is called when the last
+    simulated rank has finished; start it with `start`.
+
+    Which rank a message to a peer outside the simulated groups lands on, and what each step waits for:
+    - a symmetric phase on one group of every NPU: the reduction's fold (`Reduction.position`; XOR exchanges:
+      `XorFold`), every rank then sending and receiving at the same steps as in the full run; each step waits
+      for the messages the simulated ranks send it: the program's count where the reduction mirrors the full
+      run (whole groups); where a peer group is partial (a fat tree's last pod) what arrives, so that no rank
+      waits for a message nobody sends;
+    - ranks in different roles (a double binary tree) or a group of some NPUs (a Chakra process group): the
+      reduction's fold for the load, but a step waits only for the messages that reach their own receiver
+      (`ReducedCarrier.exact`): a folded message would land on a rank whose step does not consume it, and
+      waits for it could deadlock. Those ranks then wait for less than in the full run (they run ahead: the
+      replay's time is at most the full run's), and load the links as their programs do."""
     reduction = episodes.reduction
-    npus = reduction.npus
+    fold = episodes.xor_fold if symmetric == XOR else reduction
+    exact = symmetric is None or len(groups) != 1 or len(groups[0]) != reduction.npus
     ranks = reduction.ranks
-    steps: list[list[Step]] = [program[rank] for rank in ranks]
-    expected = [[0] * len(rank_steps) for rank_steps in steps]
+    where = {npu: (group, local) for group in groups for local, npu in enumerate(group)}
+    members = [where.get(rank, ((rank,), 0)) for rank in ranks]
+    member_groups = [group for group, _ in members]
+    local = [position for _, position in members]
+    replay = PhaseReplay(on_finished)
     senders: list[int] = []
     peers: list[int] = []
-    for rank, rank_steps in zip(ranks, steps):
-        for step in rank_steps:
-            for send in step.sends:
-                peer = (rank + send.peer_offset) % npus
-                expected[reduction.position(rank, peer)][send.peer_step] += 1
-                senders.append(rank)
-                peers.append(peer)
+    runs: list[tuple[list[list[Step]], list[list[int]]]] = []
+    for program in programs:
+        steps: list[list[Step]] = [program[position] if rank in where else []
+                                   for rank, position in zip(ranks, local)]
+        expected = [[0] * len(rank_steps) for rank_steps in steps]
+        for rank, group, position, rank_steps in zip(ranks, member_groups, local, steps):
+            for step in rank_steps:
+                for send in step.sends:
+                    peer = group[(position + send.peer_offset) % len(group)]
+                    target = fold.position(rank, peer)
+                    if not exact or ranks[target] == peer:
+                        expected[target][send.peer_step] += 1
+                    senders.append(rank)
+                    peers.append(peer)
+        runs.append((steps, expected))
     pair_flow_ids = dict(zip(zip(senders, peers), flow_ids(senders, peers)))
-    return ProgramRun(episodes.sim.eventlist, delay_ps, steps, expected, ReducedCarrier(episodes, pair_flow_ids),
-                      on_finished)
+    carrier = ReducedCarrier(episodes, fold, member_groups, local, pair_flow_ids, exact)
+    for steps, expected in runs:
+        replay.runs.append(ProgramRun(episodes.sim.eventlist, delay_ps, steps, expected, carrier,
+                                      replay.run_finished))
+    replay.left = len(replay.runs)
+    return replay

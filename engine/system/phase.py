@@ -374,17 +374,38 @@ class FluidPhases:
         self._stage_starts(fluid)
         self._share(now)
 
+    @property
+    def fluid_parts(self) -> list[FluidPart]:
+        """The phases in their fluid part, in their order of starting (read only: the timer owns it)."""
+        return self._fluid
+
+    def on_stage_start(self, fluid: FluidPart, queue_share: float) -> None:
+        """Hook: a stage of `fluid` has just opened (its phase's first one as `start` runs, or its next
+        one), `queue_share` the fullest switch port's buffer share then (`port_queue_share`), after the
+        incast rule flagged the phase; before the links are shared again (`after_share`). Nothing here."""
+
+    def after_share(self, now_ps: int) -> None:
+        """Hook: the links have just been shared among `fluid_parts` at `now_ps` (as a phase starts or
+        a stage ends), every `on_stage_start` of that instant called before. Nothing here."""
+
+    def phase_end(self, fluid: FluidPart) -> Callable[[], None]:
+        """Hook: what is called once `fluid`'s fluid part and fixed part are over, asked as its fluid
+        part ends: here its layer's end (`FluidPart.end`); a subclass may end it later."""
+        return fluid.end
+
     def _stage_starts(self, fluid: FluidPart) -> None:
         """A phase's stage opens its messages' windows: keep `max_port_flows`, and flag (and charge)
         the phase, once at most, if they overflow a port (`port_queue_share` above 1). The charge is one RTO:
         the initial one (RFC 6298: 1 s, before any RTT sample) where the phase opens connections
-        that never sent before, the minimum one where they have."""
-        if self.port_queue_share() > 1.0 and not fluid.flagged:
+        that never sent before, the minimum one where they have. Then `on_stage_start`."""
+        share = self.port_queue_share()
+        if share > 1.0 and not fluid.flagged:
             fluid.flagged = True
             self.incast_phases += 1
             if self.incast_rto_ps is not None:
                 initial_rto_ps, min_rto_ps = self.incast_rto_ps
                 fluid.tail_ps += initial_rto_ps if fluid.opens_connections else min_rto_ps
+        self.on_stage_start(fluid, share)
 
     def port_queue_share(self) -> float:
         """How full the current stages of the phases in their fluid part make the fullest switch port,
@@ -398,10 +419,23 @@ class FluidPhases:
         self.max_port_flows = max(self.max_port_flows, int(port_flows.max(initial=0)))
         opening = sum(demand.opening_bytes[ports] for demand in active)
         arrival = sum(demand.arrival_bytes_per_ps[ports] for demand in active)
+        return self._buffer_share(opening, arrival)
+
+    def stage_queue_share(self, stage: StageDemand) -> float:
+        """As `port_queue_share`, for `stage` alone and its whole messages instead of their opening windows:
+        the share of its buffer the fullest switch port would hold if every byte the stage puts there came
+        at its messages' arrival rate (what loss-based TCP, its windows growing until a drop, can fill)."""
+        ports = self.switch_port
+        return self._buffer_share(stage.link_bytes[ports], stage.arrival_bytes_per_ps[ports])
+
+    def _buffer_share(self, arriving: np.ndarray, arrival: np.ndarray) -> float:
+        """The fullest switch port's queue as a share of its buffer when `arriving` bytes come at `arrival`
+        bytes a picosecond (arrays over the switch ports) while it drains at its rate."""
+        ports = self.switch_port
         drained = np.divide(self.capacity_bytes_per_ps[ports], arrival, out=np.ones_like(arrival), where=arrival > 0)
         queued = 1.0 - drained
         queued[queued < RATE_TOLERANCE] = 0.0  # a port fed at its own rate, within float rounding: no queue
-        queue_bytes = opening * queued
+        queue_bytes = arriving * queued
         # no queue is no share, whatever the buffer (0 / 0 would be nan); a queue on no buffer is infinite
         with np.errstate(divide="ignore"):
             share = np.divide(queue_bytes, self.buffer_bytes[ports], out=np.zeros_like(queue_bytes),
@@ -422,7 +456,7 @@ class FluidPhases:
                 self.link_bytes += fluid.stages[fluid.stage].link_bytes
                 fluid.stage += 1
                 if fluid.stage == len(fluid.stages):
-                    self.eventlist.call_at(now + fluid.tail_ps, fluid.end)
+                    self.eventlist.call_at(now + fluid.tail_ps, self.phase_end(fluid))
                     continue
                 fluid.left = 1.0  # the next stage's messages go out at once
                 starting.append(fluid)
@@ -442,9 +476,14 @@ class FluidPhases:
             fluid.updated_ps = now
 
     def _share(self, now: int) -> None:
-        """Max-min fair rates for the phases in their fluid part; wake at the first to finish."""
-        if not self._fluid:
-            return
+        """Max-min fair rates for the phases in their fluid part; wake at the first to finish; then
+        `after_share`."""
+        if self._fluid:
+            self._set_rates(now)
+        self.after_share(now)
+
+    def _set_rates(self, now: int) -> None:
+        """Max-min fair rates for the phases in their fluid part (some); wake at the first to finish."""
         levels = max_min_levels(np.stack([fluid.stages[fluid.stage].share_weight for fluid in self._fluid]),
                                 self.capacity_bytes_per_ps)
         first_ps = -1
