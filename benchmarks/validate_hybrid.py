@@ -16,7 +16,11 @@ The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NI
 - `fat_tree`: astra_dlrm on fat trees (k = 8: pods of 16) of 64 and 128 NPUs, every switch link at 1/2,
   1/4 or 1/8 of the NIC rate, 32 KiB, 64 KiB, 128 KiB or 1 MiB buffers; and 1,024 NPUs (k = 16, 1 iteration)
   at 1/8 with 64 KiB or 1 MiB; hybrid reduces them to pod pairs (`engine.hybrid_fat_tree_group=pod`);
-- `fat_tree_edge`: the same, hybrid reducing them to edge-switch pairs (`edge`), against the same packet runs.
+- `fat_tree_edge`: the same, hybrid reducing them to edge-switch pairs (`edge`), against the same packet runs;
+- `hierarchical`: astra_dlrm on nodes of 8 GPUs whose NICs are on a leaf-spine of 16 NICs (two nodes) a leaf,
+  128, 256 and 512 GPUs, 2, 4 or 16 spines x 128 KiB or 1 MiB (hybrid: groups of whole nodes);
+- `rails`: astra_dlrm on rail-optimized nodes of 8 GPUs, 2 nodes a rail leaf, 1 spine (2:1) or 2 (1:1) at
+  100 Gb/s, 64 KiB or 1 MiB, PXN, 128, 256 and 512 GPUs (hybrid: groups of nodes, one rail replayed).
 
     python benchmarks/validate_hybrid.py                    # every case not in the CSV yet, on packet, hybrid, phase
     python benchmarks/validate_hybrid.py --backends hybrid --rerun   # hybrid again (after a change), packet kept
@@ -196,6 +200,22 @@ def grid() -> Iterator[dict[str, Any]]:
                            leaf_spine(npus, spines, buffer_kb),
                            {"type": "chakra", "path": chakra_trace(npus), "duration_unit": "us", "iterations": 2},
                            system=system)
+    yield from nodes_grid()
+
+
+def nodes_grid() -> Iterator[dict[str, Any]]:
+    """The multi-GPU node cases: `hierarchical` and `rails` (module docstring)."""
+    for npus in (128, 256, 512):
+        for spines in (2, 4, 16):
+            for buffer_kb in (128.0, 1024.0):
+                network = {"topology": "hierarchical", "npus": npus, "npus_per_node": 8, "scaleout": "leaf_spine",
+                           "hosts_per_leaf": 16, "spines": spines, "uplink_gbps": 100.0, "buffer_kb": buffer_kb}
+                yield case("hierarchical", f"hierarchical {npus} s{spines} b{buffer_kb:.0f}", network, ASTRA_DLRM)
+        for spines in (1, 2):
+            for buffer_kb in (64.0, 1024.0):
+                network = {"topology": "rail_optimized", "npus": npus, "npus_per_node": 8, "hosts_per_leaf": 2,
+                           "spines": spines, "uplink_gbps": 100.0, "buffer_kb": buffer_kb}
+                yield case("rails", f"rails {npus} s{spines} b{buffer_kb:.0f}", network, ASTRA_DLRM)
 
 
 def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:

@@ -592,10 +592,10 @@ class HybridPhases(FluidPhases):
         # whole groups only (a fat tree's last pod or edge may be partial: its NPUs are folded, never simulated)
         order = sorted(range(len(peak)), key=lambda group: (-int(peak[group]), -float(load[group]), group))
         pairs = simulated_pairs(self.config.network.npus, self._group_size)
-        # the full run's groups each simulated group stands for
-        scale = self.config.network.npus / self._group_size / (2 * pairs)
         groups = reduced_groups(self.config)
         assert groups is not None  # as `_group_size`
+        # the full run's groups each simulated group stands for, and the rails the replayed one does
+        scale = self.config.network.npus / self._group_size / (2 * pairs) * groups.rails
         if groups.together:
             return [Reduction(self.config, tuple(sorted(order[:LEAF_SPINE_GROUPS])), scale)]
         return [Reduction(self.config, tuple(sorted(order[2 * i:2 * i + 2])), scale) for i in range(pairs)]
