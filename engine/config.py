@@ -83,16 +83,12 @@ class ReducedGroups:
     """A way the hybrid backend reduces a network (engine/backends/reduction.py): groups of `hosts`
     consecutive NPUs, each behind its links to the rest of the fabric (`Topology.group_uplinks`), the
     simulated ones in one reduced network (`together`: a leaf-spine's leaves) or in mirrored pairs (a fat
-    tree's pods or edge switches). `name`: a group, in words; `plural`: several. `rails` > 1: the
-    network's scale-out carries every message on the rail of its receiver's local index (NPU mod `rails`),
-    the rails joined by no link but the spines' switching, alike: the reduction replays the messages to
-    rail 0's NPUs only, and the rest stand for the others."""
+    tree's pods or edge switches). `name`: a group, in words; `plural`: several."""
 
     hosts: int
     together: bool
     name: str
     plural: str
-    rails: int = 1
 
 
 @dataclass(frozen=True)
@@ -382,13 +378,9 @@ class RailOptimizedNetwork(NodesNetwork):
     pxn: bool = True
 
     def reduced_groups(self) -> tuple[ReducedGroups, ...]:
-        """With PXN, groups of `hosts_per_leaf` whole nodes (their rail leaves), one rail replayed; without,
-        none (a message leaves by its sender's rail and arrives by its receiver's: no one rail carries
-        what its NPUs send and receive)."""
-        if not self.pxn:
-            return ()
-        return (ReducedGroups(self.hosts_per_leaf * self.npus_per_node, True, "group of nodes", "groups of nodes",
-                              self.npus_per_node),)
+        """Groups of `hosts_per_leaf` whole nodes (their rail leaves: a group's GPUs reach the rest through
+        its rail leaves' uplinks alone, with PXN or without)."""
+        return (ReducedGroups(self.hosts_per_leaf * self.npus_per_node, True, "group of nodes", "groups of nodes"),)
 
     def nic_position(self, npu: int) -> int:
         node, rail = divmod(npu, self.npus_per_node)

@@ -594,8 +594,8 @@ class HybridPhases(FluidPhases):
         pairs = simulated_pairs(self.config.network.npus, self._group_size)
         groups = reduced_groups(self.config)
         assert groups is not None  # as `_group_size`
-        # the full run's groups each simulated group stands for, and the rails the replayed one does
-        scale = self.config.network.npus / self._group_size / (2 * pairs) * groups.rails
+        # the full run's groups each simulated group stands for
+        scale = self.config.network.npus / self._group_size / (2 * pairs)
         if groups.together:
             return [Reduction(self.config, tuple(sorted(order[:LEAF_SPINE_GROUPS])), scale)]
         return [Reduction(self.config, tuple(sorted(order[2 * i:2 * i + 2])), scale) for i in range(pairs)]

@@ -43,11 +43,9 @@ def simulated_pairs(npus: int, group_size: int) -> int:
     return min(PAIRS, npus // group_size // 2)
 
 
-def _pair_connections(npus: int, group_size: int, rails: int = 1) -> int:
-    """The connections of the simulated groups of `group_size` (two a pair): each rank to every other NPU,
-    or on a network of `rails` rails to every NPU of the one replayed."""
-    peers = npus - 1 if rails == 1 else -(-npus // rails)
-    return 2 * group_size * simulated_pairs(npus, group_size) * peers
+def _pair_connections(npus: int, group_size: int) -> int:
+    """The connections of the simulated groups of `group_size` (two a pair): each rank to every other NPU."""
+    return 2 * group_size * simulated_pairs(npus, group_size) * (npus - 1)
 
 
 def reduced_groups(config: SimConfig) -> ReducedGroups | None:
@@ -105,10 +103,7 @@ def reduced_connections(config: SimConfig) -> int:
     of the whole network) to every other NPU."""
     npus = config.network.npus
     size = group_size(config)
-    groups = reduced_groups(config)
-    if size is None or groups is None:
-        return npus * (npus - 1)
-    return _pair_connections(npus, size, groups.rails)
+    return npus * (npus - 1) if size is None else _pair_connections(npus, size)
 
 
 class Reduction:
@@ -124,10 +119,6 @@ class Reduction:
         size = group_size(config)
         self.index: dict[int, int] = {}  # the simulated groups' order in the reduced network
         self.groups = 1  # the full run's groups (a fat tree's last may be partial)
-        # the rails of a network whose scale-out carries a message on its receiver's rail
-        # (`ReducedGroups.rails`): the messages to rail 0's NPUs are replayed, the others' stand for them
-        kind = reduced_groups(config)
-        self.rails = kind.rails if kind is not None and size is not None and groups is not None else 1
         if size is None or groups is None:  # the whole network
             self.ranks = list(range(self.npus))
             self.group_size = self.npus
@@ -143,10 +134,6 @@ class Reduction:
             if len(groups) == 2:
                 first_hosts[1] = second_group_host(config)
             self.hosts = [first + i for first in first_hosts for i in range(size)]
-
-    def replays(self, npu: int) -> bool:
-        """Whether messages to the full run's `npu` are replayed: on the rail replayed (`rails`), or every one."""
-        return npu % self.rails == 0
 
     def position(self, sender: int, npu: int) -> int:
         """The run rank standing for the full run's `npu`, as a peer of `sender` (a simulated NPU): itself
@@ -288,8 +275,6 @@ class ReducedCarrier(MessageCarrier):
         rank = self.ranks[index]
         group = self.groups[index]
         peer = group[(self.local[index] + send.peer_offset) % len(group)]
-        if not self.episodes.reduction.replays(peer):
-            return
         target = self.fold.position(rank, peer)
         connection = self.episodes.connection((rank, peer), self.fold, target, self.flow_ids)
         if self.exact and self.ranks[target] != peer:
@@ -364,8 +349,6 @@ def replay_phase(episodes: PacketEpisodes, groups: tuple[tuple[int, ...], ...], 
             for step in rank_steps:
                 for send in step.sends:
                     peer = group[(position + send.peer_offset) % len(group)]
-                    if not reduction.replays(peer):
-                        continue
                     target = fold.position(rank, peer)
                     if not exact or ranks[target] == peer:
                         expected[target][send.peer_step] += 1
