@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import os
 import signal
 import subprocess
@@ -76,7 +77,8 @@ DESIGNS = (
                                   "network.spines=8", "network.uplink_gbps=200")),
 )
 LABELS = [f"{design.design}\n{design.oversubscription}" for design in DESIGNS]
-SERIES = ("phase (no TCP)", "hybrid newreno", "hybrid cubic", "hybrid dctcp")
+SERIES = ("phase (no TCP)", *(f"{backend} {tcp}" for backend in ("hybrid", "packet") for tcp in TCP))
+PACKET_MAX_NPUS = 1024  # packet runs whole networks: 1,024 GPUs take about 2 minutes a point
 FIELDS = ("npus", "design", "oversubscription", "tcp", "backend", "status", "iteration_ms", "timeouts", "drops",
           "ecn_marks", "max_port_flows", "incast_phases", "hybrid_packet_sims", "wall_s", "load_1min", "note",
           "command")
@@ -104,51 +106,56 @@ def run_point(overrides: list[str], results: Path, timeout_s: float) -> tuple[st
 
 
 def measure(sizes: list[int], backends: list[str], results: Path, timeout_s: float, out: Path) -> list[dict]:
-    """Every point of the study, phase first (fast, the complete picture), then hybrid; the CSV rewritten
-    after each."""
+    """Every point of `backends` x `sizes` (phase first: fast, the complete picture), a TCP variant at a
+    time; the CSV rewritten after each, keeping the points of other backends and sizes it held."""
     rows: list[dict] = []
+    if out.exists():
+        kept = pd.read_csv(out, dtype=object, keep_default_na=False)
+        rows = [row for row in kept.to_dict("records")
+                if not (row["backend"] in backends and int(row["npus"]) in sizes)]
     for backend in backends:
-        for npus in sizes:
-            for design in DESIGNS:
-                for tcp in (["newreno"] if backend == "phase" else list(TCP)):
-                    overrides = [f"engine.backend={backend}", *design.overrides, f"network.npus={npus}", *COMMON,
-                                 *TCP[tcp]]
-                    load = os.getloadavg()[0]
-                    note, row, wall_s = run_point(overrides, results, timeout_s)
-                    done = row is not None and row["status"] == "ok"
-                    rows.append({
-                        "npus": npus, "design": design.design, "oversubscription": design.oversubscription,
-                        "tcp": "n/a (phase)" if backend == "phase" else tcp, "backend": backend,
-                        "status": row["status"] if row is not None else ("dropped" if note.startswith("dropped")
-                                                                          else "refused"),
-                        "iteration_ms": round(row["iteration_time_s"] * 1e3, 4) if done else None,
-                        **{key: (None if row is None or pd.isna(row[key]) else int(row[key]))
-                           for key in ("timeouts", "drops", "ecn_marks", "max_port_flows", "incast_phases",
-                                       "hybrid_packet_sims")},
-                        "wall_s": round(wall_s, 1), "load_1min": round(load, 1),
-                        "note": note or (row["error"] if row is not None and not done else ""),
-                        "command": "python -m sweep " + " ".join(overrides)})
-                    print(rows[-1], file=sys.stderr, flush=True)
-                    write_csv(rows, out)
+        for npus in sizes if backend != "packet" else [npus for npus in sizes if npus <= PACKET_MAX_NPUS]:
+            for tcp, design in itertools.product(["newreno"] if backend == "phase" else list(TCP), DESIGNS):
+                overrides = [f"engine.backend={backend}", *design.overrides, f"network.npus={npus}", *COMMON,
+                             *TCP[tcp]]
+                load = os.getloadavg()[0]
+                note, row, wall_s = run_point(overrides, results, timeout_s)
+                done = row is not None and row["status"] == "ok"
+                rows.append({
+                    "npus": npus, "design": design.design, "oversubscription": design.oversubscription,
+                    "tcp": "n/a (phase)" if backend == "phase" else tcp, "backend": backend,
+                    "status": row["status"] if row is not None else ("dropped" if note.startswith("dropped")
+                                                                      else "refused"),
+                    "iteration_ms": round(row["iteration_time_s"] * 1e3, 4) if done else None,
+                    **{key: (None if row is None or pd.isna(row[key]) else int(row[key]))
+                       for key in ("timeouts", "drops", "ecn_marks", "max_port_flows", "incast_phases",
+                                   "hybrid_packet_sims")},
+                    "wall_s": round(wall_s, 1), "load_1min": round(load, 1),
+                    "note": note or (row["error"].strip().splitlines()[-1] if row is not None and not done
+                                     else ""),
+                    "command": "python -m sweep " + " ".join(overrides)})
+                print(rows[-1], file=sys.stderr, flush=True)
+                write_csv(rows, out)
     return rows
 
 
 def write_csv(rows: list[dict], out: Path) -> None:
-    """The points so far."""
+    """The points so far; a note is its last line (an error's: the exception)."""
     with out.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({**row, "note": (str(row["note"]).strip().splitlines() or [""])[-1]} for row in rows)
 
 
 def series_of(row: pd.Series) -> str:
     """Which plotted series a point belongs to."""
-    return "phase (no TCP)" if row["backend"] == "phase" else f"hybrid {row['tcp']}"
+    return "phase (no TCP)" if row["backend"] == "phase" else f"{row['backend']} {row['tcp']}"
 
 
 def plot(frame: pd.DataFrame, npus: int, path: Path) -> None:
-    """Iteration time by design and oversubscription at `npus` GPUs: a hollow marker per series (phase and
-    the hybrid's three TCP variants), on a log axis (times span decades); a point a backend refused is absent."""
+    """Iteration time by design and oversubscription at `npus` GPUs: a hollow marker per series (phase, and
+    hybrid and packet with each TCP variant), on a log axis (times span decades); a point a backend refused,
+    failed or dropped is absent."""
     figure = Figure(figsize=(10, 4.8))
     axes = figure.add_subplot()
     subset = frame[(frame["npus"] == npus) & frame["iteration_ms"].notna()]
@@ -157,7 +164,7 @@ def plot(frame: pd.DataFrame, npus: int, path: Path) -> None:
         points = subset[subset.apply(series_of, axis=1) == name]
         if points.empty:
             continue
-        x = [positions[f"{design} {ratio}"] + (offset - 1.5) * 0.12
+        x = [positions[f"{design} {ratio}"] + (offset - (len(SERIES) - 1) / 2) * 0.1
              for design, ratio in zip(points["design"], points["oversubscription"])]
         axes.plot(x, points["iteration_ms"], label=name, **{**style, "linestyle": "none"})
     axes.set_xticks(range(len(LABELS)), LABELS)
@@ -173,7 +180,7 @@ def plot(frame: pd.DataFrame, npus: int, path: Path) -> None:
 
 def table(frame: pd.DataFrame) -> str:
     """Markdown: a row per size, design and oversubscription; a column per series (iteration ms, with the
-    timeouts in brackets where there were any; `refused` or `dropped` where a backend gave none)."""
+    timeouts in brackets where the backend counts them; the status where a backend gave no time)."""
     lines = ["| GPUs | design | oversubscription | " + " | ".join(SERIES) + " |",
              "| ---: | --- | --- |" + " ---: |" * len(SERIES)]
     for npus in sorted(frame["npus"].unique()):
@@ -184,14 +191,14 @@ def table(frame: pd.DataFrame) -> str:
                              & (frame["oversubscription"] == design.oversubscription)
                              & (frame.apply(series_of, axis=1) == name)]
                 if hits.empty:
-                    cells.append("")
+                    cells.append("not run")
                     continue
                 hit = hits.iloc[-1]
                 if pd.isna(hit["iteration_ms"]):
                     cells.append(str(hit["status"]))
                     continue
                 no_count = pd.isna(hit["timeouts"]) or hit["backend"] == "phase"
-                timeouts = "" if no_count else f" ({int(hit['timeouts'])} RTOs)"
+                timeouts = "" if no_count else f" ({int(hit['timeouts']):,} RTOs)"
                 cells.append(f"{hit['iteration_ms']:.4g}{timeouts}")
             lines.append(f"| {npus:,} | {design.design} | {design.oversubscription} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -201,7 +208,8 @@ def main() -> None:
     """Run the study (or read its CSV with --replot), then print the table and draw the plots."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--npus", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--backends", nargs="+", choices=("phase", "hybrid"), default=["phase", "hybrid"])
+    parser.add_argument("--backends", nargs="+", choices=("phase", "hybrid", "packet"),
+                        default=["phase", "hybrid", "packet"], help=f"packet only up to {PACKET_MAX_NPUS:,} GPUs")
     parser.add_argument("--results", type=Path, default=HERE.parent / "results",
                         help=f"results_dir of the Parquet dataset `{DATASET}`")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="drop a point whose command runs longer")
