@@ -42,7 +42,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 import sweep
-from sweep.report.plots import STYLES, save
+from sweep.report.plots import LOG_RATIO, STYLES, save
 
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs"
@@ -154,22 +154,27 @@ def series_of(row: pd.Series) -> str:
 
 def plot(frame: pd.DataFrame, npus: int, path: Path) -> None:
     """Iteration time by design and oversubscription at `npus` GPUs: a hollow marker per series (phase, and
-    hybrid and packet with each TCP variant), on a log axis (times span decades); a point a backend refused,
+    hybrid and packet with each TCP variant), on a log axis where times span decades (else linear from zero,
+    as the report draws them); a point a backend refused,
     failed or dropped is absent."""
     figure = Figure(figsize=(10, 4.8))
     axes = figure.add_subplot()
     subset = frame[(frame["npus"] == npus) & frame["iteration_ms"].notna()]
     positions = {label.replace("\n", " "): index for index, label in enumerate(LABELS)}
-    for offset, (name, style) in enumerate(zip(SERIES, STYLES)):
+    present = set(subset.apply(series_of, axis=1)) if not subset.empty else set()
+    shown = [(name, style) for name, style in zip(SERIES, STYLES) if name in present]  # one style per series
+    for offset, (name, style) in enumerate(shown):
         points = subset[subset.apply(series_of, axis=1) == name]
-        if points.empty:
-            continue
-        x = [positions[f"{design} {ratio}"] + (offset - (len(SERIES) - 1) / 2) * 0.1
+        x = [positions[f"{design} {ratio}"] + (offset - (len(shown) - 1) / 2) * 0.1
              for design, ratio in zip(points["design"], points["oversubscription"])]
         axes.plot(x, points["iteration_ms"], label=name, **{**style, "linestyle": "none"})
     axes.set_xticks(range(len(LABELS)), LABELS)
-    axes.set_yscale("log")
-    axes.set_ylabel("iteration time (ms, log)")
+    if subset["iteration_ms"].max() >= LOG_RATIO * subset["iteration_ms"].min():  # the report's rule
+        axes.set_yscale("log")
+        axes.set_ylabel("iteration time (ms, log)")
+    else:
+        axes.set_ylim(bottom=0)
+        axes.set_ylabel("iteration time (ms)")
     axes.set_xlabel("scale-out design, oversubscription at the leaves / rail leaves / edge switches")
     axes.set_title(f"astra_dlrm, one iteration, {npus:,} GPUs (nodes of 8), 100 Gb/s NICs, 128 KiB buffers")
     axes.grid(True, which="both", axis="y", alpha=0.3)
