@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -69,14 +70,24 @@ def tree_resident_bytes(pid: int) -> int:
     return total
 
 
-def measure_case(name: str, overrides: tuple[str, ...]) -> dict:
-    """Run one case in a child process; its runs row's memory columns and the command's own peak: the
-    largest sum of its processes' resident memory (the ns3 helper's included), sampled every
-    `SAMPLE_S`, or the largest single process's (`ru_maxrss`), whichever is larger."""
-    with tempfile.TemporaryDirectory() as results_dir, tempfile.TemporaryFile("w+") as stderr:
+@dataclass(frozen=True)
+class Measured:
+    """A finished command: its exit code, wall time from start to exit, the peak of its whole process tree
+    and the end of its stderr."""
+
+    returncode: int
+    wall_s: float
+    peak_mib: float
+    stderr: str
+
+
+def run_measured(argv: list[str], cwd: str) -> Measured:
+    """Run `argv` in `cwd` as a user waits for it. Its peak: the largest sum of its processes' resident
+    memory (children included: Ray's workers, the ns3 helper), sampled every `SAMPLE_S`, or the largest
+    single process's (`ru_maxrss`), whichever is larger."""
+    with tempfile.TemporaryFile("w+") as stderr:
         start = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "sweep", *overrides, f"results_dir={results_dir}",
-                                  "name=mem"], cwd=results_dir, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        child = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         tree_peak = 0
         while (done := os.wait4(child.pid, os.WNOHANG))[0] == 0:
             tree_peak = max(tree_peak, tree_resident_bytes(child.pid))
@@ -84,12 +95,22 @@ def measure_case(name: str, overrides: tuple[str, ...]) -> dict:
         _, status, usage = done  # this child's resource use: the peak of its largest process
         child.returncode = os.waitstatus_to_exitcode(status)
         wall_s = time.perf_counter() - start
-        command_peak_mib = max(usage.ru_maxrss / 1024, tree_peak / 2**20)  # KiB, bytes -> MiB
+        stderr.seek(0)
+        return Measured(child.returncode, wall_s, max(usage.ru_maxrss / 1024, tree_peak / 2**20),  # KiB, bytes -> MiB
+                        stderr.read()[-2000:])
+
+
+def measure_case(name: str, overrides: tuple[str, ...]) -> dict:
+    """Run one case in a child process (`run_measured`); its runs row's memory columns and the command's
+    own peak."""
+    with tempfile.TemporaryDirectory() as results_dir:
+        measured = run_measured([sys.executable, "-m", "sweep", *overrides, f"results_dir={results_dir}",
+                                 "name=mem"], results_dir)
         runs_dir = Path(results_dir) / "mem" / "runs"
         if not runs_dir.exists():
-            stderr.seek(0)
-            raise SystemExit(f"{name}: no runs row (exit {child.returncode}):\n{stderr.read()[-2000:]}")
+            raise SystemExit(f"{name}: no runs row (exit {measured.returncode}):\n{measured.stderr}")
         row = pd.read_parquet(runs_dir).iloc[-1]
+    command_peak_mib, wall_s = measured.peak_mib, measured.wall_s
     peak_mib = max(row["peak_memory_mb"], command_peak_mib)
     return {"case": name, "backend": row["engine.backend"], "npus": int(row["network.npus"]),
             "status": row["status"], "sim_time_s": f"{row['sim_time_s']:.4g}", "wall_s": f"{wall_s:.1f}",
