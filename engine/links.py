@@ -43,6 +43,17 @@ TCP_TIMESTAMP_OPTION_BYTES: Final = 12
 SYN_OPTION_BYTES_TIMESTAMPS: Final = 20  # MSS, SACK-permitted (or 2 NOPs), timestamps, NOP + window scale
 SYN_OPTION_BYTES_SACK: Final = 12  # MSS, NOP NOP SACK-permitted, NOP + window scale
 SYN_OPTION_BYTES_PLAIN: Final = 8  # MSS, NOP + window scale
+# RoCEv2 (InfiniBand Architecture Specification, Annex A17): an IB transport packet in UDP (port 4791)
+# over IPv4: IPv4 header 20, UDP 8, Base Transport Header 12, invariant CRC 4 bytes around the payload.
+# Counted as TCP's packets are, from the IP header on: network.mtu_bytes is the IP packet, and the
+# Ethernet header (14) and FCS (4) are counted on neither transport (htsim's RoCE adds 64 bytes to
+# each payload: these 44 and Ethernet's 18, rounded up).
+ROCE_HEADER_BYTES: Final = 20 + 8 + 12 + 4
+# An ACK or NAK: the headers and the ACK Extended Transport Header (AETH, 4 bytes: syndrome and MSN).
+ROCE_ACK_BYTES: Final = ROCE_HEADER_BYTES + 4
+# InfiniBand's path MTUs, the payload a RoCE packet may carry (IB spec 7.7.1; a RoCE NIC takes the
+# largest whose packet fits the Ethernet MTU: 1024 at 1500, 4096 at 9000)
+ROCE_PATH_MTUS: Final = (256, 512, 1024, 2048, 4096)
 
 
 def syn_bytes(timestamps: bool, sack: bool) -> int:

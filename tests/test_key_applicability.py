@@ -50,6 +50,14 @@ CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.pxn": (INCAST, False),
     "network.buffer_kb": (FULL_MESH_INCAST, 1.0),  # no switch port: nothing queues in a buffer
     "network.ecn_threshold_kb": (INCAST, 1.0),  # the queue reaches 16 KiB: ECN-capable packets would be marked
+    "network.pfc": (INCAST, False),  # with tcp, false is what null means
+    "network.pfc_xoff_kb": (INCAST, 64.0),  # PFC off
+    "network.pfc_xon_kb": (INCAST, 8.0),
+    **{f"roce.{name}": (INCAST, value) for name, value in (
+        ("cc", "dcqcn"), ("payload_bytes", 512), ("rto_us", 10.0), ("dcqcn_kmin_kb", 1.0), ("dcqcn_kmax_kb", 2.0),
+        ("dcqcn_pmax", 0.5), ("dcqcn_g", 0.5), ("dcqcn_cnp_interval_us", 1.0), ("dcqcn_alpha_timer_us", 1.0),
+        ("dcqcn_increase_timer_us", 1.0), ("dcqcn_byte_counter_bytes", 1000), ("dcqcn_fast_recovery_steps", 1),
+        ("dcqcn_ai_mbps", 1.0), ("dcqcn_hai_mbps", 1.0), ("dcqcn_min_rate_mbps", 10.0))},
     "tcp.dctcp_g": (INCAST, 1.0),
     "tcp.cubic_c": (INCAST, 4.0),
     "tcp.cubic_beta": (INCAST, 0.2),
@@ -234,8 +242,11 @@ def test_unused_keys_go_back_to_their_defaults_and_absent_ones_stay_absent() -> 
     # (the keys of before: one added since is left out, `network.scaleout` or `network.pxn`)
     other_topologies = [key for key in section_keys("network")
                         if key not in NETWORK_BASE_KEYS and f"network.{key}" in engine.keys.IDENTITY_KEYS_2026_12]
+    # (and the keys every topology has gained since at their defaults, `network.pfc`: left out too)
+    keys_of_before = {key: value for key, value in dataclasses.asdict(SwitchNetwork()).items()
+                      if f"network.{key}" in engine.keys.IDENTITY_KEYS_2026_12}
     assert identity_mapping(composed, engine.load_config(composed)) == {
-        "network": {**dataclasses.asdict(SwitchNetwork()), **dict.fromkeys(other_topologies)}}
+        "network": {**keys_of_before, **dict.fromkeys(other_topologies)}}
 
 
 def test_a_key_set_where_it_never_applies_is_refused() -> None:
