@@ -32,7 +32,6 @@ class PacketBackend(NetworkBackend):
     DESCRIPTION: ClassVar[str] = "packet-level TCP/IP: queues, losses, retransmissions, ECN"
     FILLS: ClassVar[frozenset[str]] = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS + EVENT_RATE_COLUMNS)
     CARRIES_FLOWS: ClassVar[bool] = True
-    CARRIES_ROCE: ClassVar[bool] = True
     MODELS_HOST_STACK: ClassVar[bool] = True
     FIDELITY_RANK: ClassVar[int] = 4
 
