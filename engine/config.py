@@ -133,6 +133,13 @@ class NetworkConfig:
     pfc_xoff_kb: float | None = None
     pfc_xon_kb: float | None = None
 
+    def pfc_thresholds_bytes(self) -> tuple[int, int]:
+        """PFC's XOFF and XON thresholds in bytes (`pfc_xoff_kb`, `pfc_xon_kb`; null: htsim's, in full
+        packets of `mtu_bytes`)."""
+        xoff = PFC_XOFF_PACKETS * self.mtu_bytes if self.pfc_xoff_kb is None else int(self.pfc_xoff_kb * 1024)
+        xon = PFC_XON_PACKETS * self.mtu_bytes if self.pfc_xon_kb is None else int(self.pfc_xon_kb * 1024)
+        return xoff, xon
+
     @property
     def node_npus(self) -> int:
         """NPUs that share a scale-up node (1: each NPU is its own node)."""
@@ -795,14 +802,6 @@ class SimConfig:
         pfc = self.network.pfc
         return self.transport.protocol == "roce" if pfc is None else pfc
 
-    def pfc_thresholds_bytes(self) -> tuple[int, int]:
-        """PFC's XOFF and XON thresholds in bytes (`network.pfc_xoff_kb`, `pfc_xon_kb`; null: htsim's, in full
-        packets of network.mtu_bytes)."""
-        net = self.network
-        xoff = PFC_XOFF_PACKETS * net.mtu_bytes if net.pfc_xoff_kb is None else int(net.pfc_xoff_kb * 1024)
-        xon = PFC_XON_PACKETS * net.mtu_bytes if net.pfc_xon_kb is None else int(net.pfc_xon_kb * 1024)
-        return xoff, xon
-
     @property
     def mss_bytes(self) -> int:
         """The MSS: `tcp.mss_bytes`, or MTU minus 40 bytes of IPv4 + TCP headers. Without options it
@@ -1073,11 +1072,13 @@ def _validate_transport(config: SimConfig) -> None:
         require(not isinstance(net, RingNetwork), "network.topology", net.topology,
                 "a topology other than ring with transport.protocol=roce (a ring's NPUs forward through ports "
                 "shared with their own traffic, which RoCE's NICs do not model)")
+        require(net.loss_rate == 0, "network.loss_rate", net.loss_rate,
+                "0 with transport.protocol=roce (random loss is not modelled on RoCE's links yet)")
     else:
         require(not net.pfc, "network.pfc", net.pfc,
                 "null or false with transport.protocol=tcp (PFC under TCP is not modelled yet: docs/roce.md)")
     if config.pfc_on:
-        xoff, xon = config.pfc_thresholds_bytes()
+        xoff, xon = net.pfc_thresholds_bytes()
         require(xon < xoff, "network.pfc_xon_kb", net.pfc_xon_kb,
                 f"below the XOFF threshold ({xoff / 1024:g} KiB), or null for {PFC_XON_PACKETS} full packets")
         require(xoff >= net.mtu_bytes, "network.pfc_xoff_kb", net.pfc_xoff_kb,

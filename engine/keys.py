@@ -50,6 +50,7 @@ def _both(first: tuple[str, Callable[[SimConfig], bool]],
     return f"{first[0]} with {second[0]}", lambda config: first[1](config) and second[1](config)
 
 
+_TCP = _when("transport.protocol", "tcp")
 _ROCE = _when("transport.protocol", "roce")
 _PFC = ("PFC on (network.pfc=true, or null with transport.protocol=roce)", lambda config: config.pfc_on)
 # A host's own transmit path exists on the backends that model it, and on the topologies whose hosts
@@ -71,19 +72,23 @@ KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
     # the port's own queue disc in place of ns-3's default device queue, which drops at 100 packets.
     "network.ecn_threshold_kb": (
         f"{_WITH_SWITCH_PORTS} with ECN-capable traffic (tcp.cc=dctcp or tcp.ecn=true; on engine.backend="
-        f"{'|'.join(backends_with('ECN_THRESHOLD_SETS_QUEUE'))} also network.buffer_kb=null)",
-        lambda config: config.network.SWITCH_PORTS and (config.tcp.ecn or isinstance(config.tcp, DctcpTcp) or (
-            backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
-    **{f"host.{key}": _HOST_STACK for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
+        f"{'|'.join(backends_with('ECN_THRESHOLD_SETS_QUEUE'))} also network.buffer_kb=null) "
+        "with transport.protocol=tcp",
+        lambda config: config.network.SWITCH_PORTS and config.transport.protocol == "tcp" and (
+            config.tcp.ecn or isinstance(config.tcp, DctcpTcp) or (
+                backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
+    **{f"host.{key}": _both(_HOST_STACK, _TCP) for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
     "network.pfc": _ROCE,  # with tcp, false is what null means
     "network.pfc_xoff_kb": _PFC,
     "network.pfc_xon_kb": _PFC,
     **{f"network.{key}": _scaleout(*scaleouts) for key, scaleouts in (
         ("hosts_per_leaf", ("leaf_spine",)), ("spines", ("leaf_spine",)), ("uplink_gbps", ("leaf_spine", "fat_tree")),
         ("fat_tree_k", ("fat_tree",)))},
-    "tcp.delayed_ack_timeout_ms": _when("tcp.delayed_ack", True),
-    "tcp.pto_slack_ms": _when("tcp.rack_tlp", True),
-    "tcp.sack_after_rto": _when("tcp.sack", True),
+    # every tcp key: with transport.protocol=tcp (some under a setting of their own too)
+    **{f"tcp.{name}": _TCP for name in section_keys("tcp")},
+    "tcp.delayed_ack_timeout_ms": _both(_when("tcp.delayed_ack", True), _TCP),
+    "tcp.pto_slack_ms": _both(_when("tcp.rack_tlp", True), _TCP),
+    "tcp.sack_after_rto": _both(_when("tcp.sack", True), _TCP),
     **{f"roce.{name}": _both(_ROCE, _when("roce.cc", "dcqcn")) if name.startswith("dcqcn_") else _ROCE
        for name in section_keys("roce")},
     "workload.senders": _when("workload.pattern", "incast"),
