@@ -76,6 +76,21 @@ def test_an_incast_with_pfc_is_lossless_and_keeps_the_port_busy() -> None:
     assert 0 < row["max_queue_kb"] * 1024 <= senders * per_ingress
 
 
+def test_the_links_table_counts_each_port_s_pauses_and_time_paused() -> None:
+    # 2 senders of 200 KB into h0: the senders' NICs are paused (their rows count the PAUSEs the switch
+    # sent them and the time they stood), the receiver's port never is (a host never pauses its switch),
+    # and every pause a NIC received is one the run counts.
+    config = roce({"npus": 3}, flows((1, 0, 200_000), (2, 0, 200_000)))
+    config["engine"] = {"link_stats": "all"}
+    rows = run(config)
+    links = {row["link"]: row for row in rows["links"]}
+    for sender in ("h1->sw", "h2->sw"):
+        assert links[sender]["pause_frames"] > 0
+        assert 0 < links[sender]["paused_s"] < rows["runs"][0]["sim_time_s"]
+    assert (links["sw->h0"]["pause_frames"], links["sw->h0"]["paused_s"]) == (0, 0.0)
+    assert sum(row["pause_frames"] for row in links.values()) == rows["runs"][0]["pause_frames"]
+
+
 def test_without_pfc_a_shallow_buffer_drops_and_go_back_n_recovers_every_loss() -> None:
     config = roce({"npus": 5, "pfc": False, "buffer_kb": 16.0},
                   {"type": "flows", "pattern": "incast", "senders": 4, "bytes_per_flow": 200_000},
