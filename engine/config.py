@@ -526,7 +526,7 @@ class RoceConfig:
     (once until the gap fills); a NAK or an expired timer sends everything again from the first
     packet not acknowledged. DCQCN's constants (`dcqcn_*`) are Zhu et al., "Congestion Control for
     Large-Scale RDMA Deployments", SIGCOMM 2015, section 5 / figure 14 (recall: check against the paper
-    before relying on one); roce.cc=dcqcn is refused until it is modelled.
+    before relying on one).
     """
 
     cc: str = "none"  # one of ROCE_CCS
@@ -551,8 +551,7 @@ class RoceConfig:
 
     def check(self, network: NetworkConfig) -> None:
         """Raise `ConfigError` for a value RoCE cannot run with on `network`."""
-        require(self.cc == "none", "roce.cc", self.cc,
-                f"none (one of {', '.join(ROCE_CCS)}; dcqcn is not modelled yet: docs/roce.md)")
+        _one_of("roce.cc", self.cc, ROCE_CCS)
         if self.payload_bytes is not None:
             require(256 <= self.payload_bytes <= network.mtu_bytes - ROCE_HEADER_BYTES, "roce.payload_bytes",
                     self.payload_bytes, f"an integer from 256 to network.mtu_bytes - {ROCE_HEADER_BYTES} = "

@@ -51,6 +51,8 @@ SYN_OPTION_BYTES_PLAIN: Final = 8  # MSS, NOP + window scale
 ROCE_HEADER_BYTES: Final = 20 + 8 + 12 + 4
 # An ACK or NAK: the headers and the ACK Extended Transport Header (AETH, 4 bytes: syndrome and MSN).
 ROCE_ACK_BYTES: Final = ROCE_HEADER_BYTES + 4
+# A congestion notification packet (RoCEv2 CNP, IB spec Annex A17.9.3): the headers and 16 reserved bytes.
+ROCE_CNP_BYTES: Final = ROCE_HEADER_BYTES + 16
 # InfiniBand's path MTUs, the payload a RoCE packet may carry (IB spec 7.7.1; a RoCE NIC takes the
 # largest whose packet fits the Ethernet MTU: 1024 at 1500, 4096 at 9000)
 ROCE_PATH_MTUS: Final = (256, 512, 1024, 2048, 4096)
@@ -470,17 +472,31 @@ class PausableLink(Link):
     leaving the switch: above XOFF (checked when a packet has arrived) its switch sends this link's
     sender a PAUSE, and below XON (checked when a packet finishes leaving) a RESUME. Pause frames are
     not serialised and arrive after the link's propagation delay (as htsim's `lossless_input`: explicit
-    pause and resume, one class per port, so ACKs stop too). Its egress queue has no buffer limit: the
-    pauses bound it, and nothing is dropped. `pause_frames` counts the PAUSEs its sender received,
-    `paused_ps` the time it spent paused.
+    pause and resume, one class per port, so ACKs stop too). With PFC its egress queue has no buffer
+    limit (`buffer_bytes` None): the pauses bound it, and nothing is dropped; without, it drops as a
+    `Link` does. `pause_frames` counts the PAUSEs its sender received, `paused_ps` the time it spent paused.
+
+    With `red` (Kmin, Kmax in bytes, Pmax: DCQCN's switches) an ECN-capable packet is CE-marked with a
+    probability rising from 0 at a queue of Kmin bytes to Pmax at Kmax, and always above Kmax, on the
+    queue it finds (drawn from `red_rng`).
     """
 
     __slots__ = ("_queue", "_queued_ps", "_sending", "_serialised", "paused", "_paused_since_ps", "paused_ps",
-                 "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes", "ingress_bytes", "_pause_sent")
+                 "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes", "ingress_bytes", "_pause_sent", "_red_kmin_ps",
+                 "_red_kmax_ps", "_red_pmax", "_red_rng")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
-                 pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0, ecn_threshold_bytes: int | None = None) -> None:
-        super().__init__(eventlist, name, rate_bps, latency_ps, ecn_threshold_bytes=ecn_threshold_bytes)
+                 pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0, buffer_bytes: int | None = None,
+                 red: tuple[int, int, float] | None = None, red_rng: Random | None = None) -> None:
+        super().__init__(eventlist, name, rate_bps, latency_ps, buffer_bytes=buffer_bytes)
+        if red is not None and red_rng is None:
+            raise ValueError(f"link {name}: RED marking needs a seeded rng")
+        kmin, kmax, pmax = red if red is not None else (0, 1, 0.0)
+        # the thresholds as backlogs, as the buffer's (exact for a FIFO); no rng: no marking, no draw
+        self._red_kmin_ps = serialisation_ps(kmin, rate_bps)
+        self._red_kmax_ps = serialisation_ps(kmax, rate_bps)
+        self._red_pmax = pmax
+        self._red_rng = red_rng if red is not None else None
         self._queue: deque[Packet] = deque()
         self._queued_ps = 0  # serialisation time of the packets waiting
         self._sending: Packet | None = None  # the packet being serialised, done at busy_until_ps
@@ -495,11 +511,17 @@ class PausableLink(Link):
         self._pause_sent = False
 
     def receive_packet(self, pkt: Packet) -> None:
-        """Queue `pkt` (marking it CE above the ECN threshold); start it at once if the port is free."""
+        """Queue `pkt` (or drop it above the buffer; RED may mark it); start it at once if the port is free."""
         now = self.eventlist.now_ps
         backlog_ps = self._queued_ps + (self.busy_until_ps - now if self._sending is not None else 0)
-        if backlog_ps > 0:
-            self.admit(pkt, backlog_ps)  # no buffer limit: it marks and records, never drops
+        if backlog_ps > 0 and not self.admit(pkt, backlog_ps):  # with PFC no buffer limit: never a drop
+            return
+        red_rng = self._red_rng
+        if red_rng is not None and pkt.ecn_capable and backlog_ps > self._red_kmin_ps:
+            if backlog_ps >= self._red_kmax_ps or red_rng.random() < self._red_pmax * (
+                    backlog_ps - self._red_kmin_ps) / (self._red_kmax_ps - self._red_kmin_ps):
+                pkt.ce = True
+                self.ecn_marks += 1
         self._queue.append(pkt)
         self._queued_ps += serialisation_ps(pkt.size_bytes, self.rate_bps)
         if self._sending is None and not self.paused:
@@ -618,6 +640,10 @@ class NicSender(PacketSink):
 
     __slots__ = ()
 
+    def ready_ps(self) -> int:
+        """When its rate limiter lets it send its next packet (at most now: at once)."""
+        raise NotImplementedError
+
     def next_packet(self) -> Packet | None:
         """Its next packet to send now, or None when it has nothing more (the NIC then forgets it
         until it is `activate`d again)."""
@@ -625,17 +651,21 @@ class NicSender(PacketSink):
 
 
 class RoceNic(PausableLink):
-    """A host's RDMA NIC: its own link, paced at line rate by construction: whenever the link is free
-    (and not paused) it takes the next packet, first from its FIFO (ACKs, NAKs and any packet it
-    forwards), else from its active senders in turn, one packet each (round robin among queue pairs).
-    A sender's packets are made when they go, so a go-back-N rewind leaves nothing stale queued."""
+    """A host's RDMA NIC: its own link, whenever free (and not paused) taking the next packet: first
+    from its FIFO (ACKs, NAKs, CNPs and any packet it forwards), else from its active senders in
+    turn, one packet each (round robin among queue pairs), skipping a sender its rate limiter holds
+    back (DCQCN's); with none ready it wakes when the first is. A sender alone at line rate is paced
+    by the link itself. A sender's packets are made when they go, so a go-back-N rewind leaves
+    nothing stale queued."""
 
-    __slots__ = ("_senders",)
+    __slots__ = ("_senders", "_wakeup", "_wakeup_ps")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
                  pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0) -> None:
         super().__init__(eventlist, name, rate_bps, latency_ps, pfc_xoff_bytes, pfc_xon_bytes)
         self._senders: deque[NicSender] = deque()  # the active senders, the next to serve first
+        self._wakeup = _NicWakeup(self)  # scheduled afresh each time (a pending one may be superseded)
+        self._wakeup_ps = -1  # when the earliest pending wake-up comes; -1: none pending
 
     def activate(self, sender: NicSender) -> None:
         """`sender` has packets to send (call once until it runs dry: the caller keeps the flag)."""
@@ -648,10 +678,41 @@ class RoceNic(PausableLink):
         if pkt is not None:
             return pkt
         senders = self._senders
-        while senders:
+        now = self.eventlist.now_ps
+        first_ready_ps = -1
+        for _ in range(len(senders)):
             sender = senders.popleft()
+            ready_ps = sender.ready_ps()
+            if ready_ps > now:  # held back by its rate limiter: it keeps its place in line
+                senders.append(sender)
+                if first_ready_ps < 0 or ready_ps < first_ready_ps:
+                    first_ready_ps = ready_ps
+                continue
             pkt = sender.next_packet()
             if pkt is not None:
                 senders.append(sender)  # back in line; it says None when it has run dry
                 return pkt
+        if first_ready_ps >= 0 and not 0 <= self._wakeup_ps <= first_ready_ps:
+            self._wakeup_ps = first_ready_ps  # a wake-up no later than any pending (a later one stays, harmless)
+            self.eventlist.schedule(self._wakeup, first_ready_ps)
         return None
+
+    def wake(self) -> None:
+        """A sender's rate limiter may let it send: start if the port is free."""
+        if self._wakeup_ps <= self.eventlist.now_ps:
+            self._wakeup_ps = -1
+        if self._sending is None and not self.paused:
+            self.transmit_next()
+
+
+class _NicWakeup(EventSource):
+    """The event source of a `RoceNic`'s wake-ups for rate-limited senders."""
+
+    __slots__ = ("nic",)
+
+    def __init__(self, nic: RoceNic) -> None:
+        self.nic = nic
+
+    def do_next_event(self) -> None:
+        """A sender may be ready."""
+        self.nic.wake()

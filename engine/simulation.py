@@ -10,7 +10,7 @@ from .links import Link, PacketSink, idle_transit_ps, syn_bytes
 from .topology import Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
 from .transport.roce import RoceConnection
-from .units import s_to_ps, us_to_ps
+from .units import s_to_ps
 
 EVENTS_PER_SLICE = 1 << 16  # about 20 ms of the compiled kernel's work
 SYN_RETRIES = 6  # Linux net.ipv4.tcp_syn_retries (ns-3's ConnCount is 6 too): SYNs after the first
@@ -82,8 +82,8 @@ class Simulation:
             flow_id = len(self.queue_pairs)
         data_links, ack_links = self.topology.routes(src, dst, flow_id)
         roce = self.config.roce
-        queue_pair = RoceConnection(self.eventlist, roce.path_mtu_bytes(self.config.network), us_to_ps(roce.rto_us),
-                                    flow_id, src, dst, data_links, ack_links)
+        queue_pair = RoceConnection(self.eventlist, roce, roce.path_mtu_bytes(self.config.network), flow_id, src, dst,
+                                    data_links, ack_links)
         self.queue_pairs.append(queue_pair)
         return queue_pair
 

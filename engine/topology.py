@@ -46,6 +46,7 @@ from .units import BYTES_PER_KB, gbps_to_bps, ns_to_ps, us_to_ps
 # What sits at the hosts' interfaces: Linux's transmit path below TCP, RDMA NICs (RoCE), or bare links
 HostModel = HostConfig | RoceConfig | None
 _JITTER_RNG_SALT = 0x7177  # a host interface's jitter draws: a stream apart from its loss draws
+_RED_RNG_SALT = 0x3ED  # a switch port's RED marking draws (DCQCN)
 
 
 def flow_hash(*values: int) -> int:
@@ -127,9 +128,9 @@ class Topology:
         # Linux's transmit path at each host interface, if `host` asks for any of it
         self.host = host if isinstance(host, HostConfig) and (
             host.tsq_bytes or host.qdisc_packets or host.tx_jitter_ns) else None
-        # RDMA NICs at the host interfaces (`RoceNic`), and with PFC (null: on with RoCE) pausable ports
-        self.roce = isinstance(host, RoceConfig)
-        self._pfc_bytes = net.pfc_thresholds_bytes() if self.roce and net.pfc is not False else None
+        # RoCE: RDMA NICs at the host interfaces (`RoceNic`), pausable ports (paused with PFC: null = on)
+        self.host_model = host
+        self._pfc_bytes = net.pfc_thresholds_bytes() if isinstance(host, RoceConfig) and net.pfc is not False else None
         self.config = net
         self.npus = net.npus
         # what each link of `links` is, at the same index; a part's links are its parent's
@@ -167,16 +168,19 @@ class Topology:
         rng = Random(flow_hash(self._seed, len(self.links), 0x1055)) if net.loss_rate > 0 else None
         name, rate_bps, latency_ps = f"{src}->{dst}", gbps_to_bps(rate_gbps), us_to_ps(latency_us)
         link: Link
-        if self.roce:
+        if isinstance(self.host_model, RoceConfig):
             # a port whose far end is a switch counts its ingress bytes (hosts never pause their switch)
             xoff, xon = (0, 0) if self._pfc_bytes is None or kind in HOST_FACING_KINDS else self._pfc_bytes
             if kind in HOST_INTERFACE_KINDS:
                 link = RoceNic(self.eventlist, name, rate_bps, latency_ps, xoff, xon)
-            elif self._pfc_bytes is not None:
-                link = PausableLink(self.eventlist, name, rate_bps, latency_ps, xoff, xon)
             else:
-                link = Link(self.eventlist, name, rate_bps, latency_ps,
-                            buffer_bytes=self._buffer_bytes if switch_port else None)
+                # DCQCN's RED marking at every switch egress port; without PFC, drop-tail buffers
+                roce = self.host_model
+                red = (int(roce.dcqcn_kmin_kb * BYTES_PER_KB), int(roce.dcqcn_kmax_kb * BYTES_PER_KB),
+                       roce.dcqcn_pmax) if roce.cc == "dcqcn" and switch_port else None
+                red_rng = Random(flow_hash(self._seed, len(self.links), _RED_RNG_SALT)) if red is not None else None
+                buffer_bytes = self._buffer_bytes if switch_port and self._pfc_bytes is None else None
+                link = PausableLink(self.eventlist, name, rate_bps, latency_ps, xoff, xon, buffer_bytes, red, red_rng)
         elif self.host is not None and kind in HOST_INTERFACE_KINDS:
             jitter_ps = ns_to_ps(self.host.tx_jitter_ns)
             jitter_rng = Random(flow_hash(self._seed, len(self.links), _JITTER_RNG_SALT)) if jitter_ps else None

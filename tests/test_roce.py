@@ -9,11 +9,14 @@ back (line rate); every switch stores and forwards a packet whole.
 from __future__ import annotations
 
 import math
+from random import Random
 
 import pytest
 
 from engine import ConfigError, load_config, prepare, run
-from engine.links import ROCE_HEADER_BYTES, PausableLink
+from engine.eventlist import EventList
+from engine.links import ROCE_HEADER_BYTES, Packet, PacketSink, PausableLink
+from engine.transport.roce import Dcqcn
 
 PS_PER_BYTE = 80  # 100 Gb/s
 LATENCY_PS = 1_000_000  # 1 us a link
@@ -151,7 +154,7 @@ def test_the_backends_that_model_tcp_only_refuse_roce_in_one_line(backend: str) 
 @pytest.mark.parametrize(("overrides", "key"), [
     ({"transport": {"protocol": "udp"}}, "transport.protocol"),
     ({"network": {"pfc": True}}, "network.pfc"),  # with tcp
-    ({"transport": {"protocol": "roce"}, "roce": {"cc": "dcqcn"}}, "roce.cc"),
+    ({"transport": {"protocol": "roce"}, "roce": {"cc": "hpcc"}}, "roce.cc"),
     ({"transport": {"protocol": "roce"}, "roce": {"payload_bytes": 2048}}, "roce.payload_bytes"),
     ({"transport": {"protocol": "roce"}, "network": {"pfc_xoff_kb": 10.0, "pfc_xon_kb": 10.0}}, "network.pfc_xon_kb"),
     ({"transport": {"protocol": "roce"}, "network": {"pfc_xoff_kb": -1.0}}, "network.pfc_xoff_kb"),
@@ -170,3 +173,115 @@ def test_pfc_defaults_to_the_transport() -> None:
     assert load_config({"transport": {"protocol": "roce"}}).pfc_on
     assert not load_config({"transport": {"protocol": "roce"}, "network": {"pfc": False}}).pfc_on
     assert load_config({}).network.pfc_thresholds_bytes() == (15 * 1500, 12 * 1500)  # htsim's main_roce
+
+
+# DCQCN (Zhu et al., SIGCOMM 2015, section 3.1), computed by hand from the reaction point's equations:
+# a CNP: R_T = R_C, R_C = R_C (1 - alpha / 2), alpha = (1 - g) alpha + g; alpha's timer: alpha = (1 - g)
+# alpha; an increase event: fast recovery R_C = (R_T + R_C) / 2 for the first F, then R_T += R_AI first.
+LINE_BPS = 100e9
+G = 1 / 256
+
+
+def dcqcn(byte_counter_bytes: int = 10 * 1024 * 1024) -> Dcqcn:
+    """The paper's constants at 100 Gb/s: g = 1/256, R_AI 40 Mb/s, R_HAI 400 Mb/s, F = 5."""
+    return Dcqcn(LINE_BPS, G, 40e6, 400e6, 1e6, 5, byte_counter_bytes)
+
+
+def test_dcqcn_one_cnp_halves_the_rate_and_keeps_alpha_at_one() -> None:
+    rp = dcqcn()
+    assert (rp.rate_bps, rp.alpha, rp.limited) == (LINE_BPS, 1.0, False)
+    rp.on_cnp()
+    # R_C = 100 x (1 - 1/2) = 50 Gb/s, R_T = 100 Gb/s; alpha = (1 - g) x 1 + g = 1
+    assert (rp.rate_bps, rp.target_bps, rp.alpha, rp.limited) == (50e9, 100e9, 1.0, True)
+
+
+def test_dcqcn_alpha_decays_on_its_timer_and_sets_the_next_cut() -> None:
+    rp = dcqcn()
+    rp.on_cnp()
+    rp.on_alpha_timer()
+    assert rp.alpha == 255 / 256  # (1 - g) x 1 = 0.99609375
+    rp.on_cnp()
+    # R_C = 50 x (1 - 0.99609375 / 2) = 25.09765625 Gb/s; alpha = (1 - g) 0.99609375 + g
+    assert rp.rate_bps == pytest.approx(25.09765625e9, rel=1e-15)
+    assert rp.target_bps == 50e9
+    assert rp.alpha == pytest.approx(255 / 256 * 255 / 256 + 1 / 256, rel=1e-15)
+
+
+def test_dcqcn_fast_recovery_then_additive_then_hyper_increase() -> None:
+    rp = dcqcn(byte_counter_bytes=1000)
+    rp.on_cnp()
+    rp.on_cnp()  # alpha still 1: R_T = 50, R_C = 25 Gb/s
+    assert (rp.rate_bps, rp.target_bps) == (25e9, 50e9)
+    # F = 5 timer events of fast recovery: R_C halves its distance to R_T = 50 each time
+    for expected in (37.5e9, 43.75e9, 46.875e9, 48.4375e9, 49.21875e9):
+        rp.on_increase_timer()
+        assert (rp.rate_bps, rp.target_bps) == (expected, 50e9)
+    rp.on_increase_timer()  # the 6th: additive increase, R_T = 50.04, R_C = (50.04 + 49.21875) / 2
+    assert rp.target_bps == pytest.approx(50.04e9, rel=1e-15)
+    assert rp.rate_bps == pytest.approx((50.04e9 + 49.21875e9) / 2, rel=1e-15)
+    for _ in range(5):  # byte counter events 1..5 (timer count 6 > F): additive, R_T + 5 x 0.04
+        rp.on_bytes_sent(1000)
+    assert rp.target_bps == pytest.approx(50.24e9, rel=1e-15)
+    rate = rp.rate_bps
+    rp.on_bytes_sent(1000)  # both counts > F = 5: hyper increase, i = min(6, 6) - 5 = 1: R_T + 0.4
+    assert rp.target_bps == pytest.approx(50.64e9, rel=1e-15)
+    assert rp.rate_bps == pytest.approx((50.64e9 + rate) / 2, rel=1e-15)
+
+
+def test_dcqcn_never_exceeds_line_rate_nor_falls_below_its_minimum() -> None:
+    rp = dcqcn()
+    for _ in range(60):
+        rp.on_cnp()
+    assert rp.rate_bps == 1e6
+    rp = dcqcn()
+    rp.on_cnp()
+    for _ in range(200):
+        rp.on_increase_timer()
+    assert rp.rate_bps == rp.target_bps == LINE_BPS and not rp.limited
+
+
+class _Tap(PacketSink):
+    """Keeps the packets it is handed."""
+
+    def __init__(self) -> None:
+        self.packets: list[Packet] = []
+
+    def receive_packet(self, pkt: Packet) -> None:
+        self.packets.append(pkt)
+
+
+def test_red_marks_none_below_kmin_and_every_packet_above_kmax() -> None:
+    # Ten 1,000-byte ECN-capable packets at once into an idle port with Kmin 2,000 and Kmax 4,000 bytes:
+    # packet k finds k x 1,000 bytes ahead of it (the first goes at once): k <= 2 are never marked,
+    # k >= 4 always, k = 3 with probability Pmax x (3,000 - 2,000) / (4,000 - 2,000).
+    eventlist = EventList()
+    link = PausableLink(eventlist, "port", 100_000_000_000, 0, red=(2000, 4000, 0.5), red_rng=Random(7))
+    tap = _Tap()
+    for k in range(10):
+        link.receive_packet(Packet((link, tap), 1000, 960, k, 0, 0, False, True))
+    eventlist.run(10**12)
+    marked = [pkt.ce for pkt in sorted(tap.packets, key=lambda pkt: pkt.seq)]
+    assert marked[:3] == [False] * 3 and marked[4:] == [True] * 6
+    assert link.ecn_marks == sum(marked)
+
+
+def _incast(cc: str, nbytes: int) -> dict:
+    # PFC thresholds of 100 KiB / 80 KiB per ingress port: above DCQCN's Kmin (5 KB), so its marks come first
+    return roce({"npus": 9, "pfc_xoff_kb": 100.0, "pfc_xon_kb": 80.0},
+                {"type": "flows", "pattern": "incast", "senders": 8, "bytes_per_flow": nbytes}, {"cc": cc})
+
+
+def test_dcqcn_cuts_the_pauses_of_an_incast_and_sends_a_cnp_at_most_every_interval() -> None:
+    without = run(_incast("none", 4_000_000))["runs"][0]
+    prepared = prepare(_incast("dcqcn", 4_000_000))
+    prepared.start()
+    prepared.simulate()
+    with_dcqcn = prepared.rows(0.0)["runs"][0]
+    assert (without["drops"], with_dcqcn["drops"], without["ecn_marks"]) == (0, 0, 0)
+    assert with_dcqcn["ecn_marks"] > 0
+    assert with_dcqcn["pause_frames"] < without["pause_frames"] / 4
+    interval_ps = 50_000_000  # roce.dcqcn_cnp_interval_us = 50
+    end_ps = prepared.sim.eventlist.now_ps
+    for queue_pair in prepared.sim.queue_pairs:
+        assert 0 < queue_pair.receiver.cnps_sent <= end_ps // interval_ps + 1
+        assert queue_pair.sender.cnps_received == queue_pair.receiver.cnps_sent
