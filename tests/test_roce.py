@@ -9,6 +9,7 @@ back (line rate); every switch stores and forwards a packet whole.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from random import Random
 
 import pytest
@@ -140,6 +141,24 @@ def test_a_paused_port_backs_up_its_switch_which_pauses_its_own_senders() -> Non
     end_ps = prepared.sim.eventlist.now_ps
     assert all(0 < links[name].time_paused_ps(end_ps) < end_ps for name in ("h0->swL", "swL->swR"))
     assert links["swR->h3"].pause_frames == 0  # hosts never pause their switch
+
+
+CHAKRA_TRACE = str(Path(__file__).parent / "chakra_traces" / "DATA" / "4npus_1pass" / "DATA")
+
+
+@pytest.mark.parametrize(("network", "workload"), [
+    ({"topology": "leaf_spine", "npus": 8, "hosts_per_leaf": 4, "spines": 1}, {"type": "dlrm"}),
+    ({"topology": "fat_tree", "npus": 16}, {"type": "collective", "op": "all_to_all", "bytes": 262_144}),
+    ({"topology": "hierarchical", "npus": 8, "npus_per_node": 4}, {"type": "collective", "bytes": 262_144}),
+    ({"topology": "rail_optimized", "npus": 8, "npus_per_node": 2, "hosts_per_leaf": 2}, {"type": "dlrm"}),
+    ({"topology": "full_mesh", "npus": 4}, {"type": "astra", "path": "bundled:astra-sim-1.0/microAllReduce.txt"}),
+    ({"topology": "dumbbell", "npus": 4}, {"type": "chakra", "path": CHAKRA_TRACE}),
+])
+def test_every_workload_type_and_topology_runs_on_roce_without_a_loss(network: dict, workload: dict) -> None:
+    rows = run(roce(network, workload))
+    row = rows["runs"][0]
+    assert (row["status"], row["drops"], row["retransmits"], row["timeouts"]) == ("ok", 0, 0, 0)
+    assert row["iteration_time_s"] > 0 and all(flow["end_s"] is not None for flow in rows["flows"])
 
 
 @pytest.mark.parametrize("backend", ["analytical", "alpha_beta", "phase", "hybrid"])
