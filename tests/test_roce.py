@@ -96,14 +96,25 @@ def test_the_links_table_counts_each_port_s_pauses_and_time_paused() -> None:
 
 
 def test_without_pfc_a_shallow_buffer_drops_and_go_back_n_recovers_every_loss() -> None:
-    config = roce({"npus": 5, "pfc": False, "buffer_kb": 16.0},
-                  {"type": "flows", "pattern": "incast", "senders": 4, "bytes_per_flow": 200_000},
-                  {"rto_us": 100.0})
-    rows = run(config)
+    # Four senders into one port through a 16 KiB buffer, starting 0.3 us apart (in step, the first
+    # sender's packets would take every slot the port frees, and the others' would all be lost: no
+    # packet out of order, no NAK, only timers)
+    flows = [{"src": src, "dst": 0, "bytes": 200_000, "start_us": 0.3 * (src - 1)} for src in range(1, 5)]
+    config = roce({"npus": 5, "pfc": False, "buffer_kb": 16.0}, {"type": "flows", "flows": flows}, {"rto_us": 100.0})
+    prepared = prepare(config)
+    prepared.start()
+    prepared.simulate()
+    rows = prepared.rows(0.0)
     row = rows["runs"][0]
     assert row["status"] == "ok" and row["flows_completed"] == 4
     assert row["drops"] > 0 and row["retransmits"] > 0 and row["pause_frames"] == 0
     assert all(flow["end_s"] is not None for flow in rows["flows"])
+    # packets out of order were dropped and drew NAKs, and every NAK that arrived rewound its sender;
+    # every byte arrived, in order
+    queue_pairs = prepared.sim.queue_pairs
+    assert sum(qp.receiver.naks_sent for qp in queue_pairs) >= sum(qp.sender.naks_received for qp in queue_pairs) > 0
+    assert sum(qp.receiver.out_of_order_dropped for qp in queue_pairs) > 0
+    assert [qp.receiver.rcv_nxt for qp in queue_pairs] == [200_000] * 4
 
 
 def test_a_lost_tail_is_recovered_by_the_timer() -> None:
