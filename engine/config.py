@@ -524,9 +524,9 @@ class RoceConfig:
 
     Go-back-N (IB spec 9.7.5): the responder ACKs every packet in order and NAKs the first out of order
     (once until the gap fills); a NAK or an expired timer sends everything again from the first
-    packet not acknowledged. DCQCN's constants (`dcqcn_*`) are Zhu et al., "Congestion Control for
-    Large-Scale RDMA Deployments", SIGCOMM 2015, section 5 / figure 14 (recall: check against the paper
-    before relying on one).
+    packet not acknowledged. DCQCN's constants (`dcqcn_*`) default to the values of Zhu et al.,
+    "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015, as recalled, not yet checked
+    against the paper (docs/roce.md lists NVIDIA's NIC defaults beside them).
     """
 
     cc: str = "none"  # one of ROCE_CCS
