@@ -21,6 +21,9 @@ def check_backend(config: SimConfig) -> None:
             f"false unless engine.backend={' or '.join(backends_with('INCAST_RTO'))} (the backend that flags "
             "incast phases)")
     backend.check_config(config)
+    require(config.transport.protocol == "tcp" or backend.CARRIES_ROCE, "engine.backend", eng.backend,
+            f"{' or '.join(backends_with('CARRIES_ROCE'))} with transport.protocol={config.transport.protocol} "
+            "(the other backends model TCP only)")
     if isinstance(config.workload, FlowsWorkload):
         carriers = " or ".join(backends_with("CARRIES_FLOWS"))
         require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Mapping
 
 from .backends.names import BACKEND_NAMES, DEFAULT_BACKEND
-from .links import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
+from .links import ROCE_HEADER_BYTES, ROCE_PATH_MTUS, TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES
 
 # What the sender does with its SACK scoreboard at an RTO: keep it and resend only the holes (Linux,
 # ns-3, RFC 6675 with erratum 1610) or discard it and resend everything from snd_una (RFC 2018).
@@ -52,6 +52,14 @@ SYSTEM_ALGORITHMS = {
     "reduce_scatter": ("ring", "halving_doubling", "direct"),
 }
 FLOW_PATTERNS = ("incast", "permutation", "all_to_all")
+# The transport every message and flow goes over (`transport.protocol`, Hydra's `transport` group).
+TRANSPORTS = ("tcp", "roce")
+# RoCE's congestion control: none (line rate, stopped only by PFC pauses: htsim's RoCE) or DCQCN.
+ROCE_CCS = ("none", "dcqcn")
+# PFC thresholds when network.pfc_xoff_kb / pfc_xon_kb are null, in full packets of network.mtu_bytes: htsim's
+# main_roce.cpp (high_pfc = 15, low_pfc = 12, times its data packet size), the reference of docs/roce.md
+PFC_XOFF_PACKETS = 15
+PFC_XON_PACKETS = 12
 # A host's qdisc: pfifo_fast, Linux's default root qdisc (one FIFO for traffic of one priority).
 QDISCS = ("pfifo_fast",)
 # network.npus at most: the phase backend's largest runs are 10^4 NPUs, and sizing a workload of 10^8 took
@@ -114,6 +122,19 @@ class NetworkConfig:
     ecn_threshold_kb: float | None = None
     mtu_bytes: int = 1500
     loss_rate: float = 0.0
+    # Lossless Ethernet (IEEE 802.1Qbb PFC) at every switch ingress port: null = as the transport (on with
+    # roce, off with tcp); thresholds on the bytes that entered by a port and have not left its switch,
+    # null = htsim's main_roce (15 and 12 full packets: `PFC_XOFF_PACKETS`, `PFC_XON_PACKETS`)
+    pfc: bool | None = None
+    pfc_xoff_kb: float | None = None
+    pfc_xon_kb: float | None = None
+
+    def pfc_thresholds_bytes(self) -> tuple[int, int]:
+        """PFC's XOFF and XON thresholds in bytes (`pfc_xoff_kb`, `pfc_xon_kb`; null: htsim's, in full
+        packets of `mtu_bytes`)."""
+        xoff = PFC_XOFF_PACKETS * self.mtu_bytes if self.pfc_xoff_kb is None else int(self.pfc_xoff_kb * 1024)
+        xon = PFC_XON_PACKETS * self.mtu_bytes if self.pfc_xon_kb is None else int(self.pfc_xon_kb * 1024)
+        return xoff, xon
 
     @property
     def node_npus(self) -> int:
@@ -149,6 +170,9 @@ class NetworkConfig:
             _non_negative("network.ecn_threshold_kb", self.ecn_threshold_kb)
         require(self.mtu_bytes >= 68, "network.mtu_bytes", self.mtu_bytes, "an integer >= 68 (the IPv4 minimum)")
         require(0.0 <= self.loss_rate < 1.0, "network.loss_rate", self.loss_rate, "a probability in [0, 1)")
+        for key in ("pfc_xoff_kb", "pfc_xon_kb"):
+            if getattr(self, key) is not None:
+                _positive(f"network.{key}", getattr(self, key))
 
 
 @dataclass(frozen=True)
@@ -306,7 +330,8 @@ class NodesNetwork(NetworkConfig):
         """The keys a scale-out network takes from this one as they are."""
         return {"npus": self.npus, "link_gbps": self.link_gbps, "link_latency_us": self.link_latency_us,
                 "buffer_kb": self.buffer_kb, "ecn_threshold_kb": self.ecn_threshold_kb, "mtu_bytes": self.mtu_bytes,
-                "loss_rate": self.loss_rate}
+                "loss_rate": self.loss_rate, "pfc": self.pfc, "pfc_xoff_kb": self.pfc_xoff_kb,
+                "pfc_xon_kb": self.pfc_xon_kb}
 
     def _leaf_spine(self) -> LeafSpineNetwork:
         """The scale-out as a leaf-spine of `hosts_per_leaf` NICs a leaf."""
@@ -476,6 +501,76 @@ class CubicTcp(TcpConfig):
 
     def cc_constants(self) -> dict[str, float]:
         return {"cubic_c": self.cubic_c, "cubic_beta": self.cubic_beta}
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """Which transport carries the messages (`transport.*`, chosen by Hydra's `transport` group)."""
+
+    protocol: str = "tcp"  # one of TRANSPORTS: tcp (the `tcp.*` keys) or roce (the `roce.*` keys)
+
+
+@dataclass(frozen=True)
+class RoceConfig:
+    """RoCEv2 reliable connections as a NIC runs them (`roce.*`; with transport.protocol=roce, packet backend).
+
+    Go-back-N (IB spec 9.7.5): the responder ACKs every packet in order and NAKs the first out of order
+    (once until the gap fills); a NAK or an expired timer sends everything again from the first
+    packet not acknowledged. DCQCN's constants (`dcqcn_*`) default to the values of Zhu et al.,
+    "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015, as recalled, not yet checked
+    against the paper (docs/roce.md lists NVIDIA's NIC defaults beside them).
+    """
+
+    cc: str = "none"  # one of ROCE_CCS
+    # Payload of a full packet (the IB path MTU); null = the largest of ROCE_PATH_MTUS whose packet
+    # (payload + 44 header bytes) fits network.mtu_bytes: 1024 at 1500
+    payload_bytes: int | None = None
+    # The requester's retransmission timer (IB "local ACK timeout", 4.096 us x 2^timeout; timeout = 14,
+    # the value NCCL sets by default before 2.14 (recall), gives 67.1 ms), restarted by every ACK of new data
+    rto_us: float = 4.096 * 2 ** 14
+    dcqcn_kmin_kb: float = 5.0  # RED marking at switch egress: none below Kmin ...
+    dcqcn_kmax_kb: float = 200.0  # ... probability rising linearly to Pmax at Kmax, every packet above
+    dcqcn_pmax: float = 0.01
+    dcqcn_g: float = 1.0 / 256  # alpha's EWMA gain
+    dcqcn_cnp_interval_us: float = 50.0  # N: the receiver sends at most one CNP a flow per interval
+    dcqcn_alpha_timer_us: float = 55.0  # K: alpha decays when no CNP came for this long
+    dcqcn_increase_timer_us: float = 55.0  # T: the rate increase timer
+    dcqcn_byte_counter_bytes: int = 10 * 1024 * 1024  # B: the rate increase byte counter (10 MB)
+    dcqcn_fast_recovery_steps: int = 5  # F: increase events of fast recovery before additive increase
+    dcqcn_ai_mbps: float = 40.0  # R_AI: additive increase step
+    dcqcn_hai_mbps: float = 400.0  # R_HAI: hyper increase step (recall: 10 x R_AI)
+    dcqcn_min_rate_mbps: float = 1.0  # the rate never falls below (NIC minimum, recall)
+
+    def check(self, network: NetworkConfig) -> None:
+        """Raise `ConfigError` for a value RoCE cannot run with on `network`."""
+        _one_of("roce.cc", self.cc, ROCE_CCS)
+        if self.payload_bytes is not None:
+            require(256 <= self.payload_bytes <= network.mtu_bytes - ROCE_HEADER_BYTES, "roce.payload_bytes",
+                    self.payload_bytes, f"an integer from 256 to network.mtu_bytes - {ROCE_HEADER_BYTES} = "
+                    f"{network.mtu_bytes - ROCE_HEADER_BYTES} (IPv4, UDP, BTH and ICRC headers), or null")
+        else:
+            require(network.mtu_bytes >= ROCE_PATH_MTUS[0] + ROCE_HEADER_BYTES, "network.mtu_bytes", network.mtu_bytes,
+                    f"at least {ROCE_PATH_MTUS[0] + ROCE_HEADER_BYTES} with transport.protocol=roce (the smallest "
+                    f"IB path MTU, {ROCE_PATH_MTUS[0]}, and {ROCE_HEADER_BYTES} header bytes)")
+        _positive("roce.rto_us", self.rto_us)
+        _non_negative("roce.dcqcn_kmin_kb", self.dcqcn_kmin_kb)
+        require(self.dcqcn_kmax_kb > self.dcqcn_kmin_kb, "roce.dcqcn_kmax_kb", self.dcqcn_kmax_kb,
+                f"a number > roce.dcqcn_kmin_kb = {self.dcqcn_kmin_kb}")
+        for key in ("dcqcn_pmax", "dcqcn_g"):
+            require(0 < getattr(self, key) <= 1, f"roce.{key}", getattr(self, key), "a number in (0, 1]")
+        for key in ("dcqcn_cnp_interval_us", "dcqcn_alpha_timer_us", "dcqcn_increase_timer_us", "dcqcn_ai_mbps",
+                    "dcqcn_hai_mbps", "dcqcn_min_rate_mbps"):
+            _positive(f"roce.{key}", getattr(self, key))
+        require(self.dcqcn_byte_counter_bytes >= 1, "roce.dcqcn_byte_counter_bytes", self.dcqcn_byte_counter_bytes,
+                "an integer >= 1")
+        require(self.dcqcn_fast_recovery_steps >= 1, "roce.dcqcn_fast_recovery_steps",
+                self.dcqcn_fast_recovery_steps, "an integer >= 1")
+
+    def path_mtu_bytes(self, network: NetworkConfig) -> int:
+        """The payload of a full packet: `payload_bytes`, or the largest IB path MTU that fits the network's MTU."""
+        if self.payload_bytes is not None:
+            return self.payload_bytes
+        return max(mtu for mtu in ROCE_PATH_MTUS if mtu + ROCE_HEADER_BYTES <= network.mtu_bytes)
 
 
 @dataclass(frozen=True)
@@ -686,9 +781,17 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     network: NetworkConfig = field(default_factory=SwitchNetwork)
     tcp: TcpConfig = field(default_factory=NewRenoTcp)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    roce: RoceConfig = field(default_factory=RoceConfig)
     host: HostConfig = field(default_factory=HostConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
     workload: WorkloadConfig = field(default_factory=DlrmWorkload)
+
+    @property
+    def pfc_on(self) -> bool:
+        """Whether switch ingress ports send PFC pauses: `network.pfc`, or null: with RoCE."""
+        pfc = self.network.pfc
+        return self.transport.protocol == "roce" if pfc is None else pfc
 
     @property
     def mss_bytes(self) -> int:
@@ -881,11 +984,13 @@ def load_config(mapping: Mapping[str, Any]) -> SimConfig:
     engine = EngineConfig(**_section(EngineConfig, mapping.get("engine"), "engine"))
     network = _variant("network", mapping.get("network"))
     tcp = _variant("tcp", mapping.get("tcp"))
+    transport = TransportConfig(**_section(TransportConfig, mapping.get("transport"), "transport"))
+    roce = RoceConfig(**_section(RoceConfig, mapping.get("roce"), "roce"))
     host = HostConfig(**_section(HostConfig, mapping.get("host"), "host"))
     system = SystemConfig(**_section(SystemConfig, mapping.get("system"), "system"))
     workload = _variant("workload", mapping.get("workload"))
-    config = SimConfig(seed=seed, engine=engine, network=network, tcp=tcp, host=host, system=system,
-                       workload=workload)
+    config = SimConfig(seed=seed, engine=engine, network=network, tcp=tcp, transport=transport, roce=roce,
+                       host=host, system=system, workload=workload)
     _validate(config)
     return config
 
@@ -944,9 +1049,32 @@ def _validate(config: SimConfig) -> None:
                 f"at least one MSS ({config.mss_bytes} bytes), or null for unlimited")
     require(tcp.dupthresh >= 1, "tcp.dupthresh", tcp.dupthresh, "an integer >= 1 (RFC 5681's DupThresh is 3)")
 
+    _validate_transport(config)
     _validate_host(config.host)
     _validate_system(config)
     config.workload.check(net.npus)
+
+
+def _validate_transport(config: SimConfig) -> None:
+    net = config.network
+    _one_of("transport.protocol", config.transport.protocol, TRANSPORTS)
+    if config.transport.protocol == "roce":
+        config.roce.check(net)
+        require(not isinstance(net, RingNetwork), "network.topology", net.topology,
+                "a topology other than ring with transport.protocol=roce (a ring's NPUs forward through ports "
+                "shared with their own traffic, which RoCE's NICs do not model)")
+        require(net.loss_rate == 0, "network.loss_rate", net.loss_rate,
+                "0 with transport.protocol=roce (random loss is not modelled on RoCE's links yet)")
+    else:
+        require(not net.pfc, "network.pfc", net.pfc,
+                "null or false with transport.protocol=tcp (PFC under TCP is not modelled yet: docs/roce.md)")
+    if config.pfc_on:
+        xoff, xon = net.pfc_thresholds_bytes()
+        require(xon < xoff, "network.pfc_xon_kb", net.pfc_xon_kb,
+                f"below the XOFF threshold ({xoff / 1024:g} KiB), or null for {PFC_XON_PACKETS} full packets")
+        require(xoff >= net.mtu_bytes, "network.pfc_xoff_kb", net.pfc_xoff_kb,
+                f"at least one packet of network.mtu_bytes = {net.mtu_bytes} bytes, or null for "
+                f"{PFC_XOFF_PACKETS} full packets")
 
 
 def _validate_host(host: HostConfig) -> None:

@@ -42,6 +42,7 @@ KERNEL_MODULES = (
     "engine.transport.sack",
     "engine.transport.recovery",
     "engine.transport.tcp",
+    "engine.transport.roce",
     "engine.system.algorithms",
     "engine.system.collectives",
     "engine.system.maxmin",

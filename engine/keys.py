@@ -44,6 +44,15 @@ def _scaleout(*scaleouts: str) -> tuple[str, Callable[[SimConfig], bool]]:
             lambda config: not isinstance(config.network, HierarchicalNetwork) or config.network.scaleout in scaleouts)
 
 
+def _both(first: tuple[str, Callable[[SimConfig], bool]],
+          second: tuple[str, Callable[[SimConfig], bool]]) -> tuple[str, Callable[[SimConfig], bool]]:
+    """Two conditions that must both hold."""
+    return f"{first[0]} with {second[0]}", lambda config: first[1](config) and second[1](config)
+
+
+_TCP = _when("transport.protocol", "tcp")
+_ROCE = _when("transport.protocol", "roce")
+_PFC = ("PFC on (network.pfc=true, or null with transport.protocol=roce)", lambda config: config.pfc_on)
 # A host's own transmit path exists on the backends that model it, and on the topologies whose hosts
 # have interfaces of their own (not the ring's NPUs, which send through the ports that forward: `RingPort`)
 _HOST_STACK = (
@@ -56,21 +65,32 @@ _WITH_SWITCH_PORTS = f"network.topology={'|'.join(name for name, cls in TOPOLOGY
 # its condition it cannot change the simulation (a setting of an option that is off, a flows pattern,
 # a topology without switch ports). Evaluated only for configs whose variant has the key.
 KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
-    "network.buffer_kb": (_WITH_SWITCH_PORTS, lambda config: config.network.SWITCH_PORTS),
+    # with PFC the switches are lossless: their egress queues are bounded by the pauses, not by a buffer
+    "network.buffer_kb": (f"{_WITH_SWITCH_PORTS} with PFC off",
+                          lambda config: config.network.SWITCH_PORTS and not config.pfc_on),
     # Only ECN-capable packets are marked; and on ns3 a threshold without a buffer limit also puts
     # the port's own queue disc in place of ns-3's default device queue, which drops at 100 packets.
     "network.ecn_threshold_kb": (
         f"{_WITH_SWITCH_PORTS} with ECN-capable traffic (tcp.cc=dctcp or tcp.ecn=true; on engine.backend="
-        f"{'|'.join(backends_with('ECN_THRESHOLD_SETS_QUEUE'))} also network.buffer_kb=null)",
-        lambda config: config.network.SWITCH_PORTS and (config.tcp.ecn or isinstance(config.tcp, DctcpTcp) or (
-            backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
-    **{f"host.{key}": _HOST_STACK for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
+        f"{'|'.join(backends_with('ECN_THRESHOLD_SETS_QUEUE'))} also network.buffer_kb=null) "
+        "with transport.protocol=tcp",
+        lambda config: config.network.SWITCH_PORTS and config.transport.protocol == "tcp" and (
+            config.tcp.ecn or isinstance(config.tcp, DctcpTcp) or (
+                backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
+    **{f"host.{key}": _both(_HOST_STACK, _TCP) for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
+    "network.pfc": _ROCE,  # with tcp, false is what null means
+    "network.pfc_xoff_kb": _PFC,
+    "network.pfc_xon_kb": _PFC,
     **{f"network.{key}": _scaleout(*scaleouts) for key, scaleouts in (
         ("hosts_per_leaf", ("leaf_spine",)), ("spines", ("leaf_spine",)), ("uplink_gbps", ("leaf_spine", "fat_tree")),
         ("fat_tree_k", ("fat_tree",)))},
-    "tcp.delayed_ack_timeout_ms": _when("tcp.delayed_ack", True),
-    "tcp.pto_slack_ms": _when("tcp.rack_tlp", True),
-    "tcp.sack_after_rto": _when("tcp.sack", True),
+    # every tcp key: with transport.protocol=tcp (some under a setting of their own too)
+    **{f"tcp.{name}": _TCP for name in section_keys("tcp")},
+    "tcp.delayed_ack_timeout_ms": _both(_when("tcp.delayed_ack", True), _TCP),
+    "tcp.pto_slack_ms": _both(_when("tcp.rack_tlp", True), _TCP),
+    "tcp.sack_after_rto": _both(_when("tcp.sack", True), _TCP),
+    **{f"roce.{name}": _both(_ROCE, _when("roce.cc", "dcqcn")) if name.startswith("dcqcn_") else _ROCE
+       for name in section_keys("roce")},
     "workload.senders": _when("workload.pattern", "incast"),
     "workload.bytes_per_flow": _when("workload.pattern", *FLOW_PATTERNS),
     "workload.rounds": _when("workload.pattern", *FLOW_PATTERNS),
@@ -164,7 +184,8 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
     their defaults (every preset's) keeps the identity it had. A key of another variant is left out;
     but a section composed from a preset (it spells every key its variants share) spells what the
     presets of before spelled (`_PRESETS_SPELLED`), so their datasets resume. A key added since
-    `IDENTITY_KEYS_2026_12` is left out while it holds its default."""
+    `IDENTITY_KEYS_2026_12` is left out while it holds its default, and so is a section added since whose
+    keys all hold theirs."""
     identity = {key: dict(value) if isinstance(value, Mapping) else value for key, value in mapping.items()}
     unused = unused_keys(config)
     for key in unused:
@@ -184,7 +205,7 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
                 if name not in values and key in IDENTITY_KEYS_2026_12 and (
                         spelled == "default" or not _owns(config, key) or key in _gained_since(section, values)):
                     values[name] = None if spelled == "null" else _listed(_owner_default(section, name))
-    for section in SECTIONS:  # keys added since IDENTITY_KEYS_2026_12, at their defaults
+    for section in SECTIONS:  # keys (and sections) added since IDENTITY_KEYS_2026_12, at their defaults
         values = identity.get(section)
         if isinstance(values, dict):
             config_values = getattr(config, section)
@@ -192,6 +213,8 @@ def identity_mapping(mapping: Mapping[str, Any], config: SimConfig) -> dict[str,
                          and _owns(config, f"{section}.{name}")
                          and values[name] == _listed(_default(config_values, name))]:
                 del values[name]
+            if not values and not any(key.startswith(f"{section}.") for key in IDENTITY_KEYS_2026_12):
+                del identity[section]  # a section added since (`transport`), at its defaults: as if absent
     # A section none of whose keys can change this simulation (`host` off the packet backend) is left
     # out, so such configs keep the identity they had before the section was added.
     for section in SECTIONS:

@@ -43,6 +43,19 @@ TCP_TIMESTAMP_OPTION_BYTES: Final = 12
 SYN_OPTION_BYTES_TIMESTAMPS: Final = 20  # MSS, SACK-permitted (or 2 NOPs), timestamps, NOP + window scale
 SYN_OPTION_BYTES_SACK: Final = 12  # MSS, NOP NOP SACK-permitted, NOP + window scale
 SYN_OPTION_BYTES_PLAIN: Final = 8  # MSS, NOP + window scale
+# RoCEv2 (InfiniBand Architecture Specification, Annex A17): an IB transport packet in UDP (port 4791)
+# over IPv4: IPv4 header 20, UDP 8, Base Transport Header 12, invariant CRC 4 bytes around the payload.
+# Counted as TCP's packets are, from the IP header on: network.mtu_bytes is the IP packet, and the
+# Ethernet header (14) and FCS (4) are counted on neither transport (htsim's RoCE adds 64 bytes to
+# each payload: these 44 and Ethernet's 18, rounded up).
+ROCE_HEADER_BYTES: Final = 20 + 8 + 12 + 4
+# An ACK or NAK: the headers and the ACK Extended Transport Header (AETH, 4 bytes: syndrome and MSN).
+ROCE_ACK_BYTES: Final = ROCE_HEADER_BYTES + 4
+# A congestion notification packet (RoCEv2 CNP, IB spec Annex A17.9.3): the headers and 16 reserved bytes.
+ROCE_CNP_BYTES: Final = ROCE_HEADER_BYTES + 16
+# InfiniBand's path MTUs, the payload a RoCE packet may carry (IB spec 7.7.1; a RoCE NIC takes the
+# largest whose packet fits the Ethernet MTU: 1024 at 1500, 4096 at 9000)
+ROCE_PATH_MTUS: Final = (256, 512, 1024, 2048, 4096)
 
 
 def syn_bytes(timestamps: bool, sack: bool) -> int:
@@ -444,3 +457,262 @@ class RingPort(PacketSink):
             link.receive_packet(pkt)
         if own or forwarded:
             self.eventlist.schedule_entry(self._event, link.busy_until_ps)
+
+
+class PausableLink(Link):
+    """An egress port that IEEE 802.1Qbb PFC can pause, and the ingress accounting of the port it
+    feeds (one class, every packet).
+
+    Unlike `Link`, a packet's departure is not known when it is queued (a pause may come first): the
+    port keeps its waiting packets in a FIFO, serialises one at a time (an event at each end of
+    serialisation) and starts none while paused; a pause stops it after the packet being sent.
+
+    As the ingress port of the switch it leads to (`pfc_xoff_bytes` set; not into a host: hosts never
+    pause their switch), it counts `ingress_bytes`, the bytes that came in by it and have not finished
+    leaving the switch: above XOFF (checked when a packet has arrived) its switch sends this link's
+    sender a PAUSE, and below XON (checked when a packet finishes leaving) a RESUME. Pause frames are
+    not serialised and arrive after the link's propagation delay (as htsim's `lossless_input`: explicit
+    pause and resume, one class per port, so ACKs stop too). With PFC its egress queue has no buffer
+    limit (`buffer_bytes` None): the pauses bound it, and nothing is dropped; without, it drops as a
+    `Link` does. `pause_frames` counts the PAUSEs its sender received, `paused_ps` the time it spent paused.
+
+    With `red` (Kmin, Kmax in bytes, Pmax: DCQCN's switches) an ECN-capable packet is CE-marked with a
+    probability rising from 0 at a queue of Kmin bytes to Pmax at Kmax, and always above Kmax, on the
+    queue it finds (drawn from `red_rng`).
+    """
+
+    __slots__ = ("_queue", "_queued_ps", "_sending", "_serialised", "paused", "_paused_since_ps", "paused_ps",
+                 "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes", "ingress_bytes", "_pause_sent", "_red_kmin_ps",
+                 "_red_kmax_ps", "_red_pmax", "_red_rng")
+
+    def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
+                 pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0, buffer_bytes: int | None = None,
+                 red: tuple[int, int, float] | None = None, red_rng: Random | None = None) -> None:
+        super().__init__(eventlist, name, rate_bps, latency_ps, buffer_bytes=buffer_bytes)
+        if red is not None and red_rng is None:
+            raise ValueError(f"link {name}: RED marking needs a seeded rng")
+        kmin, kmax, pmax = red if red is not None else (0, 1, 0.0)
+        # the thresholds as backlogs, as the buffer's (exact for a FIFO); no rng: no marking, no draw
+        self._red_kmin_ps = serialisation_ps(kmin, rate_bps)
+        self._red_kmax_ps = serialisation_ps(kmax, rate_bps)
+        self._red_pmax = pmax
+        self._red_rng = red_rng if red is not None else None
+        self._queue: deque[Packet] = deque()
+        self._queued_ps = 0  # serialisation time of the packets waiting
+        self._sending: Packet | None = None  # the packet being serialised, done at busy_until_ps
+        self._serialised = EventEntry(_SerialisationEnd(self))
+        self.paused = False
+        self._paused_since_ps = 0
+        self.paused_ps = 0
+        self.pause_frames = 0
+        self.pfc_xoff_bytes = pfc_xoff_bytes  # 0: its far end sends no pauses (a host, or PFC off)
+        self.pfc_xon_bytes = pfc_xon_bytes
+        self.ingress_bytes = 0
+        self._pause_sent = False
+
+    def receive_packet(self, pkt: Packet) -> None:
+        """Queue `pkt` (or drop it above the buffer; RED may mark it); start it at once if the port is free."""
+        now = self.eventlist.now_ps
+        backlog_ps = self._queued_ps + (self.busy_until_ps - now if self._sending is not None else 0)
+        if backlog_ps > 0 and not self.admit(pkt, backlog_ps):  # with PFC no buffer limit: never a drop
+            return
+        red_rng = self._red_rng
+        if red_rng is not None and pkt.ecn_capable and backlog_ps > self._red_kmin_ps:
+            if backlog_ps >= self._red_kmax_ps or red_rng.random() < self._red_pmax * (
+                    backlog_ps - self._red_kmin_ps) / (self._red_kmax_ps - self._red_kmin_ps):
+                pkt.ce = True
+                self.ecn_marks += 1
+        self._queue.append(pkt)
+        self._queued_ps += serialisation_ps(pkt.size_bytes, self.rate_bps)
+        if self._sending is None and not self.paused:
+            self.transmit_next()
+
+    def next_packet(self) -> Packet | None:
+        """The packet to serialise next, taken from the queue (None: nothing to send)."""
+        queue = self._queue
+        if not queue:
+            return None
+        pkt = queue.popleft()
+        self._queued_ps -= serialisation_ps(pkt.size_bytes, self.rate_bps)
+        return pkt
+
+    def transmit_next(self) -> None:
+        """Start serialising the next packet, if there is one (the port is free and not paused)."""
+        pkt = self.next_packet()
+        if pkt is None:
+            return
+        size = pkt.size_bytes
+        self._sending = pkt
+        self.busy_until_ps = self.eventlist.now_ps + serialisation_ps(size, self.rate_bps)
+        self.packets_sent += 1
+        self.bytes_sent += size
+        self.eventlist.schedule_entry(self._serialised, self.busy_until_ps)
+
+    def serialisation_done(self) -> None:
+        """The packet being sent has left: it goes on the wire, its ingress port's count falls, and
+        the next starts unless a pause has come."""
+        pkt = self._sending
+        assert pkt is not None  # the event is pending only while a packet is being sent
+        self._sending = None
+        pkt.arrival_ps = self.busy_until_ps + self.latency_ps
+        tail = self._wire_tail
+        self._wire_tail = pkt
+        if tail is None:
+            self._wire_head = pkt
+            self.eventlist.schedule_entry(self._event, pkt.arrival_ps)
+        else:
+            tail.next_on_wire = pkt
+        hop = pkt.hop
+        if hop:  # it came into this switch by the link before it
+            ingress = pkt.route[hop - 1]
+            if isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
+                ingress.left_switch(pkt.size_bytes)
+        if not self.paused:
+            self.transmit_next()
+
+    def do_next_event(self) -> None:
+        """The head packet reaches the next hop; a switch counts it on this, its ingress port."""
+        pkt = self._wire_head
+        assert pkt is not None
+        if self.pfc_xoff_bytes and pkt.hop + 2 < len(pkt.route):  # the next hop is a switch's egress port
+            self.ingress_bytes += pkt.size_bytes
+            if self.ingress_bytes > self.pfc_xoff_bytes and not self._pause_sent:
+                self._pause_sent = True
+                self.eventlist.schedule(_PfcFrame(self, True), self.eventlist.now_ps + self.latency_ps)
+        super().do_next_event()
+
+    def left_switch(self, size_bytes: int) -> None:
+        """A packet that came in by this link has finished leaving its switch: RESUME below XON."""
+        self.ingress_bytes -= size_bytes
+        if self._pause_sent and self.ingress_bytes < self.pfc_xon_bytes:
+            self._pause_sent = False
+            self.eventlist.schedule(_PfcFrame(self, False), self.eventlist.now_ps + self.latency_ps)
+
+    def pfc_frame(self, pause: bool) -> None:
+        """A PAUSE (or RESUME) from the far end reaches this port's sender."""
+        now = self.eventlist.now_ps
+        if pause:
+            self.pause_frames += 1
+            if not self.paused:
+                self.paused = True
+                self._paused_since_ps = now
+        elif self.paused:
+            self.paused = False
+            self.paused_ps += now - self._paused_since_ps
+            if self._sending is None:
+                self.transmit_next()
+
+    def time_paused_ps(self, end_ps: int) -> int:
+        """Time this port has spent paused up to `end_ps` (a pause still in force counted to then)."""
+        return self.paused_ps + (max(0, end_ps - self._paused_since_ps) if self.paused else 0)
+
+
+class _SerialisationEnd(EventSource):
+    """The event source of a `PausableLink`'s ends of serialisation (its own entry carries its wire)."""
+
+    __slots__ = ("link",)
+
+    def __init__(self, link: PausableLink) -> None:
+        self.link = link
+
+    def do_next_event(self) -> None:
+        """The packet being sent has left."""
+        self.link.serialisation_done()
+
+
+class _PfcFrame(EventSource):
+    """A PAUSE or RESUME frame on its way to a `PausableLink`'s sender (a few per congestion episode)."""
+
+    __slots__ = ("link", "pause")
+
+    def __init__(self, link: PausableLink, pause: bool) -> None:
+        self.link = link
+        self.pause = pause
+
+    def do_next_event(self) -> None:
+        """It arrives."""
+        self.link.pfc_frame(self.pause)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class NicSender(PacketSink):
+    """Base of a sender a `RoceNic` serves (a RoCE queue pair's requester)."""
+
+    __slots__ = ()
+
+    def ready_ps(self) -> int:
+        """When its rate limiter lets it send its next packet (at most now: at once)."""
+        raise NotImplementedError
+
+    def next_packet(self) -> Packet | None:
+        """Its next packet to send now, or None when it has nothing more (the NIC then forgets it
+        until it is `activate`d again)."""
+        raise NotImplementedError
+
+
+class RoceNic(PausableLink):
+    """A host's RDMA NIC: its own link, whenever free (and not paused) taking the next packet: first
+    from its FIFO (ACKs, NAKs, CNPs and any packet it forwards), else from its active senders in
+    turn, one packet each (round robin among queue pairs), skipping a sender its rate limiter holds
+    back (DCQCN's); with none ready it wakes when the first is. A sender alone at line rate is paced
+    by the link itself. A sender's packets are made when they go, so a go-back-N rewind leaves
+    nothing stale queued."""
+
+    __slots__ = ("_senders", "_wakeup", "_wakeup_ps")
+
+    def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
+                 pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0) -> None:
+        super().__init__(eventlist, name, rate_bps, latency_ps, pfc_xoff_bytes, pfc_xon_bytes)
+        self._senders: deque[NicSender] = deque()  # the active senders, the next to serve first
+        self._wakeup = _NicWakeup(self)  # scheduled afresh each time (a pending one may be superseded)
+        self._wakeup_ps = -1  # when the earliest pending wake-up comes; -1: none pending
+
+    def activate(self, sender: NicSender) -> None:
+        """`sender` has packets to send (call once until it runs dry: the caller keeps the flag)."""
+        self._senders.append(sender)
+        if self._sending is None and not self.paused:
+            self.transmit_next()
+
+    def next_packet(self) -> Packet | None:
+        pkt = super().next_packet()
+        if pkt is not None:
+            return pkt
+        senders = self._senders
+        now = self.eventlist.now_ps
+        first_ready_ps = -1
+        for _ in range(len(senders)):
+            sender = senders.popleft()
+            ready_ps = sender.ready_ps()
+            if ready_ps > now:  # held back by its rate limiter: it keeps its place in line
+                senders.append(sender)
+                if first_ready_ps < 0 or ready_ps < first_ready_ps:
+                    first_ready_ps = ready_ps
+                continue
+            pkt = sender.next_packet()
+            if pkt is not None:
+                senders.append(sender)  # back in line; it says None when it has run dry
+                return pkt
+        if first_ready_ps >= 0 and not 0 <= self._wakeup_ps <= first_ready_ps:
+            self._wakeup_ps = first_ready_ps  # a wake-up no later than any pending (a later one stays, harmless)
+            self.eventlist.schedule(self._wakeup, first_ready_ps)
+        return None
+
+    def wake(self) -> None:
+        """A sender's rate limiter may let it send: start if the port is free."""
+        if self._wakeup_ps <= self.eventlist.now_ps:
+            self._wakeup_ps = -1
+        if self._sending is None and not self.paused:
+            self.transmit_next()
+
+
+class _NicWakeup(EventSource):
+    """The event source of a `RoceNic`'s wake-ups for rate-limited senders."""
+
+    __slots__ = ("nic",)
+
+    def __init__(self, nic: RoceNic) -> None:
+        self.nic = nic
+
+    def do_next_event(self) -> None:
+        """A sender may be ready."""
+        self.nic.wake()

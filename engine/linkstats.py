@@ -5,7 +5,8 @@ Everything here runs once, after the simulation: with `link_stats: none` (the de
 collected and the run costs nothing more. Each backend's `link_rows` (engine/backends/) builds its
 rows with one of the two functions here, from what it knows:
 - `packet`: the counters every link keeps anyway (packets and bytes accepted into its queue, drops,
-  CE marks, the largest backlog an arriving packet saw): `packet_link_rows`;
+  CE marks, the largest backlog an arriving packet saw; with RoCE, a pausable port's PFC PAUSE frames
+  received and time spent paused): `packet_link_rows`;
 - `analytical` and `phase`: the wire bytes delivered on every link of the messages' (the phases')
   routes: `fluid_link_rows`;
 - `alpha_beta`: the wire bytes of the messages of the phases that ended, on the links that join a
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .links import Link
+from .links import Link, PausableLink
 from .topology import HOST_LINK_KINDS, LinkRole, Topology
-from .units import bps_to_gbps, bytes_in_duration, utilisation
+from .units import bps_to_gbps, bytes_in_duration, ps_to_s, utilisation
 
 BYTES_PER_KB = 1024  # max_queue_kb is in KiB, like network.buffer_kb
 
@@ -54,6 +55,8 @@ def packet_link_rows(topology: Topology, link_stats: str, end_ps: int) -> list[d
             "max_queue_kb": link.max_queue_bytes / BYTES_PER_KB,
             "utilisation": utilisation(link.bytes_sent - queued_bytes, link.rate_bps, end_ps) if end_ps > 0 else None,
         })
+        if isinstance(link, PausableLink):  # PFC: what the far end's PAUSEs did to it (null on other links)
+            rows[-1] |= {"pause_frames": link.pause_frames, "paused_s": ps_to_s(link.time_paused_ps(end_ps))}
     return rows
 
 

@@ -43,6 +43,8 @@ class RunMetrics:
     drops: int | None = _column(PACKET)
     ecn_marks: int | None = _column(PACKET)
     max_queue_kb: float | None = _column(PACKET)
+    # PAUSE frames the switches sent (PFC), with transport.protocol=roce; null with TCP (not modelled)
+    pause_frames: int | None = _column()
     events: int | None = _column()  # events the simulation ran (ns-3's own, on the ns3 backend)
     wall_s: float | None = _column()
     # events a second of wall time: the engine's speed where the events counted are the run's work (messages,

@@ -12,10 +12,13 @@ from .backends import backend_class
 from .backends.base import BACKEND_COLUMNS, NetworkBackend
 from .checks import check_backend
 from .config import ChakraWorkload, FlowsWorkload, IterativeWorkload, SimConfig, load_config
+from .links import PausableLink
 from .metrics import RunMetrics
 from .simulation import Simulation
 from .system import SystemLayer
 from .system.messages import flow_rows
+from .transport import TcpSender
+from .transport.roce import RoceSender
 from .units import ps_to_s, s_to_ps
 from .workload import FlowsDriver, TrainingLoop, workload_spec
 from .workload.chakra import TraceReplay, duration_ps_per_unit, read_trace
@@ -159,7 +162,8 @@ def engine_metrics(sim: Simulation, finished: bool, wall_s: float,
     events, the messages, and the counters summed over links and connections; `flows` is the flows
     table by column (`MessageLog.columns`)."""
     links = sim.topology.links
-    senders = [connection.sender for connection in sim.connections]
+    senders: list[TcpSender | RoceSender] = [connection.sender for connection in sim.connections]
+    senders += [queue_pair.sender for queue_pair in sim.queue_pairs]
     events = sim.eventlist.events_run
     fcts = sorted(fct for fct in flows["fct_s"] if fct == fct)  # NaN != NaN: not delivered
     max_queue_bytes = max((port.max_queue_bytes for port in sim.topology.switch_ports), default=0)
@@ -190,4 +194,6 @@ def engine_metrics(sim: Simulation, finished: bool, wall_s: float,
         "wall_s": wall_s,
         "events_per_s": events / wall_s if wall_s > 0 else None,
     })
+    if sim.roce:  # PFC's pauses (zero with network.pfc=false); absent, so null, where TCP runs (not modelled)
+        metrics.fill({"pause_frames": sum(link.pause_frames for link in links if isinstance(link, PausableLink))})
     return status, error, metrics

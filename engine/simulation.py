@@ -9,6 +9,7 @@ from .eventlist import EventList
 from .links import Link, PacketSink, idle_transit_ps, syn_bytes
 from .topology import Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
+from .transport.roce import RoceConnection
 from .units import s_to_ps
 
 EVENTS_PER_SLICE = 1 << 16  # about 20 ms of the compiled kernel's work
@@ -43,17 +44,20 @@ def syn_retransmits(data_links: tuple[Link, ...], ack_links: tuple[Link, ...], l
 
 
 class Simulation:
-    """Holds everything of one run; workloads open connections through it. `models_host_stack`: the
-    hosts send through Linux's transmit path below TCP (`host.*`), as the backends whose class says
+    """Holds everything of one run; workloads open connections through it (TCP's, or with
+    `transport.protocol=roce` RoCE's queue pairs, whose hosts have RDMA NICs). `models_host_stack`: the hosts send
+    through Linux's transmit path below TCP (`host.*`), as the backends whose class says
     `MODELS_HOST_STACK` do; else straight onto their links."""
 
     def __init__(self, config: SimConfig, models_host_stack: bool) -> None:
         self.config = config
         self.eventlist = EventList()
-        host = config.host if models_host_stack else None
+        self.roce = config.transport.protocol == "roce"
+        host = config.roce if self.roce else config.host if models_host_stack else None
         self.topology: Topology = build_topology(self.eventlist, config.network, config.seed, host)
         self.settings = TcpSettings.from_config(config)
         self.connections: list[TcpConnection] = []
+        self.queue_pairs: list[RoceConnection] = []  # RoCE's, in place of the TCP connections
         self.time_limit_reached = False
 
     def open_connection(self, src: int, dst: int, flow_id: int | None = None) -> TcpConnection:
@@ -70,6 +74,18 @@ class Simulation:
             self._handshake(connection, self.topology.path(src, dst, flow_id), self.topology.path(dst, src, flow_id))
         self.connections.append(connection)
         return connection
+
+    def open_queue_pair(self, src: int, dst: int, flow_id: int | None = None) -> RoceConnection:
+        """A new RoCE queue pair from host `src` to host `dst` (transport.protocol=roce), on the
+        topology's routes for `flow_id` (None: the next, its number among the connections)."""
+        if flow_id is None:
+            flow_id = len(self.queue_pairs)
+        data_links, ack_links = self.topology.routes(src, dst, flow_id)
+        roce = self.config.roce
+        queue_pair = RoceConnection(self.eventlist, roce, roce.path_mtu_bytes(self.config.network), flow_id, src, dst,
+                                    data_links, ack_links)
+        self.queue_pairs.append(queue_pair)
+        return queue_pair
 
     def open_routed_connection(self, src: int, dst: int, flow_id: int, data_links: tuple[Link, ...],
                                ack_links: tuple[Link, ...]) -> TcpConnection:

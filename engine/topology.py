@@ -36,13 +36,17 @@ from .config import (
     NodesNetwork,
     RailOptimizedNetwork,
     RingNetwork,
+    RoceConfig,
     SwitchNetwork,
 )
 from .eventlist import EventList
-from .links import HostNic, Link, PacketSink, RingPort
+from .links import HostNic, Link, PacketSink, PausableLink, RingPort, RoceNic
 from .units import BYTES_PER_KB, gbps_to_bps, ns_to_ps, us_to_ps
 
+# What sits at the hosts' interfaces: Linux's transmit path below TCP, RDMA NICs (RoCE), or bare links
+HostModel = HostConfig | RoceConfig | None
 _JITTER_RNG_SALT = 0x7177  # a host interface's jitter draws: a stream apart from its loss draws
+_RED_RNG_SALT = 0x3ED  # a switch port's RED marking draws (DCQCN)
 
 
 def flow_hash(*values: int) -> int:
@@ -93,6 +97,8 @@ LINK_KINDS = {
 HOST_LINK_KINDS = ("host_nic", "switch_port", "scaleup_nic", "scaleup_port", "mesh")
 # Kinds of a host's own interfaces, where its TCP's packets start (a `HostNic` with `host.*`).
 HOST_INTERFACE_KINDS = ("host_nic", "scaleup_nic", "mesh")
+# Kinds of link whose far end is a host, not a switch (PFC: a host never pauses its switch).
+HOST_FACING_KINDS = ("switch_port", "scaleup_port", "mesh")
 
 
 class LinkRole(NamedTuple):
@@ -116,11 +122,15 @@ class Topology:
     ECMP = False  # whether its routes depend on a flow's hash (equal-cost paths)
     HOST_PREFIX = "h"  # its hosts' node names: `h<i>`
 
-    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None,
+    def __init__(self, eventlist: EventList, net: NetworkConfig, seed: int, host: HostModel = None,
                  parent: Topology | None = None, host_names: Sequence[str] | None = None) -> None:
         self.eventlist = eventlist
         # Linux's transmit path at each host interface, if `host` asks for any of it
-        self.host = host if host is not None and (host.tsq_bytes or host.qdisc_packets or host.tx_jitter_ns) else None
+        self.host = host if isinstance(host, HostConfig) and (
+            host.tsq_bytes or host.qdisc_packets or host.tx_jitter_ns) else None
+        # RoCE: RDMA NICs at the host interfaces (`RoceNic`), pausable ports (paused with PFC: null = on)
+        self.host_model = host
+        self._pfc_bytes = net.pfc_thresholds_bytes() if isinstance(host, RoceConfig) and net.pfc is not False else None
         self.config = net
         self.npus = net.npus
         # what each link of `links` is, at the same index; a part's links are its parent's
@@ -158,7 +168,20 @@ class Topology:
         rng = Random(flow_hash(self._seed, len(self.links), 0x1055)) if net.loss_rate > 0 else None
         name, rate_bps, latency_ps = f"{src}->{dst}", gbps_to_bps(rate_gbps), us_to_ps(latency_us)
         link: Link
-        if self.host is not None and kind in HOST_INTERFACE_KINDS:
+        if isinstance(self.host_model, RoceConfig):
+            # a port whose far end is a switch counts its ingress bytes (hosts never pause their switch)
+            xoff, xon = (0, 0) if self._pfc_bytes is None or kind in HOST_FACING_KINDS else self._pfc_bytes
+            if kind in HOST_INTERFACE_KINDS:
+                link = RoceNic(self.eventlist, name, rate_bps, latency_ps, xoff, xon)
+            else:
+                # DCQCN's RED marking at every switch egress port; without PFC, drop-tail buffers
+                roce = self.host_model
+                red = (int(roce.dcqcn_kmin_kb * BYTES_PER_KB), int(roce.dcqcn_kmax_kb * BYTES_PER_KB),
+                       roce.dcqcn_pmax) if roce.cc == "dcqcn" and switch_port else None
+                red_rng = Random(flow_hash(self._seed, len(self.links), _RED_RNG_SALT)) if red is not None else None
+                buffer_bytes = self._buffer_bytes if switch_port and self._pfc_bytes is None else None
+                link = PausableLink(self.eventlist, name, rate_bps, latency_ps, xoff, xon, buffer_bytes, red, red_rng)
+        elif self.host is not None and kind in HOST_INTERFACE_KINDS:
             jitter_ps = ns_to_ps(self.host.tx_jitter_ns)
             jitter_rng = Random(flow_hash(self._seed, len(self.links), _JITTER_RNG_SALT)) if jitter_ps else None
             qdisc_packets = self.host.qdisc_packets
@@ -256,7 +279,7 @@ class Topology:
 class SwitchTopology(Topology):
     """Every host on one switch: host -> switch -> host."""
 
-    def __init__(self, eventlist: EventList, net: SwitchNetwork, seed: int, host: HostConfig | None = None,
+    def __init__(self, eventlist: EventList, net: SwitchNetwork, seed: int, host: HostModel = None,
                  parent: Topology | None = None, host_names: Sequence[str] | None = None) -> None:
         super().__init__(eventlist, net, seed, host, parent, host_names)
         self.up = [self.add_link(self.host_name(i), "sw", "host_nic", net.link_gbps, net.link_latency_us, False)
@@ -274,7 +297,7 @@ class SwitchTopology(Topology):
 class DumbbellTopology(Topology):
     """Hosts [0, n/2) on the left switch, [n/2, n) on the right, joined by a bottleneck pair."""
 
-    def __init__(self, eventlist: EventList, net: DumbbellNetwork, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: DumbbellNetwork, seed: int, host: HostModel = None) -> None:
         super().__init__(eventlist, net, seed, host)
         self.half = net.npus // 2
         sides = [self.side_switch(i) for i in range(net.npus)]
@@ -309,7 +332,7 @@ class RingTopology(Topology):
 
     HOST_PREFIX = "n"
 
-    def __init__(self, eventlist: EventList, net: RingNetwork, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: RingNetwork, seed: int, host: HostModel = None) -> None:
         super().__init__(eventlist, net, seed, host)
         n = net.npus
         name = self.host_name
@@ -352,7 +375,7 @@ class LeafSpineTopology(Topology):
 
     ECMP = True
 
-    def __init__(self, eventlist: EventList, net: LeafSpineNetwork, seed: int, host: HostConfig | None = None,
+    def __init__(self, eventlist: EventList, net: LeafSpineNetwork, seed: int, host: HostModel = None,
                  parent: Topology | None = None, host_names: Sequence[str] | None = None) -> None:
         super().__init__(eventlist, net, seed, host, parent, host_names)
         self.hosts_per_leaf = net.hosts_per_leaf
@@ -429,7 +452,7 @@ class FatTreeTopology(Topology):
 
     ECMP = True
 
-    def __init__(self, eventlist: EventList, net: FatTreeNetwork, seed: int, host: HostConfig | None = None,
+    def __init__(self, eventlist: EventList, net: FatTreeNetwork, seed: int, host: HostModel = None,
                  parent: Topology | None = None, host_names: Sequence[str] | None = None) -> None:
         super().__init__(eventlist, net, seed, host, parent, host_names)
         self.k = net.k
@@ -530,7 +553,7 @@ class NodesTopology(Topology):
 
     HOST_PREFIX = "npu"
 
-    def __init__(self, eventlist: EventList, net: NodesNetwork, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: NodesNetwork, seed: int, host: HostModel = None) -> None:
         super().__init__(eventlist, net, seed, host)
         self.npus_per_node = per_node = net.npus_per_node
         n = net.npus
@@ -644,7 +667,7 @@ class RailOptimizedTopology(NodesTopology):
     on the receiver's rail (NCCL's PXN), else it crosses the spines."""
 
     def __init__(self, eventlist: EventList, net: RailOptimizedNetwork, seed: int,
-                 host: HostConfig | None = None) -> None:
+                 host: HostModel = None) -> None:
         super().__init__(eventlist, net, seed, host)
         self.pxn = net.pxn
         self.nodes_per_leaf = net.hosts_per_leaf
@@ -701,7 +724,7 @@ class FullMeshTopology(Topology):
 
     HOST_PREFIX = "n"
 
-    def __init__(self, eventlist: EventList, net: FullMeshNetwork, seed: int, host: HostConfig | None = None) -> None:
+    def __init__(self, eventlist: EventList, net: FullMeshNetwork, seed: int, host: HostModel = None) -> None:
         super().__init__(eventlist, net, seed, host)
         n = net.npus
         # the link src -> dst at index src * (n - 1) + (dst if dst < src else dst - 1)
@@ -726,7 +749,9 @@ TOPOLOGY_CLASSES: dict[str, type[Topology]] = {
 }
 
 
-def build_topology(eventlist: EventList, net: NetworkConfig, seed: int, host: HostConfig | None = None) -> Topology:
+def build_topology(eventlist: EventList, net: NetworkConfig, seed: int,
+                   host: HostModel = None) -> Topology:
     """Build the topology named by `net.topology` (already validated); with `host`, its hosts'
-    interfaces model Linux's transmit path (the packet engine's; fluid backends read routes only)."""
+    interfaces model Linux's transmit path, or with RoCE's config they are RDMA NICs (`RoceNic`) and,
+    with PFC, every port pausable (the packet engine's; fluid backends read routes only)."""
     return TOPOLOGY_CLASSES[net.topology](eventlist, net, seed, host)

@@ -76,7 +76,8 @@ def _network_lines(run: Mapping[str, Any]) -> list[str]:
     else:
         lines += [
             f"  retransmits      {_count(run.get('retransmits'))}   timeouts {_count(run.get('timeouts'))}",
-            f"  drops            {_count(run.get('drops'))}   ecn_marks {_count(run.get('ecn_marks'))}",
+            f"  drops            {_count(run.get('drops'))}   ecn_marks {_count(run.get('ecn_marks'))}"
+            + (f"   pause_frames {_count(run['pause_frames'])}" if run.get("pause_frames") is not None else ""),
             f"  max_queue_kb     {_number(run.get('max_queue_kb'), 4)}",
         ]
     if run.get("hybrid_packet_sims") is not None:  # hybrid: its reduced packet simulation's, scaled to the run
@@ -92,6 +93,13 @@ def _network_lines(run: Mapping[str, Any]) -> list[str]:
     lines.append(f"  events/s         {_count(run.get('events_per_s'))}   "
                  f"({_count(run.get('events'))} events, wall {_number(run.get('wall_s'))} s)")
     return lines
+
+
+def _transport_label(run: Mapping[str, Any]) -> str:
+    """The transport in a few words: the tcp preset (or congestion control), or RoCE with its PFC."""
+    if run.get("transport.protocol") == "roce":
+        return f"transport=roce roce.cc={run.get('roce.cc')}"
+    return f"tcp={run.get('tcp') or run.get('tcp.cc')}"
 
 
 def _workload_label(run: Mapping[str, Any]) -> str:
@@ -121,7 +129,7 @@ def format_summary(rows: Mapping[str, Sequence[Mapping[str, Any]]], dataset: Pat
     lines = [
         f"run {run['run_id']}  status {run['status']}  "
         f"({run.get('engine.backend')} backend, network={run.get('network') or run.get('network.topology')} "
-        f"npus={run.get('network.npus')}, tcp={run.get('tcp') or run.get('tcp.cc')}, "
+        f"npus={run.get('network.npus')}, {_transport_label(run)}, "
         f"workload={run.get('workload') or _workload_label(run)})",
     ]
     if run["status"] == "timeout":

@@ -69,7 +69,7 @@ def _declared() -> dict[str, dict[str, pa.DataType]]:
          "ig_exposed_comm_s"), _FLOAT)}
     links = {"run_id": _TEXT, "link": _TEXT, "kind": _TEXT, "src": _TEXT, "dst": _TEXT, "gbps": _FLOAT,
              "bytes": _INT, "packets": _INT, "drops": _INT, "ecn_marks": _INT, "max_queue_kb": _FLOAT,
-             "utilisation": _FLOAT}
+             "utilisation": _FLOAT, "pause_frames": _INT, "paused_s": _FLOAT}
     return {"runs": runs, "flows": flows, "collectives": collectives, "layers": layers, "links": links}
 
 

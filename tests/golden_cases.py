@@ -65,6 +65,27 @@ CASES = {
         "workload": {"type": "dlrm", "iterations": 2, "num_tables": 6, "emb_dim": 32, "bottom_mlp": [64, 32],
                      "top_mlp": [64, 1], "batch_per_npu": 32},
     },
+    # RoCE on lossless Ethernet with DCQCN: an incast over a dumbbell's bottleneck, pauses spreading to
+    # the left switch's senders, RED marks and CNPs
+    "roce_dcqcn_dumbbell_pfc": {
+        "seed": 4,
+        "engine": {"link_stats": "all"},
+        "transport": {"protocol": "roce"},
+        "roce": {"cc": "dcqcn"},
+        "network": {"topology": "dumbbell", "npus": 6, "pfc_xoff_kb": 40, "pfc_xon_kb": 30},
+        "workload": {"type": "flows", "flows": [{"src": 0, "dst": 3, "bytes": 600_000},
+                                                {"src": 1, "dst": 3, "bytes": 600_000},
+                                                {"src": 4, "dst": 3, "bytes": 600_000, "start_us": 20}]},
+    },
+    # RoCE without PFC through shallow buffers: drops, NAKs, go-back-N and the retransmission timer
+    "roce_gobackn_leaf_spine": {
+        "seed": 6,
+        "transport": {"protocol": "roce"},
+        "roce": {"rto_us": 100},
+        "network": {"topology": "leaf_spine", "npus": 8, "hosts_per_leaf": 4, "spines": 2, "pfc": False,
+                    "buffer_kb": 24},
+        "workload": {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2},
+    },
 }
 
 

@@ -9,7 +9,7 @@ from sweep.cli import CONF_DIR, compose_config
 
 __all__ = ["GROUPS", "compose_config", "group_options", "small_config"]
 
-GROUPS = ("network", "tcp", "system", "workload")
+GROUPS = ("network", "tcp", "transport", "system", "workload")
 
 
 def group_options(group: str) -> list[str]:

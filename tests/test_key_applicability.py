@@ -31,6 +31,9 @@ ALL_REDUCE: dict[str, Any] = {"network": {"npus": 4},
 FULL_MESH_INCAST: dict[str, Any] = {**INCAST, "network": {**INCAST["network"], "topology": "full_mesh"}}
 # The all-reduce on a ring: NPUs send their own packets through the ports that forward, no host stack.
 RING_ALL_REDUCE: dict[str, Any] = {**ALL_REDUCE, "network": {**ALL_REDUCE["network"], "topology": "ring"}}
+# The incast over RoCE without PFC (drops, go-back-N, timeouts), where no TCP or host-stack key is read
+ROCE_INCAST: dict[str, Any] = {**INCAST, "transport": {"protocol": "roce"}, "roce": {"rto_us": 50.0},
+                               "network": {**INCAST["network"], "pfc": False}}
 # Per key: the base config where it is unused, and another valid value for it.
 CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "host.tsq_bytes": (RING_ALL_REDUCE, 3_000),
@@ -50,6 +53,20 @@ CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.pxn": (INCAST, False),
     "network.buffer_kb": (FULL_MESH_INCAST, 1.0),  # no switch port: nothing queues in a buffer
     "network.ecn_threshold_kb": (INCAST, 1.0),  # the queue reaches 16 KiB: ECN-capable packets would be marked
+    "network.pfc": (INCAST, False),  # with tcp, false is what null means
+    "network.pfc_xoff_kb": (INCAST, 64.0),  # PFC off
+    "network.pfc_xon_kb": (INCAST, 8.0),
+    **{f"roce.{name}": (INCAST, value) for name, value in (
+        ("cc", "dcqcn"), ("payload_bytes", 512), ("rto_us", 10.0), ("dcqcn_kmin_kb", 1.0), ("dcqcn_kmax_kb", 2.0),
+        ("dcqcn_pmax", 0.5), ("dcqcn_g", 0.5), ("dcqcn_cnp_interval_us", 1.0), ("dcqcn_alpha_timer_us", 1.0),
+        ("dcqcn_increase_timer_us", 1.0), ("dcqcn_byte_counter_bytes", 1000), ("dcqcn_fast_recovery_steps", 1),
+        ("dcqcn_ai_mbps", 1.0), ("dcqcn_hai_mbps", 1.0), ("dcqcn_min_rate_mbps", 10.0))},
+    **{f"tcp.{name}": (ROCE_INCAST, value) for name, value in (
+        ("cc", "cubic"), ("mss_bytes", 1000), ("init_cwnd_pkts", 2), ("min_rto_ms", 1.0), ("max_rto_s", 1.0),
+        ("initial_rto_ms", 10.0), ("clock_granularity_us", 10.0), ("delayed_ack", True), ("sack", False),
+        ("timestamps", False), ("handshake", False), ("ecn", True), ("rcv_wnd_kb", 64.0),
+        ("slow_start_after_idle", False), ("rack_tlp", True), ("prr", True), ("hystart", True), ("dupthresh", 5))},
+    "tcp.linux_delayed_ack": ({**ROCE_INCAST, "tcp": {"delayed_ack": True}}, True),
     "tcp.dctcp_g": (INCAST, 1.0),
     "tcp.cubic_c": (INCAST, 4.0),
     "tcp.cubic_beta": (INCAST, 0.2),
@@ -234,8 +251,11 @@ def test_unused_keys_go_back_to_their_defaults_and_absent_ones_stay_absent() -> 
     # (the keys of before: one added since is left out, `network.scaleout` or `network.pxn`)
     other_topologies = [key for key in section_keys("network")
                         if key not in NETWORK_BASE_KEYS and f"network.{key}" in engine.keys.IDENTITY_KEYS_2026_12]
+    # (and the keys every topology has gained since at their defaults, `network.pfc`: left out too)
+    keys_of_before = {key: value for key, value in dataclasses.asdict(SwitchNetwork()).items()
+                      if f"network.{key}" in engine.keys.IDENTITY_KEYS_2026_12}
     assert identity_mapping(composed, engine.load_config(composed)) == {
-        "network": {**dataclasses.asdict(SwitchNetwork()), **dict.fromkeys(other_topologies)}}
+        "network": {**keys_of_before, **dict.fromkeys(other_topologies)}}
 
 
 def test_a_key_set_where_it_never_applies_is_refused() -> None:
@@ -244,8 +264,8 @@ def test_a_key_set_where_it_never_applies_is_refused() -> None:
                                         (newreno, {**newreno, "dctcp_g": 0.2}, dctcp))
     with pytest.raises(engine.ConfigError) as error:
         check_overrides_apply([(["tcp.dctcp_g=0.1"], newreno_g1)])
-    assert str(error.value) == ("tcp.dctcp_g='0.1' is not valid: set only with tcp.cc=dctcp; here it would change "
-                                "nothing")
+    assert str(error.value) == ("tcp.dctcp_g='0.1' is not valid: set only with tcp.cc=dctcp with "
+                                "transport.protocol=tcp; here it would change nothing")
     with pytest.raises(engine.ConfigError, match="in every point of this grid"):
         check_overrides_apply([(["tcp.dctcp_g=0.1"], newreno_g1), (["tcp.dctcp_g=0.2"], newreno_g2)])
     # crossed with the congestion control, the key applies at the dctcp points: a grid that must run

@@ -48,6 +48,7 @@ class NetworkBackend:
     DESCRIPTION: ClassVar[str] = ""  # what it models, in a few words (the command line's summary)
     FILLS: ClassVar[frozenset[str]] = frozenset()  # the `BACKEND_COLUMNS` its `runs` rows hold
     CARRIES_FLOWS: ClassVar[bool] = False  # runs the `flows` workload (TCP flows): `flow_sender`
+    CARRIES_ROCE: ClassVar[bool] = False  # models RoCEv2 and PFC (transport.protocol=roce)
     INCAST_RTO: ClassVar[bool] = False  # flags incast phases, and charges them an RTO if `engine.incast_rto`
     # Models a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc): the packet engine's hosts
     MODELS_HOST_STACK: ClassVar[bool] = False

@@ -20,6 +20,7 @@ from ..simulation import Simulation
 from ..system.collectives import SystemLayer
 from ..system.messages import MessageLog
 from ..transport import TcpConnection
+from ..transport.roce import RoceConnection
 from .base import EVENT_RATE_COLUMNS, MESSAGE_COLUMNS, PACKET_COLUMNS, NetworkBackend, message_system_layer
 
 # a persistent TCP connection (1,016 bytes idle with the host stack), its routes and timers
@@ -32,12 +33,14 @@ class PacketBackend(NetworkBackend):
     DESCRIPTION: ClassVar[str] = "packet-level TCP/IP: queues, losses, retransmissions, ECN"
     FILLS: ClassVar[frozenset[str]] = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS + EVENT_RATE_COLUMNS)
     CARRIES_FLOWS: ClassVar[bool] = True
+    CARRIES_ROCE: ClassVar[bool] = True
     MODELS_HOST_STACK: ClassVar[bool] = True
     FIDELITY_RANK: ClassVar[int] = 4
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(config, sim)
-        self.messages = TcpMessages(sim.eventlist, sim.open_connection, config.network.npus)
+        opener = sim.open_queue_pair if sim.roce else sim.open_connection
+        self.messages = TcpMessages(sim.eventlist, opener, config.network.npus)
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:
@@ -63,22 +66,26 @@ class PacketBackend(NetworkBackend):
         return packet_link_rows(self.sim.topology, link_stats, end_ps)
 
 
+# What carries a pair's messages: a TCP connection, or a RoCE queue pair (transport.protocol=roce)
+Connection = TcpConnection | RoceConnection
+
+
 class TcpMessages:
-    """Messages over persistent TCP connections, one per ordered NPU pair of the `npus`, opened on
-    first use.
+    """Messages over persistent connections (TCP's, or RoCE's queue pairs), one per ordered NPU pair
+    of the `npus`, opened on first use.
 
     `open_connection(src, dst)` is the simulation's factory; congestion state (cwnd, RTT estimate)
     carries over from one message to the next on the same pair.
     """
 
-    def __init__(self, eventlist: EventList, open_connection: Callable[[int, int], TcpConnection],
+    def __init__(self, eventlist: EventList, open_connection: Callable[[int, int], Connection],
                  npus: int) -> None:
         self.eventlist = eventlist
         self._open_connection = open_connection
         self._npus = npus
         # the pair's connection at src * npus + dst, None until its first message: one list index a
         # message (8 bytes a pair), where a dict of dicts took two hash probes into scattered tables
-        self._connections: list[TcpConnection | None] = [None] * (npus * npus)
+        self._connections: list[Connection | None] = [None] * (npus * npus)
         self.records = MessageLog()
 
     def send(self, src: int, dst: int, nbytes: int, on_delivered: Callable[[], None],
@@ -104,7 +111,7 @@ class _MessageDelivered:
     __slots__ = ("messages", "flow_id", "connection", "base_retransmits", "base_timeouts", "base_marks",
                  "on_delivered")
 
-    def __init__(self, messages: TcpMessages, flow_id: int, connection: TcpConnection,
+    def __init__(self, messages: TcpMessages, flow_id: int, connection: Connection,
                  on_delivered: Callable[[], None]) -> None:
         self.messages = messages
         self.flow_id = flow_id
