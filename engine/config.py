@@ -794,6 +794,26 @@ class SimConfig:
         return self.transport.protocol == "roce" if pfc is None else pfc
 
     @property
+    def packet_payload_bytes(self) -> int:
+        """The payload of a full packet of the run's transport: TCP's `segment_bytes`, or with RoCE the
+        path MTU (`RoceConfig.path_mtu_bytes`). What the fluid backends cut a message into."""
+        if self.transport.protocol == "roce":
+            return self.roce.path_mtu_bytes(self.network)
+        return self.segment_bytes
+
+    @property
+    def packet_header_bytes(self) -> int:
+        """The header bytes every packet of the run's transport carries: TCP's `header_bytes`, or
+        RoCEv2's 44 (IPv4, UDP, BTH, ICRC)."""
+        return ROCE_HEADER_BYTES if self.transport.protocol == "roce" else self.header_bytes
+
+    @property
+    def opening_window_pkts(self) -> float:
+        """The full packets a message may send before its first ACK: TCP's initial window
+        (`tcp.init_cwnd_pkts`); unbounded with RoCE, whose queue pairs start at line rate."""
+        return math.inf if self.transport.protocol == "roce" else self.tcp.init_cwnd_pkts
+
+    @property
     def mss_bytes(self) -> int:
         """The MSS: `tcp.mss_bytes`, or MTU minus 40 bytes of IPv4 + TCP headers. Without options it
         is also the payload of a full segment (`segment_bytes`)."""
