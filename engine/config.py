@@ -150,6 +150,11 @@ class NetworkConfig:
         the network whole."""
         return ()
 
+    def split_groups(self) -> tuple[ReducedGroups, ...]:
+        """The groups of its scale-out the hybrid backend cannot reduce it to because they split its nodes
+        (left out of `reduced_groups`); none where every NPU is its own node."""
+        return ()
+
     def first_hosts(self, npus: int) -> NetworkConfig:
         """This network cut to its first `npus` hosts (a reduced network), its shape otherwise kept."""
         return replace(self, npus=npus)
@@ -379,6 +384,10 @@ class HierarchicalNetwork(NodesNetwork):
         through its uplinks alone)."""
         return tuple(groups for groups in self.scaleout_network().reduced_groups()
                      if groups.hosts % self.npus_per_node == 0)
+
+    def split_groups(self) -> tuple[ReducedGroups, ...]:
+        return tuple(groups for groups in self.scaleout_network().reduced_groups()
+                     if groups.hosts % self.npus_per_node)
 
     def first_hosts(self, npus: int) -> NetworkConfig:
         scaleout = self.scaleout_network()
