@@ -526,8 +526,8 @@ class RoceConfig:
     Go-back-N (IB spec 9.7.5): the responder ACKs every packet in order and NAKs the first out of order
     (once until the gap fills); a NAK or an expired timer sends everything again from the first
     packet not acknowledged. DCQCN's constants (`dcqcn_*`) default to the values of Zhu et al.,
-    "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015, as recalled, not yet checked
-    against the paper (docs/roce.md lists NVIDIA's NIC defaults beside them).
+    "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015 (set for 40 Gb/s), each with
+    its source in docs/roce.md's key table beside NVIDIA's NIC defaults.
     """
 
     cc: str = "none"  # one of ROCE_CCS
@@ -537,6 +537,8 @@ class RoceConfig:
     # The requester's retransmission timer (IB "local ACK timeout", 4.096 us x 2^timeout; timeout = 14,
     # the value NCCL sets by default before 2.14 (recall), gives 67.1 ms), restarted by every ACK of new data
     rto_us: float = 4.096 * 2 ** 14
+    # Sources of each default: docs/roce.md, "Keys" (the paper's section 5, its first author's ns-3 code,
+    # the HPCC artifact's "dcqcn_paper" set, NVIDIA's ConnectX defaults)
     dcqcn_kmin_kb: float = 5.0  # RED marking at switch egress: none below Kmin ...
     dcqcn_kmax_kb: float = 200.0  # ... probability rising linearly to Pmax at Kmax, every packet above
     dcqcn_pmax: float = 0.01
@@ -547,8 +549,11 @@ class RoceConfig:
     dcqcn_byte_counter_bytes: int = 10 * 1024 * 1024  # B: the rate increase byte counter (10 MB)
     dcqcn_fast_recovery_steps: int = 5  # F: increase events of fast recovery before additive increase
     dcqcn_ai_mbps: float = 40.0  # R_AI: additive increase step
-    dcqcn_hai_mbps: float = 400.0  # R_HAI: hyper increase step (recall: 10 x R_AI)
-    dcqcn_min_rate_mbps: float = 1.0  # the rate never falls below (NIC minimum, recall)
+    dcqcn_hai_mbps: float = 200.0  # R_HAI: hyper increase step (the first author's ns-3 configuration)
+    dcqcn_min_rate_mbps: float = 1.0  # the rate never falls below (ConnectX's rpg_min_rate)
+    # R_T = R_C on every CNP (the paper's equation 1), or false: only after an increase event since the
+    # last cut (ConnectX's default, clamp_tgt_rate = 0 with clamp_tgt_rate_after_time_inc = 1)
+    dcqcn_clamp_target_rate: bool = True
 
     def check(self, network: NetworkConfig) -> None:
         """Raise `ConfigError` for a value RoCE cannot run with on `network`."""
