@@ -204,7 +204,10 @@ class Link(PacketSink):
         self._ps_per_byte_num = BITS_PER_BYTE * PS_PER_S
         exact = self._ps_per_byte_num % rate_bps == 0
         self._ps_per_byte = self._ps_per_byte_num // rate_bps if exact else 0  # 0: use the division
-        no_limit = 1 << 62  # larger than any simulated time, so the comparison never triggers
+        # larger than any simulated time, so the comparison never triggers; below 2**62, so that compiled
+        # code keeps it a native integer (1 << 62 was an object, and every comparison with it boxed the
+        # backlog and called Python's rich comparison: 4 % of a bulk transfer's time)
+        no_limit = 1 << 61
         self._buffer_ps = no_limit if buffer_bytes is None else serialisation_ps(buffer_bytes, rate_bps)
         self._ecn_threshold_ps = (
             no_limit if ecn_threshold_bytes is None else serialisation_ps(ecn_threshold_bytes, rate_bps)
