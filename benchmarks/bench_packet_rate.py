@@ -14,14 +14,16 @@ Queues and no transmit jitter; 10 Gb/s links of 10 us:
   incast10   the same with 10 MB per sender
 
 Each child process runs its scenario a few times (`INNER_RUNS`) and reports its least disturbed
-run; the table gives the median over children. Only the event loop is timed (`PreparedRun.simulate`;
-for `bulk`, `EventList.run`): not the config's validation nor the building of the network. Packets
+run (the least CPU time: on a shared machine the wall time also counts the others' turns on the
+core); the table gives the median over children, and the rates per CPU second. Only the event loop
+is timed (`PreparedRun.simulate`; for `bulk`, `bench_engine.bench_bulk`, whose building of two links
+and a connection takes microseconds): not the config's validation nor the building of the network. Packets
 are the data segments the senders sent, retransmissions included (`packets_sent`; for `bulk`, those
 the receiver got: the same 69,061, nothing is lost); events are the event list's (`events`).
 
 `--python A B ...` runs each measurement with every interpreter given in turn (say, a checkout before
-an optimisation and one after, each with its own venv): the runs interleave, A B A B..., so the
-machine's load falls on both alike, and the table gives each one's median and the ratio of medians
+an optimisation and one after, each with its own venv): the runs interleave, A B, B A, A B..., so
+the machine's load falls on both alike, and the table gives each one's median and the ratio of medians
 to the first.
 
 Usage: python benchmarks/bench_packet_rate.py [--scenarios bulk bulk_switch incast1 incast10] [--repeat 5]
@@ -61,7 +63,7 @@ def scenario_config(name: str, bulk_bytes: int) -> dict[str, Any]:
 
 
 def measure_here(name: str, bulk_bytes: int) -> dict[str, Any]:
-    """One run of a scenario in this process: the event loop's wall time, its packets and events."""
+    """One run of a scenario in this process: the event loop's wall and CPU time, its packets and events."""
     import engine
     from engine.run import cyclic_collector_paused, prepare
 
@@ -69,29 +71,32 @@ def measure_here(name: str, bulk_bytes: int) -> dict[str, Any]:
         from bench_engine import bench_bulk  # this folder is on the path of a script run from it
 
         with cyclic_collector_paused():
-            result = bench_bulk(bulk_bytes)
+            cpu_start = time.process_time()
+            result = bench_bulk(bulk_bytes)  # its two links and connection: microseconds to build
+            cpu_s = time.process_time() - cpu_start
         return {"kernel": engine.KERNEL, "packets": result["packets"], "events": result["events"],
-                "wall_s": result["wall_s"], "sim_time_s": result["sim_time_s"], "drops": 0, "timeouts": 0}
+                "wall_s": result["wall_s"], "cpu_s": cpu_s, "drops": 0, "timeouts": 0}
     with cyclic_collector_paused():
         prepared = prepare(scenario_config(name, bulk_bytes))
         prepared.start()
+        cpu_start = time.process_time()
         start = time.perf_counter()
         prepared.simulate()
         wall_s = time.perf_counter() - start
+        cpu_s = time.process_time() - cpu_start
         row = prepared.rows(wall_s)["runs"][0]
         prepared.close()
     return {"kernel": engine.KERNEL, "packets": row["packets_sent"], "events": row["events"],
-            "wall_s": wall_s, "sim_time_s": row["sim_time_s"], "drops": row["drops"],
-            "timeouts": row["timeouts"]}
+            "wall_s": wall_s, "cpu_s": cpu_s, "drops": row["drops"], "timeouts": row["timeouts"]}
 
 
 def measure_child(python: str, name: str, bulk_bytes: int) -> dict[str, Any]:
     """A fresh process of `python` (its own checkout's engine) runs the scenario `INNER_RUNS[name]`
-    times; its least disturbed run (the least wall time) counts."""
+    times; its least disturbed run (the least CPU time) counts."""
     command = [python, os.path.abspath(__file__), "--one", name, "--bulk-bytes", str(bulk_bytes)]
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     runs = [json.loads(line) for line in output.strip().splitlines()]
-    return min(runs, key=lambda run: run["wall_s"])
+    return min(runs, key=lambda run: run["cpu_s"])
 
 
 def main() -> None:
@@ -111,24 +116,27 @@ def main() -> None:
     loads = [os.getloadavg()[0]]
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for name in args.scenarios:
-        for _ in range(args.repeat):
-            for python in args.python:  # interleaved: A B A B ...
+        for repeat in range(args.repeat):
+            # interleaved, in turn first: A B, B A, A B ... (the run just after another is often slower)
+            for python in (args.python if repeat % 2 == 0 else args.python[::-1]):
                 results.setdefault((name, python), []).append(measure_child(python, name, bulk_bytes))
         loads.append(os.getloadavg()[0])
-    print(f"median of {args.repeat} runs each, interleaved; load average (1 min) {min(loads):.1f} to {max(loads):.1f}")
-    print(f"{'scenario':9} {'python':40} {'kernel':8} {'packets':>9} {'events':>10} {'ev/pkt':>6} "
-          f"{'wall_s':>8} {'M pkts/s':>9} {'M ev/s':>8} {'x first':>7}")
+    print(f"median of {args.repeat} runs each, interleaved; load average (1 min) {min(loads):.1f} to "
+          f"{max(loads):.1f}; rates per CPU second of the event loop")
+    print(f"{'scenario':11} {'python':40} {'kernel':8} {'packets':>9} {'events':>10} {'ev/pkt':>6} "
+          f"{'cpu_s':>7} {'wall_s':>7} {'M pkts/s':>9} {'M ev/s':>8} {'x first':>7}")
     for name in args.scenarios:
         first_rate = 0.0
         for python in args.python:
             runs = results[(name, python)]
+            cpu_s = statistics.median(run["cpu_s"] for run in runs)
             wall_s = statistics.median(run["wall_s"] for run in runs)
             run = runs[0]
-            rate = run["packets"] / wall_s
+            rate = run["packets"] / cpu_s
             first_rate = first_rate or rate
-            print(f"{name:9} {python[-40:]:40} {run['kernel']:8} {run['packets']:9d} {run['events']:10d} "
-                  f"{run['events'] / run['packets']:6.2f} {wall_s:8.3f} {rate / 1e6:9.3f} "
-                  f"{run['events'] / wall_s / 1e6:8.3f} {rate / first_rate:7.2f}")
+            print(f"{name:11} {python[-40:]:40} {run['kernel']:8} {run['packets']:9d} {run['events']:10d} "
+                  f"{run['events'] / run['packets']:6.2f} {cpu_s:7.4f} {wall_s:7.4f} {rate / 1e6:9.3f} "
+                  f"{run['events'] / cpu_s / 1e6:8.3f} {rate / first_rate:7.2f}")
 
 
 if __name__ == "__main__":
