@@ -62,7 +62,8 @@ class EventList:
     items (a quarter of a DLRM run's time), and an entry a link reuses costs no tuple per event.
     """
 
-    __slots__ = ("now_ps", "events_run", "heap", "next_seq", "next_timer_ps", "next_timer_seq", "_timers")
+    __slots__ = ("now_ps", "events_run", "heap", "next_seq", "next_timer_ps", "next_timer_seq", "_timers",
+                 "_running_seq")
 
     def __init__(self) -> None:
         self.now_ps = 0
@@ -73,18 +74,28 @@ class EventList:
         self.next_timer_ps = _NO_TIMER
         self.next_timer_seq = 0
         self._timers: list[EventEntry] = []
+        # the seq of the entry whose event is running (`run` leaves it at the head meanwhile); once it
+        # has left the head or been scheduled again (a new seq), no entry has it
+        self._running_seq = -1
 
     def schedule(self, source: EventSource, time_ps: int) -> None:
         """Wake `source` at absolute time `time_ps` (never earlier than now)."""
         self.schedule_entry(EventEntry(source), time_ps)
 
     def schedule_entry(self, entry: EventEntry, time_ps: int) -> None:
-        """Put `entry` (not pending) on the event heap for `time_ps` (never earlier than now)."""
+        """Put `entry` (not pending, or the one whose event is running) on the event heap for
+        `time_ps` (never earlier than now)."""
         seq = self.next_seq
         self.next_seq = seq + 1
         entry.time_ps = time_ps
         entry.seq = seq
-        _push(self.heap, entry)
+        heap = self.heap
+        if heap and heap[0] is entry:
+            # the entry running now, still at the head (`run`), scheduled again (a link with more
+            # packets on its wire): one sift down instead of a pop and a push
+            _sift_down(heap, entry)
+        else:
+            _push(heap, entry)
 
     def schedule_timer(self, source: EventSource, time_ps: int) -> None:
         """As `schedule`, on the timer heap: for deadlines that are mostly moved or cancelled before
@@ -120,12 +131,22 @@ class EventList:
         self.next_timer_ps = _NO_TIMER
 
     def pending(self) -> int:
-        """Number of entries in both heaps, stale ones included."""
-        return len(self.heap) + len(self._timers)
+        """Number of entries in both heaps, stale ones included (not the one whose event is running)."""
+        heap = self.heap
+        running = 1 if heap and heap[0].seq == self._running_seq else 0
+        return len(heap) - running + len(self._timers)
 
     def next_time_ps(self) -> int:
         """Time of the earliest pending entry (call only when `pending()`)."""
-        heap_ps = self.heap[0].time_ps if self.heap else _NO_TIMER
+        heap = self.heap
+        heap_ps = _NO_TIMER
+        if heap:
+            if heap[0].seq != self._running_seq:
+                heap_ps = heap[0].time_ps
+            else:  # the head's event is running: the next is the earlier of its children
+                for position in range(1, min(3, len(heap))):
+                    if heap[position].time_ps < heap_ps:
+                        heap_ps = heap[position].time_ps
         return heap_ps if heap_ps < self.next_timer_ps else self.next_timer_ps
 
     def run(self, until_ps: int, max_events: int = -1) -> bool:
@@ -140,12 +161,18 @@ class EventList:
                 entry = heap[0]
                 time_ps = entry.time_ps
                 timer_ps = self.next_timer_ps
-                if time_ps < timer_ps or (time_ps == timer_ps and entry.seq < self.next_timer_seq):
+                seq = entry.seq
+                if time_ps < timer_ps or (time_ps == timer_ps and seq < self.next_timer_seq):
                     if time_ps > until_ps:
                         break
-                    _pop(heap)
+                    # The entry stays at the head while its source runs: whatever that schedules
+                    # comes after it (a later seq), and `schedule_entry` moves it if it is scheduled
+                    # again. Else it leaves the heap now (unless `stop` emptied it).
                     self.now_ps = time_ps
+                    self._running_seq = seq
                     entry.source.do_next_event()
+                    if entry.seq == seq and heap and heap[0] is entry:
+                        _pop(heap)
                     events += 1
                     continue
             elif self.next_timer_ps == _NO_TIMER:
@@ -186,27 +213,33 @@ def _pop(heap: list[EventEntry]) -> EventEntry:
     """Remove and return the head of `heap` (which must not be empty)."""
     head = heap[0]
     last = heap.pop()
-    size = len(heap)
-    if size:
-        time_ps = last.time_ps
-        seq = last.seq
-        position = 0
-        child_position = 1
-        while child_position < size:  # sift down: the earlier child moves up a level
-            child = heap[child_position]
-            right_position = child_position + 1
-            if right_position < size:
-                right = heap[right_position]
-                if right.time_ps < child.time_ps or (right.time_ps == child.time_ps and right.seq < child.seq):
-                    child = right
-                    child_position = right_position
-            if time_ps < child.time_ps or (time_ps == child.time_ps and seq < child.seq):
-                break
-            heap[position] = child
-            position = child_position
-            child_position = 2 * position + 1
-        heap[position] = last
+    if heap:
+        _sift_down(heap, last)
     return head
+
+
+def _sift_down(heap: list[EventEntry], entry: EventEntry) -> None:
+    """Put `entry` (its time and seq set) in place of the head of `heap` (not empty), which leaves
+    the heap (or is `entry` itself, moved)."""
+    time_ps = entry.time_ps
+    seq = entry.seq
+    size = len(heap)
+    position = 0
+    child_position = 1
+    while child_position < size:  # the earlier child moves up a level
+        child = heap[child_position]
+        right_position = child_position + 1
+        if right_position < size:
+            right = heap[right_position]
+            if right.time_ps < child.time_ps or (right.time_ps == child.time_ps and right.seq < child.seq):
+                child = right
+                child_position = right_position
+        if time_ps < child.time_ps or (time_ps == child.time_ps and seq < child.seq):
+            break
+        heap[position] = child
+        position = child_position
+        child_position = 2 * position + 1
+    heap[position] = entry
 
 
 class _Callback(EventSource):
