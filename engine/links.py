@@ -125,6 +125,25 @@ class Packet:
         "below_end_ps", "next_below",
     )
 
+    route: tuple[PacketSink, ...]
+    hop: int
+    next_on_wire: Packet | None
+    arrival_ps: int
+    size_bytes: int
+    payload_bytes: int
+    seq: int
+    ack: int
+    sent_ps: int
+    ts_echo_ps: int
+    sack_blocks: tuple
+    is_retransmit: bool
+    ecn_capable: bool
+    ce: bool
+    ece: bool
+    cwr: bool
+    below_end_ps: int
+    next_below: Packet | None
+
     def __init__(
         self,
         route: tuple[PacketSink, ...],
@@ -136,9 +155,16 @@ class Packet:
         is_retransmit: bool,
         ecn_capable: bool,
     ) -> None:
+        self.renew(route, size_bytes, payload_bytes, seq, ack, sent_ps, is_retransmit, ecn_capable)
+
+    def renew(self, route: tuple[PacketSink, ...], size_bytes: int, payload_bytes: int, seq: int, ack: int,
+              sent_ps: int, is_retransmit: bool, ecn_capable: bool) -> None:
+        """Make this a new packet, as the constructor's arguments say: every attribute set afresh. TCP's
+        endpoints reuse so the packet they last received, once done with it, for the next they send
+        (`TcpSender.spare`, `TcpReceiver.spare`): a packet less to allocate and free."""
         self.route = route
         self.hop = 0
-        self.next_on_wire: Packet | None = None
+        self.next_on_wire = None
         self.arrival_ps = 0
         self.size_bytes = size_bytes
         self.payload_bytes = payload_bytes
@@ -146,14 +172,14 @@ class Packet:
         self.ack = ack
         self.sent_ps = sent_ps
         self.ts_echo_ps = 0
-        self.sack_blocks: tuple = ()
+        self.sack_blocks = ()
         self.is_retransmit = is_retransmit
         self.ecn_capable = ecn_capable
         self.ce = False
         self.ece = False
         self.cwr = False
         self.below_end_ps = 0
-        self.next_below: Packet | None = None
+        self.next_below = None
 
 
 class Link(PacketSink):

@@ -228,6 +228,7 @@ class TcpSender(HostSender):
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "fast_retransmits", "ece_received",
         "acks_received", "loss_probes", "rack_lost_segments",
         "host_nic", "below_head", "below_tail", "bytes_below_tcp", "tsq_wake_ps", "waiting_for_room", "tsq_stops",
+        "spare",
     )
 
     def __init__(self, eventlist: EventList, settings: TcpSettings, cc: CongestionControl) -> None:
@@ -280,6 +281,8 @@ class TcpSender(HostSender):
         self.tsq_wake_ps = 0  # 0: not held back by TSQ
         self.waiting_for_room = False  # stopped by a full qdisc, waiting in its line
         self.tsq_stops = 0  # times TSQ held the sender back
+        # the last ACK received, done with, to be renewed as the next segment sent (none while idle)
+        self.spare: Packet | None = None
 
     def open_after_handshake(self, rtt_ps: int, syn_retransmits: int) -> None:
         """The connection was opened by a three-way handshake before its first message: the last SYN
@@ -341,8 +344,13 @@ class TcpSender(HostSender):
         now = self.eventlist.now_ps
         is_retransmit = seq < self.snd_max
         header_bytes = self.header_bytes
-        pkt = Packet(self.data_route, length + header_bytes, length, seq, 0, now, is_retransmit,
-                     self.settings.ecn)
+        pkt = self.spare
+        if pkt is None:
+            pkt = Packet(self.data_route, length + header_bytes, length, seq, 0, now, is_retransmit,
+                         self.settings.ecn)
+        else:
+            self.spare = None
+            pkt.renew(self.data_route, length + header_bytes, length, seq, 0, now, is_retransmit, self.settings.ecn)
         if self.cwr_pending:
             pkt.cwr = True
             self.cwr_pending = False
@@ -554,7 +562,12 @@ class TcpSender(HostSender):
     # -- receiving ACKs ---------------------------------------------------------------------
 
     def receive_packet(self, pkt: Packet) -> None:
-        """An ACK arrives from the receiver."""
+        """An ACK arrives from the receiver: at the end of its route, nothing else holds it, so once
+        done with it the sender keeps it as the next segment it sends, unless all is acknowledged."""
+        self._on_ack(pkt)
+        self.spare = pkt if self.snd_una < self.stream_end else None
+
+    def _on_ack(self, pkt: Packet) -> None:
         ack = pkt.ack
         snd_una = self.snd_una
         cc = self.cc
@@ -1018,7 +1031,8 @@ class TcpReceiver(PacketSink):
         "delack_deadline_ps", "timer_event_ps", "ce_state", "ece_latched", "echo_sent_ps",
         "echo_retransmit", "latest_out_of_order_seq", "next_message_end_seq", "on_next_message", "later_messages",
         "ce_received", "acks_sent",
-        "segments_received", "quick_acks_left", "last_data_ps", "ts_recent_ps", "last_ack_sent",
+        "segments_received", "quick_acks_left", "last_data_ps", "ts_recent_ps", "last_ack_sent", "reuses_segments",
+        "spare",
     )
 
     def __init__(self, eventlist: EventList, settings: TcpSettings) -> None:
@@ -1045,6 +1059,10 @@ class TcpReceiver(PacketSink):
         self.last_data_ps = 0
         self.ts_recent_ps = 0  # timestamps only: RFC 7323 TS.Recent
         self.last_ack_sent = 0  # timestamps only: RFC 7323 Last.ACK.sent
+        # Whether a segment received may be renewed as an ACK: not if its sender's host may still
+        # hold it in its TCP Small Queues list (set by `TcpConnection`)
+        self.reuses_segments = False
+        self.spare: Packet | None = None  # the last segment received, to be renewed as the next ACK sent
 
     def expect_message_end(self, end_seq: int, on_delivered: Callable[[], None]) -> None:
         """Call `on_delivered` once every byte below `end_seq` has arrived in order."""
@@ -1057,7 +1075,13 @@ class TcpReceiver(PacketSink):
             self.later_messages.append((end_seq, on_delivered))
 
     def receive_packet(self, pkt: Packet) -> None:
-        """A data segment arrives."""
+        """A data segment arrives: at the end of its route; once done with it the receiver keeps it
+        as its next ACK (`reuses_segments`), unless it expects no more data."""
+        self._on_segment(pkt)
+        if self.reuses_segments:
+            self.spare = pkt if self.on_next_message is not None else None
+
+    def _on_segment(self, pkt: Packet) -> None:
         self.segments_received += 1
         if pkt.ecn_capable:  # only ECN-capable segments can carry CE or CWR
             self._update_ecn_echo(pkt)
@@ -1147,8 +1171,14 @@ class TcpReceiver(PacketSink):
         sack_blocks = held.announced(self.latest_out_of_order_seq) if (held is not None and self.settings.sack) else ()
         # SACK option: 2 bytes + 8 per block, padded to a multiple of 4 bytes
         option_bytes = (2 + 8 * len(sack_blocks) + 3) // 4 * 4 if sack_blocks else 0
-        pkt = Packet(self.ack_route, TCP_IP_HEADER_BYTES + option_bytes, 0, 0, self.rcv_nxt,
-                     self.echo_sent_ps, self.echo_retransmit, False)
+        pkt = self.spare
+        if pkt is None:
+            pkt = Packet(self.ack_route, TCP_IP_HEADER_BYTES + option_bytes, 0, 0, self.rcv_nxt,
+                         self.echo_sent_ps, self.echo_retransmit, False)
+        else:
+            self.spare = None
+            pkt.renew(self.ack_route, TCP_IP_HEADER_BYTES + option_bytes, 0, 0, self.rcv_nxt, self.echo_sent_ps,
+                      self.echo_retransmit, False)
         pkt.sack_blocks = sack_blocks
         pkt.ece = self.ce_state if self.settings.dctcp_echo else self.ece_latched
         if self.settings.timestamps:
@@ -1198,6 +1228,7 @@ class TcpConnection:
         first_hop = data_links[0]
         if isinstance(first_hop, HostNic):
             self.sender.host_nic = first_hop
+        self.receiver.reuses_segments = not (isinstance(first_hop, HostNic) and first_hop.tsq_bytes)
         self.receiver.ack_route = tuple(ack_links) + (self.sender,)
 
     def send_message(self, nbytes: int, on_delivered: Callable[[], None]) -> None:
