@@ -24,6 +24,13 @@ def check_backend(config: SimConfig) -> None:
     require(config.transport.protocol == "tcp" or backend.CARRIES_ROCE, "engine.backend", eng.backend,
             f"{' or '.join(backends_with('CARRIES_ROCE'))} with transport.protocol={config.transport.protocol} "
             "(the other backends model TCP only)")
+    if config.transport.protocol == "roce":
+        require(config.pfc_on or not backend.ROCE_NEEDS_PFC, "network.pfc", config.network.pfc,
+                f"true or null with transport.protocol=roce on engine.backend={eng.backend} (a lossless fluid: "
+                "RoCE without PFC loses packets, which only the packet backend models)")
+        require(not eng.incast_rto, "engine.incast_rto", eng.incast_rto,
+                "false with transport.protocol=roce (it charges TCP's retransmission timeout; phases where PFC "
+                "would pause are counted in pfc_pause_phases)")
     if isinstance(config.workload, FlowsWorkload):
         carriers = " or ".join(backends_with("CARRIES_FLOWS"))
         require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,

@@ -150,6 +150,11 @@ class NetworkConfig:
         the network whole."""
         return ()
 
+    def split_groups(self) -> tuple[ReducedGroups, ...]:
+        """The groups of its scale-out the hybrid backend cannot reduce it to because they split its nodes
+        (left out of `reduced_groups`); none where every NPU is its own node."""
+        return ()
+
     def first_hosts(self, npus: int) -> NetworkConfig:
         """This network cut to its first `npus` hosts (a reduced network), its shape otherwise kept."""
         return replace(self, npus=npus)
@@ -380,6 +385,10 @@ class HierarchicalNetwork(NodesNetwork):
         return tuple(groups for groups in self.scaleout_network().reduced_groups()
                      if groups.hosts % self.npus_per_node == 0)
 
+    def split_groups(self) -> tuple[ReducedGroups, ...]:
+        return tuple(groups for groups in self.scaleout_network().reduced_groups()
+                     if groups.hosts % self.npus_per_node)
+
     def first_hosts(self, npus: int) -> NetworkConfig:
         scaleout = self.scaleout_network()
         return replace(self, npus=npus, fat_tree_k=scaleout.k if isinstance(scaleout, FatTreeNetwork) else None)
@@ -517,8 +526,8 @@ class RoceConfig:
     Go-back-N (IB spec 9.7.5): the responder ACKs every packet in order and NAKs the first out of order
     (once until the gap fills); a NAK or an expired timer sends everything again from the first
     packet not acknowledged. DCQCN's constants (`dcqcn_*`) default to the values of Zhu et al.,
-    "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015, as recalled, not yet checked
-    against the paper (docs/roce.md lists NVIDIA's NIC defaults beside them).
+    "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015 (set for 40 Gb/s), each with
+    its source in docs/roce.md's key table beside NVIDIA's NIC defaults.
     """
 
     cc: str = "none"  # one of ROCE_CCS
@@ -528,6 +537,8 @@ class RoceConfig:
     # The requester's retransmission timer (IB "local ACK timeout", 4.096 us x 2^timeout; timeout = 14,
     # the value NCCL sets by default before 2.14 (recall), gives 67.1 ms), restarted by every ACK of new data
     rto_us: float = 4.096 * 2 ** 14
+    # Sources of each default: docs/roce.md, "Keys" (the paper's section 5, its first author's ns-3 code,
+    # the HPCC artifact's "dcqcn_paper" set, NVIDIA's ConnectX defaults)
     dcqcn_kmin_kb: float = 5.0  # RED marking at switch egress: none below Kmin ...
     dcqcn_kmax_kb: float = 200.0  # ... probability rising linearly to Pmax at Kmax, every packet above
     dcqcn_pmax: float = 0.01
@@ -538,8 +549,11 @@ class RoceConfig:
     dcqcn_byte_counter_bytes: int = 10 * 1024 * 1024  # B: the rate increase byte counter (10 MB)
     dcqcn_fast_recovery_steps: int = 5  # F: increase events of fast recovery before additive increase
     dcqcn_ai_mbps: float = 40.0  # R_AI: additive increase step
-    dcqcn_hai_mbps: float = 400.0  # R_HAI: hyper increase step (recall: 10 x R_AI)
-    dcqcn_min_rate_mbps: float = 1.0  # the rate never falls below (NIC minimum, recall)
+    dcqcn_hai_mbps: float = 200.0  # R_HAI: hyper increase step (the first author's ns-3 configuration)
+    dcqcn_min_rate_mbps: float = 1.0  # the rate never falls below (ConnectX's rpg_min_rate)
+    # R_T = R_C on every CNP (the paper's equation 1), or false: only after an increase event since the
+    # last cut (ConnectX's default, clamp_tgt_rate = 0 with clamp_tgt_rate_after_time_inc = 1)
+    dcqcn_clamp_target_rate: bool = True
 
     def check(self, network: NetworkConfig) -> None:
         """Raise `ConfigError` for a value RoCE cannot run with on `network`."""
@@ -792,6 +806,26 @@ class SimConfig:
         """Whether switch ingress ports send PFC pauses: `network.pfc`, or null: with RoCE."""
         pfc = self.network.pfc
         return self.transport.protocol == "roce" if pfc is None else pfc
+
+    @property
+    def packet_payload_bytes(self) -> int:
+        """The payload of a full packet of the run's transport: TCP's `segment_bytes`, or with RoCE the
+        path MTU (`RoceConfig.path_mtu_bytes`). What the fluid backends cut a message into."""
+        if self.transport.protocol == "roce":
+            return self.roce.path_mtu_bytes(self.network)
+        return self.segment_bytes
+
+    @property
+    def packet_header_bytes(self) -> int:
+        """The header bytes every packet of the run's transport carries: TCP's `header_bytes`, or
+        RoCEv2's 44 (IPv4, UDP, BTH, ICRC)."""
+        return ROCE_HEADER_BYTES if self.transport.protocol == "roce" else self.header_bytes
+
+    @property
+    def opening_window_pkts(self) -> float:
+        """The full packets a message may send before its first ACK: TCP's initial window
+        (`tcp.init_cwnd_pkts`); unbounded with RoCE, whose queue pairs start at line rate."""
+        return math.inf if self.transport.protocol == "roce" else self.tcp.init_cwnd_pkts
 
     @property
     def mss_bytes(self) -> int:

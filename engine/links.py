@@ -527,6 +527,13 @@ class PausableLink(Link):
         if self._sending is None and not self.paused:
             self.transmit_next()
 
+    @property
+    def queue_bytes(self) -> int:
+        """The queue an arriving packet would find now, in bytes: the packets waiting and the unsent
+        part of the one being sent (what RED marks on)."""
+        backlog_ps = self._queued_ps + (self.busy_until_ps - self.eventlist.now_ps if self._sending is not None else 0)
+        return bytes_in_duration(backlog_ps, self.rate_bps)
+
     def next_packet(self) -> Packet | None:
         """The packet to serialise next, taken from the queue (None: nothing to send)."""
         queue = self._queue

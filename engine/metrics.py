@@ -64,6 +64,8 @@ class RunMetrics:
     max_port_flows: int | None = _column(SCREEN_RISK)
     slow_start_share: float | None = _column(SCREEN_RISK)
     incast_phases: int | None = _column(SCREEN_RISK)
+    # the phase backend's phases in which PFC would pause a sender (transport.protocol=roce; module engine.system.phase)
+    pfc_pause_phases: int | None = _column()
     # the hybrid backend's: episodes simulated at packet level on its reduced networks, and their wall time
     hybrid_packet_sims: int | None = _column()
     hybrid_packet_wall_s: float | None = _column()

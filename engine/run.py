@@ -12,7 +12,6 @@ from .backends import backend_class
 from .backends.base import BACKEND_COLUMNS, NetworkBackend
 from .checks import check_backend
 from .config import ChakraWorkload, FlowsWorkload, IterativeWorkload, SimConfig, load_config
-from .links import PausableLink
 from .metrics import RunMetrics
 from .simulation import Simulation
 from .system import SystemLayer
@@ -194,6 +193,4 @@ def engine_metrics(sim: Simulation, finished: bool, wall_s: float,
         "wall_s": wall_s,
         "events_per_s": events / wall_s if wall_s > 0 else None,
     })
-    if sim.roce:  # PFC's pauses (zero with network.pfc=false); absent, so null, where TCP runs (not modelled)
-        metrics.fill({"pause_frames": sum(link.pause_frames for link in links if isinstance(link, PausableLink))})
     return status, error, metrics

@@ -73,6 +73,8 @@ RISKS = {  # at-risk reason -> what it means (the report's legend)
     "incast": "a collective phase whose opening windows, less what a switch port drains meanwhile, overflow "
               "its buffer (incast_phases; on a hybrid screen, only where its packet-level replay dropped nothing)",
     "slow_start": f"{SLOW_START_AT_RISK:.0%} or more of the messages shorter than TCP's slow start to them",
+    "pfc_pause": "RoCE: a collective phase whose messages queue past PFC's XOFF threshold at a switch port "
+                 "(pfc_pause_phases): pauses, whose head-of-line blocking the fluid leaves out",
     "screen_failed": "the screening run did not finish (error or timeout)",
 }
 
@@ -205,6 +207,11 @@ def _mss_bytes(screen: pd.DataFrame) -> pd.Series:
     return mss.fillna(screen["network.mtu_bytes"].astype("Float64") - TCP_IP_HEADER_BYTES)
 
 
+def _text(screen: pd.DataFrame, name: str) -> pd.Series:
+    """A text column of `screen`, or an empty one where the screen lacks it."""
+    return screen[name] if name in screen else pd.Series("", index=screen.index, dtype=object)
+
+
 def at_risk(screen: pd.DataFrame) -> pd.Series:
     """Per screening run (a `runs` frame), its at-risk reasons (keys of `RISKS`, comma-separated;
     '' for none), from the signals the fluid backends report (`max_link_utilisation`,
@@ -218,7 +225,8 @@ def at_risk(screen: pd.DataFrame) -> pd.Series:
     (`drops` > 0: hybrid's episodes, whose time it then carries) is not at risk of `incast`: its time
     already has TCP's loss in it; one whose episodes dropped nothing (hybrid then gives phase's figure:
     the near-threshold miss of docs/hybrid-backend.md) or that no packet level saw (phase: `drops`
-    null) is."""
+    null) is. With RoCE (`transport.protocol=roce`), which has no initial window, port fan-in does not
+    apply; a phase screen's `pfc_pause_phases` flags `pfc_pause` instead."""
     def column(name: str) -> pd.Series:
         values = screen[name] if name in screen else pd.Series(np.nan, index=screen.index)
         return values.astype("Float64")
@@ -227,9 +235,11 @@ def at_risk(screen: pd.DataFrame) -> pd.Series:
         _mss_bytes(screen) + TCP_IP_HEADER_BYTES)
     flags = {
         "link_load": column("max_link_utilisation") >= UTILISATION_AT_RISK,
-        "port_fan_in": (initial_burst_bytes > column("network.buffer_kb") * 1024) & column("incast_phases").isna(),
+        "port_fan_in": ((initial_burst_bytes > column("network.buffer_kb") * 1024) & column("incast_phases").isna()
+                        & (_text(screen, "transport.protocol") != "roce")),
         "incast": (column("incast_phases") > 0) & ~(column("drops") > 0).fillna(False),
         "slow_start": column("slow_start_share") >= SLOW_START_AT_RISK,
+        "pfc_pause": column("pfc_pause_phases") > 0,
         "screen_failed": pd.Series(screen["status"] != "ok", index=screen.index),
     }
     reasons = pd.Series("", index=screen.index, dtype=object)

@@ -417,6 +417,10 @@ def test_same_config_and_seed_same_result() -> None:
      "network.npus"),
     ({"network": {"topology": "switch", "npus": 1_025}}, "network.npus"),
     ({"engine": {"backend": "hybrid", "incast_rto": True}}, "engine.incast_rto"),  # its RTOs are simulated
+    # k = 8 with nodes of 8: an edge switch's 4 NICs hold half a node, so only pods (16 NICs, 2 nodes) reduce
+    ({"engine": {"backend": "hybrid", "hybrid_fat_tree_group": "edge"},
+      "network": {"topology": "hierarchical", "npus": 128, "npus_per_node": 8, "scaleout": "fat_tree",
+                  "fat_tree_k": 8}}, "engine.hybrid_fat_tree_group"),
 ])
 def test_what_it_cannot_reduce_is_refused_naming_the_key(overrides: dict[str, Any], key: str) -> None:
     config = {"engine": {"backend": "hybrid"}, "network": {"topology": "switch", "npus": 8},

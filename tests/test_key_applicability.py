@@ -60,7 +60,8 @@ CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
         ("cc", "dcqcn"), ("payload_bytes", 512), ("rto_us", 10.0), ("dcqcn_kmin_kb", 1.0), ("dcqcn_kmax_kb", 2.0),
         ("dcqcn_pmax", 0.5), ("dcqcn_g", 0.5), ("dcqcn_cnp_interval_us", 1.0), ("dcqcn_alpha_timer_us", 1.0),
         ("dcqcn_increase_timer_us", 1.0), ("dcqcn_byte_counter_bytes", 1000), ("dcqcn_fast_recovery_steps", 1),
-        ("dcqcn_ai_mbps", 1.0), ("dcqcn_hai_mbps", 1.0), ("dcqcn_min_rate_mbps", 10.0))},
+        ("dcqcn_ai_mbps", 1.0), ("dcqcn_hai_mbps", 1.0), ("dcqcn_min_rate_mbps", 10.0),
+        ("dcqcn_clamp_target_rate", False))},
     **{f"tcp.{name}": (ROCE_INCAST, value) for name, value in (
         ("cc", "cubic"), ("mss_bytes", 1000), ("init_cwnd_pkts", 2), ("min_rto_ms", 1.0), ("max_rto_s", 1.0),
         ("initial_rto_ms", 10.0), ("clock_granularity_us", 10.0), ("delayed_ack", True), ("sack", False),

@@ -84,6 +84,16 @@ def test_a_phase_screen_flags_incast_by_its_count_not_by_port_fan_in() -> None:
     assert list(at_risk(screen)) == ["", "incast", "port_fan_in"]
 
 
+def test_a_roce_screen_flags_pfc_pauses_and_no_port_fan_in() -> None:
+    """RoCE has no initial window: 1,990 messages into a port are no fan-in risk; phase's count of the
+    phases where PFC would pause is (pauses block whole ports, which the fluid leaves out)."""
+    screen = _screen([{"point_id": "paused", "iteration_time_s": 1e-4, "max_port_flows": 1990, "pfc_pause_phases": 1},
+                      {"point_id": "calm", "iteration_time_s": 1e-4, "max_port_flows": 1990, "pfc_pause_phases": 0},
+                      {"point_id": "analytical", "iteration_time_s": 1e-4, "max_port_flows": 1990}])
+    screen = screen.assign(**{"network.buffer_kb": 512.0, "transport.protocol": "roce"})
+    assert list(at_risk(screen)) == ["pfc_pause", "", ""]
+
+
 def test_a_hybrid_screen_flags_incast_only_where_its_packet_episodes_lost_nothing() -> None:
     """On a hybrid screen the flagged phases were replayed at packet level: where that dropped packets
     the point's time is the packet engine's (RTO chains), not at risk of `incast`; where it dropped

@@ -24,6 +24,8 @@ class AlphaBetaBackend(NetworkBackend):
 
     DESCRIPTION = "collective steps in closed form, no contention"
     FIDELITY_RANK = 0
+    CARRIES_ROCE = True
+    ROCE_NEEDS_PFC = True
     LOWER_BOUND = True
     SCREENS = True
 

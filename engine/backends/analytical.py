@@ -91,7 +91,7 @@ class FluidMessages(EventSource):
     enough that TCP's slow start from that window would take longer than their transmission.
     """
 
-    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, init_cwnd_pkts: int = 10,
+    def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int, init_cwnd_pkts: float = 10,
                  header_bytes: int = TCP_IP_HEADER_BYTES) -> None:
         self.eventlist = eventlist
         self.topology = topology
@@ -218,6 +218,8 @@ class AnalyticalBackend(NetworkBackend):
     FILLS: ClassVar[frozenset[str]] = frozenset(MESSAGE_COLUMNS + EVENT_RATE_COLUMNS + (
         "max_link_utilisation", "max_port_flows", "slow_start_share"))
     FIDELITY_RANK: ClassVar[int] = 1
+    CARRIES_ROCE: ClassVar[bool] = True
+    ROCE_NEEDS_PFC: ClassVar[bool] = True
     SCREENS: ClassVar[bool] = True
     # The default screen below hybrid's 256 NPUs: it handles every message (4-11 s a 256-NPU DLRM iteration,
     # 186-1,114 s at 1,024, where phase takes 0.02 s and 0.1-0.2 s with the same contention within 0.01 %)
@@ -225,8 +227,8 @@ class AnalyticalBackend(NetworkBackend):
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(config, sim)
-        self.messages = FluidMessages(sim.eventlist, sim.topology, config.segment_bytes, config.tcp.init_cwnd_pkts,
-                                      config.header_bytes)
+        self.messages = FluidMessages(sim.eventlist, sim.topology, config.packet_payload_bytes,
+                                      config.opening_window_pkts, config.packet_header_bytes)
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:

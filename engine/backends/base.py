@@ -49,6 +49,8 @@ class NetworkBackend:
     FILLS: ClassVar[frozenset[str]] = frozenset()  # the `BACKEND_COLUMNS` its `runs` rows hold
     CARRIES_FLOWS: ClassVar[bool] = False  # runs the `flows` workload (TCP flows): `flow_sender`
     CARRIES_ROCE: ClassVar[bool] = False  # models RoCEv2 and PFC (transport.protocol=roce)
+    # carries RoCE only on lossless Ethernet (PFC on): a fluid without loss, where go-back-N would never run
+    ROCE_NEEDS_PFC: ClassVar[bool] = False
     INCAST_RTO: ClassVar[bool] = False  # flags incast phases, and charges them an RTO if `engine.incast_rto`
     # Models a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc): the packet engine's hosts
     MODELS_HOST_STACK: ClassVar[bool] = False
@@ -124,9 +126,9 @@ def phase_system_layer(config: SimConfig, sim: Simulation, phase_timer: PhaseTim
     cut-through; `engine.system.alpha_beta`), the alpha_beta backend's network under astra_compat."""
     dimensions, flat, algorithms = _dimensions(config, sim)
     system = config.system
-    return AlphaBetaSystemLayer(sim.eventlist, sim.topology, config.segment_bytes, dimensions, flat, algorithms,
-                                system.splits, system.scheduling, system.hierarchy,
-                                ns_to_ps(system.endpoint_delay_ns), config.header_bytes, system.astra_compat,
+    return AlphaBetaSystemLayer(sim.eventlist, sim.topology, config.packet_payload_bytes, dimensions, flat,
+                                algorithms, system.splits, system.scheduling, system.hierarchy,
+                                ns_to_ps(system.endpoint_delay_ns), config.packet_header_bytes, system.astra_compat,
                                 phase_timer, astra_network)
 
 

@@ -623,6 +623,7 @@ class HybridBackend(PhaseBackend):
     DESCRIPTION = "phase's fluid coflows, and packet-level TCP on a reduced network where a phase risks loss"
     FILLS = frozenset(SCREEN_RISK_COLUMNS + PACKET_COUNTERS)
     INCAST_RTO = False  # its risky phases get the packet engine's time, not a charged RTO
+    CARRIES_ROCE = False  # its reduced networks replay TCP only
     MODELS_HOST_STACK = True  # its reduced networks' hosts are the packet engine's
     FIDELITY_RANK = 3
     # The default screen from 256 NPUs: phase exactly where nothing risks loss, the packet engine's RTO chains
@@ -649,6 +650,11 @@ class HybridBackend(PhaseBackend):
             require(net.npus >= 2 * groups.hosts, "network.npus", net.npus,
                     f"at least 2 whole {groups.plural} ({2 * groups.hosts} NPUs) on engine.backend=hybrid (it reduces "
                     f"a {net.IN_WORDS} to some of its {groups.plural})")
+        for split in net.split_groups():  # the reduction cannot take them: refuse rather than take another
+            require(config.engine.hybrid_fat_tree_group != "edge" or split.name != "edge switch",
+                    "engine.hybrid_fat_tree_group", "edge",
+                    f"auto or pod on engine.backend=hybrid: this {net.IN_WORDS} network's {split.plural} hold "
+                    f"{split.hosts} NICs each, which split its nodes of network.npus_per_node = {net.node_npus} NPUs")
         connections = reduced_connections(config)
         whole = "" if groups is not None else f"; a {net.IN_WORDS} is simulated whole, no smaller part of it reduces"
         require(connections <= REDUCED_CONNECTIONS_MAX, "network.npus", net.npus,

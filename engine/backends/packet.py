@@ -14,6 +14,7 @@ from typing import Any, Callable, ClassVar
 
 from ..config import SimConfig
 from ..eventlist import EventList
+from ..links import PausableLink
 from ..linkstats import packet_link_rows
 from ..memory import estimate_messages, process_bytes
 from ..simulation import Simulation
@@ -60,6 +61,14 @@ class PacketBackend(NetworkBackend):
     def message_log(self) -> MessageLog:
         """Every message or flow sent."""
         return self.messages.records
+
+    def counters(self) -> dict[str, Any]:
+        """With RoCE, the PAUSE frames the switches sent (zero with network.pfc=false); none with TCP, whose
+        runs leave the column null (PFC under TCP is not modelled)."""
+        if not self.sim.roce:
+            return {}
+        return {"pause_frames": sum(link.pause_frames for link in self.sim.topology.links
+                                    if isinstance(link, PausableLink))}
 
     def link_rows(self, link_stats: str, end_ps: int) -> list[dict[str, Any]]:
         """From the counters every link keeps anyway (`linkstats.packet_link_rows`)."""

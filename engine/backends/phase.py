@@ -35,6 +35,8 @@ class PhaseBackend(NetworkBackend):
     DESCRIPTION = "collective phases as fluid coflows sharing links"
     FILLS = frozenset(SCREEN_RISK_COLUMNS)
     INCAST_RTO = True
+    CARRIES_ROCE = True
+    ROCE_NEEDS_PFC = True
     FIDELITY_RANK = 2
     SCREENS = True
 
@@ -45,10 +47,11 @@ class PhaseBackend(NetworkBackend):
     def fluid_phases(self) -> FluidPhases:
         """The phase timer: `FluidPhases` on the run's topology (a subclass's own, in `hybrid`)."""
         config, sim = self.config, self.sim
-        return FluidPhases(sim.eventlist, sim.topology, config.segment_bytes, config.header_bytes, config.seed,
-                           config.tcp.init_cwnd_pkts,
+        return FluidPhases(sim.eventlist, sim.topology, config.packet_payload_bytes, config.packet_header_bytes,
+                           config.seed, config.opening_window_pkts,
                            (opening_rto_ps(config), ms_to_ps(config.tcp.min_rto_ms))
-                           if config.engine.incast_rto else None)
+                           if config.engine.incast_rto else None,
+                           config.network.pfc_thresholds_bytes()[0] if config.pfc_on else None)
 
     @classmethod
     def estimate_bytes(cls, config: SimConfig) -> int:

@@ -30,6 +30,14 @@ one retransmission timeout more (its tail waits for it): where it opens connecti
 first loss waits (`tcp.min_rto_ms` after a handshake, `tcp.initial_rto_ms` without one), else
 `tcp.min_rto_ms`; a first-order estimate of the collapse.
 
+RoCE on lossless Ethernet (`pfc_xoff_bytes`): a queue pair has no window, so each message opens with
+all of its bytes at line rate, and a port acts when its queue passes the PFC XOFF threshold rather
+than its buffer: the same rule then counts `pfc_pause_phases`, the phases in which PFC would pause a
+sender (exactly when one ingress port feeds the queue; XOFF counts per ingress port, so with several
+feeding it the rule may flag a phase whose ports each stay below it). Nothing is charged for a pause:
+the fluid shares the links max-min, which is what PFC's back-pressure approaches for the flows it
+throttles, not what it does to the flows behind a paused port (congestion spreading, left out).
+
 Halving-doubling, whose ranks wait for their partner rather than for the busiest link of a step, is
 timed alone rank by rank (`xor_exchange_ps`, vectorised over the ranks, its events merged so that
 their number does not grow with the messages) and its stages stretched to that time.
@@ -316,8 +324,8 @@ class FluidPhases:
     plus a fluid part shared with the phases active at once."""
 
     def __init__(self, eventlist: EventList, topology: Topology, mss_bytes: int,
-                 header_bytes: int = TCP_IP_HEADER_BYTES, seed: int = 0, init_cwnd_pkts: int = 10,
-                 incast_rto_ps: tuple[int, int] | None = None) -> None:
+                 header_bytes: int = TCP_IP_HEADER_BYTES, seed: int = 0, init_cwnd_pkts: float = 10,
+                 incast_rto_ps: tuple[int, int] | None = None, pfc_xoff_bytes: int | None = None) -> None:
         self.eventlist = eventlist
         self.topology = topology
         self.routes = VectorRoutes(topology)
@@ -332,7 +340,11 @@ class FluidPhases:
             BITS_PER_BYTE * PS_PER_S)  # bytes a picosecond
         switch_ports = {id(link) for link in topology.switch_ports}
         self.switch_port = np.array([id(link) in switch_ports for link in links])
-        self.buffer_bytes = np.array([inf if link.buffer_bytes is None else link.buffer_bytes for link in links])
+        # the queue a switch port holds before it acts: its buffer (then drops), or with PFC the XOFF
+        # threshold (then pauses its senders: the rule counts `pfc_pause_phases` instead of `incast_phases`)
+        self.pfc = pfc_xoff_bytes is not None
+        self.buffer_bytes = (np.full(len(links), float(pfc_xoff_bytes)) if pfc_xoff_bytes is not None else
+                             np.array([inf if link.buffer_bytes is None else link.buffer_bytes for link in links]))
         self.link_bytes = np.zeros(len(links))  # wire bytes of the fluid parts that ended
         self.max_port_flows = 0
         self.incast_phases = 0
@@ -537,7 +549,7 @@ class FluidPhases:
                 for pattern, mask, sizes in runs:
                     counts = self._pattern(layer, group, pattern, mask, phase)
                     wires = [wire_bytes(size, self.mss_bytes, self.header_bytes) for size in sizes]
-                    pieces.append([(counts, sum(wires), len(wires), min(max(wires), self.init_window_bytes))])
+                    pieces.append([(counts, sum(wires), len(wires), int(min(max(wires), self.init_window_bytes)))])
                     for size, times in Counter(sizes).items():
                         slow += times * self._slow_starts(counts, size)
                         messages += times * sum(counts.routes.values())
@@ -752,7 +764,7 @@ class FluidPhases:
             wire = wire_bytes(size, self.mss_bytes, self.header_bytes)
             counts = self._count(np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64), distinct=False,
                                  sends_per_rank=1)
-            pieces.append((counts, wire, min(wire, self.init_window_bytes), size))
+            pieces.append((counts, wire, int(min(wire, self.init_window_bytes)), size))
         return pieces
 
     # -- results -----------------------------------------------------------------------------------
@@ -765,7 +777,7 @@ class FluidPhases:
             busiest = float((self.link_bytes / (self.capacity_bytes_per_ps * sim_time_ps)).max())
         return {"max_link_utilisation": busiest, "max_port_flows": self.max_port_flows,
                 "slow_start_share": self.slow_start_messages / self.messages if self.messages else None,
-                "incast_phases": self.incast_phases}
+                "pfc_pause_phases" if self.pfc else "incast_phases": self.incast_phases}
 
     def link_bytes_by_link(self) -> dict[Link, int]:
         """Wire bytes of the phases' fluid parts that ended, per link that carried any (`links` table)."""

@@ -294,12 +294,12 @@ def make_congestion_control(
 
 
 def slow_start_dominates(nbytes: int, transmission_ps: float, rtt_ps: float, bottleneck_bps: float,
-                         init_window_bytes: int) -> bool:
+                         init_window_bytes: float) -> bool:
     """Whether a message of `nbytes`, sent from a cold TCP window of `init_window_bytes` that
     doubles every round trip (RFC 5681 slow start, an ACK per segment), would spend longer in
     slow start than its transmission at the path's bottleneck (`transmission_ps`): the window
     must grow until it covers the message or the path's bandwidth-delay product, one `rtt_ps`
-    per doubling."""
+    per doubling. An unbounded window (RoCE's, `math.inf`) never is."""
     bdp_bytes = bottleneck_bps * (rtt_ps / PS_PER_S) / BITS_PER_BYTE
     needed_bytes = min(float(nbytes), bdp_bytes)
     window_bytes = float(init_window_bytes)

@@ -45,7 +45,9 @@ class Dcqcn:
     event loop; rates in bit/s, floats).
 
     - A CNP (`on_cnp`): R_T = R_C, R_C = R_C (1 - alpha / 2), then alpha = (1 - g) alpha + g; the rate
-      increase counters restart.
+      increase counters restart. With `clamp_target_rate` False (the NICs' default: clamp_tgt_rate = 0
+      with clamp_tgt_rate_after_time_inc = 1) R_T = R_C only when an increase event came since the last
+      cut, so that cuts in a row keep the target of the first.
     - No CNP for the alpha timer's K (`on_alpha_timer`): alpha = (1 - g) alpha.
     - A rate increase event, when the increase timer T expires (`on_increase_timer`) or the byte
       counter passes B bytes sent (`on_bytes_sent`): while both counts are at most F, fast recovery,
@@ -57,10 +59,11 @@ class Dcqcn:
     """
 
     __slots__ = ("line_rate_bps", "rate_bps", "target_bps", "alpha", "g", "ai_bps", "hai_bps", "min_rate_bps",
-                 "fast_recovery_steps", "byte_counter_bytes", "timer_count", "byte_count", "bytes_counted")
+                 "fast_recovery_steps", "byte_counter_bytes", "clamp_target_rate", "timer_count", "byte_count",
+                 "bytes_counted")
 
     def __init__(self, line_rate_bps: float, g: float, ai_bps: float, hai_bps: float, min_rate_bps: float,
-                 fast_recovery_steps: int, byte_counter_bytes: int) -> None:
+                 fast_recovery_steps: int, byte_counter_bytes: int, clamp_target_rate: bool = True) -> None:
         self.line_rate_bps = line_rate_bps
         self.rate_bps = line_rate_bps
         self.target_bps = line_rate_bps
@@ -71,6 +74,7 @@ class Dcqcn:
         self.min_rate_bps = min_rate_bps
         self.fast_recovery_steps = fast_recovery_steps
         self.byte_counter_bytes = byte_counter_bytes
+        self.clamp_target_rate = clamp_target_rate
         self.timer_count = 0
         self.byte_count = 0
         self.bytes_counted = 0
@@ -82,7 +86,8 @@ class Dcqcn:
 
     def on_cnp(self) -> None:
         """A congestion notification: cut the rate by alpha / 2, then raise alpha."""
-        self.target_bps = self.rate_bps
+        if self.clamp_target_rate or self.timer_count or self.byte_count:
+            self.target_bps = self.rate_bps
         self.rate_bps = max(self.min_rate_bps, self.rate_bps * (1 - self.alpha / 2))
         self.alpha = (1 - self.g) * self.alpha + self.g
         self.timer_count = 0
@@ -128,6 +133,7 @@ class RoceSender(NicSender):
         "eventlist", "nic", "data_route", "payload_bytes", "rto_ps", "snd_una", "snd_nxt", "snd_max",
         "stream_end", "message_ends", "next_end_index", "active", "rto_deadline_ps", "timer_event_ps",
         "dcqcn", "alpha_timer_ps", "increase_timer_ps", "alpha_deadline_ps", "increase_deadline_ps", "next_send_ps",
+        "last_sent_ps", "last_sent_bytes", "pace_deadline_ps",
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "naks_received", "cnps_received", "loss_probes",
         "rack_lost_segments",
     )
@@ -154,6 +160,9 @@ class RoceSender(NicSender):
         self.alpha_deadline_ps = 0  # 0: not armed (DCQCN's timers run while its limiter is on)
         self.increase_deadline_ps = 0
         self.next_send_ps = 0  # when the rate limiter lets the next packet go
+        self.last_sent_ps = 0  # when the last packet started, and its size: the limiter's reference
+        self.last_sent_bytes = 0
+        self.pace_deadline_ps = 0  # 0: none; else a rate rise moved next_send_ps earlier: wake the NIC then
         self.packets_sent = 0
         self.bytes_sent = 0  # on the wire, headers included (as TCP's)
         self.retransmits = 0  # packets sent again
@@ -191,9 +200,12 @@ class RoceSender(NicSender):
         retransmit = seq < self.snd_max
         dcqcn = self.dcqcn
         pkt = Packet(self.data_route, length + ROCE_HEADER_BYTES, length, seq, 0, now, retransmit, dcqcn is not None)
-        if dcqcn is not None and dcqcn.limited:  # the next packet waits its time at the current rate
-            self.next_send_ps = now + int(pkt.size_bytes * BITS_PER_BYTE * PS_PER_S / dcqcn.rate_bps)
-            dcqcn.on_bytes_sent(pkt.size_bytes)
+        if dcqcn is not None:
+            self.last_sent_ps = now
+            self.last_sent_bytes = pkt.size_bytes
+            if dcqcn.limited:  # the byte counter counts it; the next packet waits its time at the rate then
+                dcqcn.on_bytes_sent(pkt.size_bytes)
+                self.next_send_ps = now + int(pkt.size_bytes * BITS_PER_BYTE * PS_PER_S / dcqcn.rate_bps)
         self.snd_nxt = seq + length
         if self.snd_nxt > self.snd_max:
             self.snd_max = self.snd_nxt
@@ -247,9 +259,24 @@ class RoceSender(NicSender):
             return
         self.cnps_received += 1
         dcqcn.on_cnp()
+        self._pace(dcqcn, now_ps)
         self.alpha_deadline_ps = now_ps + self.alpha_timer_ps
         self.increase_deadline_ps = now_ps + self.increase_timer_ps
         self._wake_at(min(self.alpha_deadline_ps, self.increase_deadline_ps))
+
+    def _pace(self, dcqcn: Dcqcn, now_ps: int) -> None:
+        """The rate has changed: the next packet goes the last one's size over the new rate after the
+        last one started (as a NIC's rate limiter meters it), earlier after a rise, later after a cut.
+        Earlier, the NIC is woken then (it sleeps until the time it was given)."""
+        ready_ps = self.last_sent_ps + int(self.last_sent_bytes * BITS_PER_BYTE * PS_PER_S / dcqcn.rate_bps)
+        earlier = ready_ps < self.next_send_ps
+        self.next_send_ps = ready_ps
+        if earlier and self.active:
+            if ready_ps <= now_ps:
+                self.nic.wake()
+            else:
+                self.pace_deadline_ps = ready_ps
+                self._wake_at(ready_ps)
 
     def _arm_timer(self, now_ps: int) -> None:
         deadline = now_ps + self.rto_ps
@@ -282,9 +309,14 @@ class RoceSender(NicSender):
             if self.increase_deadline_ps and self.increase_deadline_ps <= now:
                 dcqcn.on_increase_timer()
                 self.increase_deadline_ps = now + self.increase_timer_ps
+                self._pace(dcqcn, now)
             if not dcqcn.limited:  # back at line rate: the limiter is released, its timers stop
                 self.alpha_deadline_ps = self.increase_deadline_ps = 0
-        for deadline in (self.rto_deadline_ps, self.alpha_deadline_ps, self.increase_deadline_ps):
+            if self.pace_deadline_ps and self.pace_deadline_ps <= now:
+                self.pace_deadline_ps = 0
+                self.nic.wake()
+        for deadline in (self.rto_deadline_ps, self.alpha_deadline_ps, self.increase_deadline_ps,
+                         self.pace_deadline_ps):
             if deadline:
                 self._wake_at(deadline)
 
@@ -369,7 +401,7 @@ class RoceConnection:
         if roce.cc == "dcqcn":
             dcqcn = Dcqcn(float(nic.rate_bps), roce.dcqcn_g, roce.dcqcn_ai_mbps * 1e6, roce.dcqcn_hai_mbps * 1e6,
                           roce.dcqcn_min_rate_mbps * 1e6, roce.dcqcn_fast_recovery_steps,
-                          roce.dcqcn_byte_counter_bytes)
+                          roce.dcqcn_byte_counter_bytes, roce.dcqcn_clamp_target_rate)
             cnp_interval_ps = us_to_ps(roce.dcqcn_cnp_interval_us)
         self.sender = RoceSender(eventlist, nic, payload_bytes, us_to_ps(roce.rto_us), dcqcn,
                                  us_to_ps(roce.dcqcn_alpha_timer_us), us_to_ps(roce.dcqcn_increase_timer_us))
