@@ -56,8 +56,9 @@ FLOW_PATTERNS = ("incast", "permutation", "all_to_all")
 TRANSPORTS = ("tcp", "roce")
 # RoCE's congestion control: none (line rate, stopped only by PFC pauses: htsim's RoCE) or DCQCN.
 ROCE_CCS = ("none", "dcqcn")
-# PFC thresholds when network.pfc_xoff_kb / pfc_xon_kb are null, in full packets of network.mtu_bytes: htsim's
-# main_roce.cpp (high_pfc = 15, low_pfc = 12, times its data packet size), the reference of docs/roce.md
+# PFC thresholds when network.pfc_xoff_kb / pfc_xon_kb are null, in full packets of network.mtu_bytes: the counts of
+# htsim's main_roce.cpp (high_pfc = 15, low_pfc = 12), which multiplies them by its payload (-mtu), not by the full
+# packet (docs/roce.md, "Side by side with htsim", sets both sides to htsim's bytes)
 PFC_XOFF_PACKETS = 15
 PFC_XON_PACKETS = 12
 # A host's qdisc: pfifo_fast, Linux's default root qdisc (one FIFO for traffic of one priority).
