@@ -299,9 +299,9 @@ def markdown(rows: list[dict[str, Any]], skipped: dict[str, str], command: str, 
 
     head = ("| scenario | seeds | max FCT ours (us) | max FCT htsim (us) | ratio | median FCT ours (us) "
             "| median FCT htsim (us) | ratio | pause frames ours | pause frames htsim | ratio "
-            "| drops ours/htsim |")
+            "| drops ours/htsim | retransmits ours/htsim |")
     lines = [f"Command: `{command}`", "", f"htsim: {build}", "", f"Load: {load}", "", head,
-             "|" + " --- |" * 2 + " ---: |" * 10]
+             "|" + " --- |" * 2 + " ---: |" * 11]
     for name in dict.fromkeys(row["scenario"] for row in rows):
         group = [row for row in rows if row["scenario"] == name]
 
@@ -317,9 +317,10 @@ def markdown(rows: list[dict[str, Any]], skipped: dict[str, str], command: str, 
             f"| {cell(col('htsim_rx_median_fct_us'))} | {ratio('ours_median_fct_us', 'htsim_rx_median_fct_us')} "
             f"| {cell(col('ours_pause_frames'), 0)} | {cell(col('htsim_pause_frames'), 0)} "
             f"| {ratio('ours_pause_frames', 'htsim_pause_frames')} "
-            f"| {sum(col('ours_drops')):.0f} / {sum(col('htsim_drops')):.0f} |")
+            f"| {sum(col('ours_drops')):.0f} / {sum(col('htsim_drops')):.0f} "
+            f"| {sum(col('ours_retransmits')):,.0f} / {sum(col('htsim_retransmits')):,.0f} |")
     for name, reason in skipped.items():
-        lines.append(f"| {name} | - | {reason} |" + " |" * 9)
+        lines.append(f"| {name} | - | {reason} |" + " |" * 10)
     lines += ["", "Ratios are netsweep over htsim (over seeds: of the means). FCTs are at the receiver on both sides "
               "(htsim's from its sinks' log; the module docstring of benchmarks/compare_htsim_roce.py)."]
     ecmp = [row for row in rows if row["ours_busiest_uplinks"] is not None and row["scenario"].endswith("ecmp")]
