@@ -17,7 +17,7 @@ Scenarios (100 Gb/s host links, 1 us per link, PFC at every switch ingress port,
   2 MB (489 packets, wire-aligned) to host i + 8 mod 16, so every flow crosses a spine; `ecmp` (per flow;
   the two simulators hash differently, so each runs `--seeds` seeds and the table compares the distributions)
   and `spray` (per packet; htsim's `ecmp_rr`, netsweep's `network.load_balancing=spray`, skipped with a message
-  while that key does not exist).
+  while that key does not exist); `one_way_spray` sprays leaf 0's 8 flows alone (data only on its uplinks).
 
 htsim reports a flow done when its sender has the last ACK; netsweep when the receiver has the last byte, and an
 ACK can queue behind data for tens of microseconds on a congested uplink. So the script runs htsim twice: once for
@@ -154,6 +154,11 @@ def scenarios(seeds: int) -> list[Scenario]:
         Scenario("permutation_spray", perm, perm_packets * PAYLOAD_BYTES, perm_packets * HTSIM_ALIGNED_MTU,
                  HTSIM_ALIGNED_MTU, ("-nodes", "16", "-strat", "ecmp_rr"), leaf_spine,
                  htsim_topo=LEAF_SPINE_TOPO, ours_extra={"load_balancing": "spray"}),
+        # half of it: leaf 0's hosts to leaf 1's, so that leaf 0's uplinks carry data alone (the ACKs go back
+        # over leaf 1's)
+        Scenario("one_way_spray", perm[:PERMUTATION_HOSTS_PER_LEAF], perm_packets * PAYLOAD_BYTES,
+                 perm_packets * HTSIM_ALIGNED_MTU, HTSIM_ALIGNED_MTU, ("-nodes", "16", "-strat", "ecmp_rr"),
+                 leaf_spine, htsim_topo=LEAF_SPINE_TOPO, ours_extra={"load_balancing": "spray"}),
     ]
 
 
