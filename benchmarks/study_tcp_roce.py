@@ -143,8 +143,8 @@ def table(frame: pd.DataFrame) -> str:
 
 
 def plot(frame: pd.DataFrame, npus: int, path: Path) -> None:
-    """Iteration time by oversubscription and buffer (x) for each transport (a marker style), ECMP filled and
-    spraying hollow; log axis where times span decades (the report's rule)."""
+    """Iteration time by oversubscription and buffer (x) for each transport (a marker style), ECMP hollow and
+    spraying filled; log axis where times span decades (the report's rule)."""
     figure = Figure(figsize=(10, 4.8))
     axes = figure.add_subplot()
     subset = frame[(frame["npus"] == npus) & frame["iteration_ms"].notna()]
@@ -161,8 +161,8 @@ def plot(frame: pd.DataFrame, npus: int, path: Path) -> None:
                     x.append(labels.index(f"{row.oversubscription}\n{kb} KiB") + (offset - 2.5) * 0.1)
                     y.append(row.iteration_ms)
             marker_style = {**style, "linestyle": "none"}
-            if balancing == "spray":
-                marker_style["markerfacecolor"] = "none"
+            if balancing == "spray":  # filled; ECMP's hollow, as the report draws every series
+                marker_style["markerfacecolor"] = style["color"]
             axes.plot(x, y, label=f"{name}, {balancing}", **marker_style)
     axes.set_xticks(range(len(labels)), labels)
     if not subset.empty and subset["iteration_ms"].max() >= LOG_RATIO * subset["iteration_ms"].min():
