@@ -24,6 +24,10 @@ def check_backend(config: SimConfig) -> None:
     require(config.transport.protocol == "tcp" or backend.CARRIES_ROCE, "engine.backend", eng.backend,
             f"{' or '.join(backends_with('CARRIES_ROCE'))} with transport.protocol={config.transport.protocol} "
             "(the other backends model TCP only)")
+    balancing = config.network.load_balancing
+    require(balancing == "ecmp" or backend.SPRAYS, "network.load_balancing", balancing,
+            f"ecmp with engine.backend={eng.backend} (per-packet spraying is modelled on engine.backend="
+            f"{' or '.join(backends_with('SPRAYS'))} only)")
     if isinstance(config.workload, FlowsWorkload):
         carriers = " or ".join(backends_with("CARRIES_FLOWS"))
         require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,

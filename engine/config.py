@@ -56,6 +56,9 @@ FLOW_PATTERNS = ("incast", "permutation", "all_to_all")
 TRANSPORTS = ("tcp", "roce")
 # RoCE's congestion control: none (line rate, stopped only by PFC pauses: htsim's RoCE) or DCQCN.
 ROCE_CCS = ("none", "dcqcn")
+# Where each packet goes among a route's equal-cost paths: per flow (a hash of the flow: ECMP) or per packet
+# (`spray`: each connection deals its data packets round robin over its paths; engine/topology.py)
+LOAD_BALANCING = ("ecmp", "spray")
 # PFC thresholds when network.pfc_xoff_kb / pfc_xon_kb are null, in full packets of network.mtu_bytes: htsim's
 # main_roce.cpp (high_pfc = 15, low_pfc = 12, times its data packet size), the reference of docs/roce.md
 PFC_XOFF_PACKETS = 15
@@ -128,6 +131,7 @@ class NetworkConfig:
     pfc: bool | None = None
     pfc_xoff_kb: float | None = None
     pfc_xon_kb: float | None = None
+    load_balancing: str = "ecmp"  # `LOAD_BALANCING`: ecmp (per flow) or spray (per packet)
 
     def pfc_thresholds_bytes(self) -> tuple[int, int]:
         """PFC's XOFF and XON thresholds in bytes (`pfc_xoff_kb`, `pfc_xon_kb`; null: htsim's, in full
@@ -173,6 +177,7 @@ class NetworkConfig:
         for key in ("pfc_xoff_kb", "pfc_xon_kb"):
             if getattr(self, key) is not None:
                 _positive(f"network.{key}", getattr(self, key))
+        _one_of("network.load_balancing", self.load_balancing, LOAD_BALANCING)
 
 
 @dataclass(frozen=True)
@@ -331,7 +336,7 @@ class NodesNetwork(NetworkConfig):
         return {"npus": self.npus, "link_gbps": self.link_gbps, "link_latency_us": self.link_latency_us,
                 "buffer_kb": self.buffer_kb, "ecn_threshold_kb": self.ecn_threshold_kb, "mtu_bytes": self.mtu_bytes,
                 "loss_rate": self.loss_rate, "pfc": self.pfc, "pfc_xoff_kb": self.pfc_xoff_kb,
-                "pfc_xon_kb": self.pfc_xon_kb}
+                "pfc_xon_kb": self.pfc_xon_kb, "load_balancing": self.load_balancing}
 
     def _leaf_spine(self) -> LeafSpineNetwork:
         """The scale-out as a leaf-spine of `hosts_per_leaf` NICs a leaf."""

@@ -49,6 +49,7 @@ class NetworkBackend:
     FILLS: ClassVar[frozenset[str]] = frozenset()  # the `BACKEND_COLUMNS` its `runs` rows hold
     CARRIES_FLOWS: ClassVar[bool] = False  # runs the `flows` workload (TCP flows): `flow_sender`
     CARRIES_ROCE: ClassVar[bool] = False  # models RoCEv2 and PFC (transport.protocol=roce)
+    SPRAYS: ClassVar[bool] = False  # models per-packet load balancing (network.load_balancing=spray)
     INCAST_RTO: ClassVar[bool] = False  # flags incast phases, and charges them an RTO if `engine.incast_rto`
     # Models a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc): the packet engine's hosts
     MODELS_HOST_STACK: ClassVar[bool] = False
