@@ -145,6 +145,10 @@ class NetworkConfig:
         """NPUs that share a scale-up node (1: each NPU is its own node)."""
         return 1
 
+    def has_equal_cost_paths(self) -> bool:
+        """Whether some two hosts may be joined by several equal-cost paths (where `load_balancing` applies)."""
+        return False
+
     def group_sizes(self) -> tuple[int, ...]:
         """NPUs in a collective's group in each of the network's dimensions (one dimension: all of them)."""
         return (self.npus,)
@@ -215,6 +219,10 @@ class RingNetwork(NetworkConfig):
 
     topology: str = "ring"
 
+    def has_equal_cost_paths(self) -> bool:
+        """Both ways half-way round an even ring."""
+        return self.npus % 2 == 0
+
     def check(self) -> None:
         super().check()
         require(self.npus >= 3, "network.npus", self.npus, "at least 3 for a ring")
@@ -242,6 +250,10 @@ class LeafSpineNetwork(NetworkConfig):
     def reduced_groups(self) -> tuple[ReducedGroups, ...]:
         return (ReducedGroups(self.hosts_per_leaf, True, "leaf", "leaves"),)
 
+    def has_equal_cost_paths(self) -> bool:
+        """A path through each spine between two leaves."""
+        return self.spines > 1 and self.npus > self.hosts_per_leaf
+
 
 @dataclass(frozen=True)
 class FatTreeNetwork(NetworkConfig):
@@ -268,6 +280,10 @@ class FatTreeNetwork(NetworkConfig):
                     f"{smallest}), or null to choose that one")
         if self.uplink_gbps is not None:
             _gbps("network.uplink_gbps", self.uplink_gbps)
+
+    def has_equal_cost_paths(self) -> bool:
+        """An aggregation switch (and a core) of several between two edge switches."""
+        return self.k >= 4 and self.npus > self.k // 2
 
     def reduced_groups(self) -> tuple[ReducedGroups, ...]:
         half = self.k // 2
@@ -330,6 +346,10 @@ class NodesNetwork(NetworkConfig):
     def scaleout_network(self) -> NetworkConfig:
         """The NICs' network as a flat topology's config, host p being the NIC at position p."""
         raise NotImplementedError
+
+    def has_equal_cost_paths(self) -> bool:
+        """Its scale-out's, between nodes."""
+        return self.npus > self.npus_per_node and self.scaleout_network().has_equal_cost_paths()
 
     def _scaleout_common(self) -> dict[str, Any]:
         """The keys a scale-out network takes from this one as they are."""

@@ -179,11 +179,11 @@ def test_a_two_to_one_fabric_sprayed_splits_every_flow_evenly_and_beats_ecmp_s_c
     assert rows["ecmp"]["max_fct_s"] > 2 * share_s > rows["spray"]["max_fct_s"]
 
 
-def _shift_by_a_leaf(transport: str, load_balancing: str):
-    """Host i sends 2 MB to host i + 4 (mod 16) on the 2:1 leaf-spine, with buffers deep enough for no drop:
-    each uplink carries its leaf's data and the ACKs of the flows into its leaf."""
+def _shift_by_a_leaf(transport: str, load_balancing: str, nbytes: int):
+    """Host i sends `nbytes` to host i + 4 (mod 16) on the 2:1 leaf-spine, with buffers deep enough for no
+    drop: each uplink carries its leaf's data and the ACKs of the flows into its leaf."""
     config = {"transport": {"protocol": transport}, "network": leaf_spine(load_balancing, buffer_kb=1_000_000),
-              "workload": shift(2_000_000)}
+              "workload": shift(nbytes)}
     prepared = prepare(config)
     prepared.start()
     prepared.simulate()
@@ -195,8 +195,8 @@ def test_tcp_takes_a_sprayed_reordering_for_loss_and_retransmits_for_nothing() -
     # never pass one another; sprayed, those on the emptier uplink (the ACKs keep to their flows' ECMP
     # spines, so the two differ) overtake those queued on the other, and three duplicate ACKs (RFC 5681's
     # DupThresh) start a fast retransmit of a segment that was on its way.
-    ecmp, ecmp_run = _shift_by_a_leaf("tcp", "ecmp")
-    spray, spray_run = _shift_by_a_leaf("tcp", "spray")
+    ecmp, ecmp_run = _shift_by_a_leaf("tcp", "ecmp", 2_000_000)
+    spray, spray_run = _shift_by_a_leaf("tcp", "spray", 2_000_000)
     assert ecmp["drops"] == spray["drops"] == 0
     assert ecmp["retransmits"] == 0 and sum(c.sender.fast_retransmits for c in ecmp_run.sim.connections) == 0
     assert spray["retransmits"] > 0 and sum(c.sender.fast_retransmits for c in spray_run.sim.connections) > 0
@@ -205,8 +205,8 @@ def test_tcp_takes_a_sprayed_reordering_for_loss_and_retransmits_for_nothing() -
 def test_roce_go_back_n_naks_a_sprayed_reordering_and_resends_what_was_on_its_way() -> None:
     # PFC: lossless. Per flow RoCE's responder sees every packet in order; sprayed, a packet that overtook
     # another is dropped and NAKed, and the requester sends everything again from the gap.
-    ecmp, ecmp_run = _shift_by_a_leaf("roce", "ecmp")
-    spray, spray_run = _shift_by_a_leaf("roce", "spray")
+    ecmp, ecmp_run = _shift_by_a_leaf("roce", "ecmp", 200_000)
+    spray, spray_run = _shift_by_a_leaf("roce", "spray", 200_000)
     assert ecmp["drops"] == spray["drops"] == 0
     assert ecmp["retransmits"] == 0 and sum(q.receiver.naks_sent for q in ecmp_run.sim.queue_pairs) == 0
     naks = sum(q.receiver.naks_sent for q in spray_run.sim.queue_pairs)
@@ -223,3 +223,21 @@ def test_ecmp_named_explicitly_is_the_default_bit_for_bit() -> None:
         rows["runs"][0].pop("wall_s")
         rows["runs"][0].pop("events_per_s")
     assert explicit == implicit
+
+
+@pytest.mark.parametrize("network", [
+    {"topology": "fat_tree", "npus": 16},
+    {"topology": "ring", "npus": 6},
+    {"topology": "hierarchical", "npus": 16, "npus_per_node": 2, "scaleout": "fat_tree"},
+    {"topology": "rail_optimized", "npus": 16, "npus_per_node": 2, "hosts_per_leaf": 2, "spines": 2, "pxn": False},
+])
+@pytest.mark.parametrize("transport", ["tcp", "roce"])
+def test_every_topology_with_equal_cost_paths_runs_sprayed(network: dict, transport: str) -> None:
+    if transport == "roce" and network["topology"] == "ring":
+        return  # RoCE refuses the ring
+    config = {"transport": {"protocol": transport}, "network": {**network, "load_balancing": "spray"},
+              "workload": {"type": "collective", "op": "all_to_all", "bytes": 64_000}}
+    row = run(config)["runs"][0]
+    assert row["status"] == "ok", row["error"]
+    if transport == "roce":
+        assert row["drops"] == 0  # PFC: lossless, sprayed or not
