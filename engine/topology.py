@@ -538,7 +538,6 @@ class FatTreeTopology(Topology):
         core = j * half + m
         return up + (self.agg_up[src_agg * half + m], self.core_down[core * self.k + dst_edge // half]) + down
 
-
     def equal_cost_paths(self, src: int, dst: int) -> int:
         """(k/2)^2 across pods (an aggregation switch, then a core), k/2 within a pod, one on an edge switch."""
         half = self.half
