@@ -159,7 +159,8 @@ class Packet:
 class RouteDealer:
     """A connection's data routes over its equal-cost paths with `network.load_balancing=spray`, dealt
     round robin: its k-th data packet (a retransmission too) takes `routes[k % len(routes)]`. Route 0 is the
-    path ECMP would give the whole connection (`Topology.spray_routes`), so connections start apart."""
+    path ECMP would give the whole connection (`Topology.spray_routes`): connections start spread as ECMP
+    spreads them."""
 
     __slots__ = ("routes", "_turn")
 
