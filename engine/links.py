@@ -156,6 +156,33 @@ class Packet:
         self.next_below: Packet | None = None
 
 
+class RouteDealer:
+    """A connection's data routes over its equal-cost paths with `network.load_balancing=spray`, dealt
+    round robin: its k-th data packet (a retransmission too) takes `routes[k % len(routes)]`. Route 0 is the
+    path ECMP would give the whole connection (`Topology.spray_routes`): connections start spread as ECMP
+    spreads them."""
+
+    __slots__ = ("routes", "_turn")
+
+    def __init__(self, routes: tuple[tuple[PacketSink, ...], ...]) -> None:
+        self.routes = routes
+        self._turn = 0  # the route of the next packet
+
+    def next_route(self) -> tuple[PacketSink, ...]:
+        """The route of the next data packet."""
+        turn = self._turn
+        route = self.routes[turn]
+        turn += 1
+        self._turn = 0 if turn == len(self.routes) else turn
+        return route
+
+
+def route_dealer(spray_links: tuple[tuple[PacketSink, ...], ...], receiver: PacketSink) -> RouteDealer | None:
+    """The `RouteDealer` of a connection whose data may take the routes `spray_links` to `receiver`
+    (None where it has none: one path, or per-flow ECMP)."""
+    return RouteDealer(tuple(tuple(links) + (receiver,) for links in spray_links)) if spray_links else None
+
+
 class Link(PacketSink):
     """An egress port: drop-tail FIFO of `buffer_bytes`, serialisation at `rate_bps`, then
     `latency_ps` of propagation to the next sink of each packet's route.

@@ -28,7 +28,17 @@ from typing import Callable, Final
 
 from ..config import RoceConfig
 from ..eventlist import EventList
-from ..links import ROCE_ACK_BYTES, ROCE_CNP_BYTES, ROCE_HEADER_BYTES, NicSender, Packet, PacketSink, RoceNic
+from ..links import (
+    ROCE_ACK_BYTES,
+    ROCE_CNP_BYTES,
+    ROCE_HEADER_BYTES,
+    NicSender,
+    Packet,
+    PacketSink,
+    RoceNic,
+    RouteDealer,
+    route_dealer,
+)
 from ..units import BITS_PER_BYTE, PS_PER_S, us_to_ps
 
 # The AETH syndrome an ACK packet carries, in its `seq` field (data packets carry their sequence
@@ -130,7 +140,7 @@ class RoceSender(NicSender):
     """
 
     __slots__ = (
-        "eventlist", "nic", "data_route", "payload_bytes", "rto_ps", "snd_una", "snd_nxt", "snd_max",
+        "eventlist", "nic", "data_route", "spray", "payload_bytes", "rto_ps", "snd_una", "snd_nxt", "snd_max",
         "stream_end", "message_ends", "next_end_index", "active", "rto_deadline_ps", "timer_event_ps",
         "dcqcn", "alpha_timer_ps", "increase_timer_ps", "alpha_deadline_ps", "increase_deadline_ps", "next_send_ps",
         "last_sent_ps", "last_sent_bytes", "pace_deadline_ps",
@@ -143,6 +153,7 @@ class RoceSender(NicSender):
         self.eventlist = eventlist
         self.nic = nic
         self.data_route: tuple[PacketSink, ...] = ()
+        self.spray: RouteDealer | None = None  # network.load_balancing=spray: its data packets' routes
         self.payload_bytes = payload_bytes
         self.rto_ps = rto_ps
         self.snd_una = 0
@@ -199,7 +210,9 @@ class RoceSender(NicSender):
         now = self.eventlist.now_ps
         retransmit = seq < self.snd_max
         dcqcn = self.dcqcn
-        pkt = Packet(self.data_route, length + ROCE_HEADER_BYTES, length, seq, 0, now, retransmit, dcqcn is not None)
+        spray = self.spray
+        pkt = Packet(self.data_route if spray is None else spray.next_route(), length + ROCE_HEADER_BYTES, length, seq,
+                     0, now, retransmit, dcqcn is not None)
         if dcqcn is not None:
             self.last_sent_ps = now
             self.last_sent_bytes = pkt.size_bytes
@@ -383,13 +396,15 @@ class RoceReceiver(PacketSink):
 
 class RoceConnection:
     """A queue pair from host `src` to host `dst`: requester and responder joined by a data route and
-    an ACK route (tuples of links), each starting at its host's `RoceNic`. Persistent: messages
-    written one after another go in order."""
+    an ACK route (tuples of links), each starting at its host's `RoceNic`; with `spray_links`
+    (`Topology.spray_routes`) its data packets are dealt over those routes instead, its ACKs, NAKs and
+    CNPs keeping the one ACK route. Persistent: messages written one after another go in order."""
 
     __slots__ = ("flow_id", "src", "dst", "sender", "receiver")
 
     def __init__(self, eventlist: EventList, roce: RoceConfig, payload_bytes: int, flow_id: int, src: int,
-                 dst: int, data_links: tuple[PacketSink, ...], ack_links: tuple[PacketSink, ...]) -> None:
+                 dst: int, data_links: tuple[PacketSink, ...], ack_links: tuple[PacketSink, ...],
+                 spray_links: tuple[tuple[PacketSink, ...], ...] = ()) -> None:
         nic = data_links[0]
         if not isinstance(nic, RoceNic):
             raise TypeError(f"a RoCE connection starts at its host's RoceNic, not at {type(nic).__name__}")
@@ -407,6 +422,7 @@ class RoceConnection:
                                  us_to_ps(roce.dcqcn_alpha_timer_us), us_to_ps(roce.dcqcn_increase_timer_us))
         self.receiver = RoceReceiver(eventlist, cnp_interval_ps)
         self.sender.data_route = tuple(data_links) + (self.receiver,)
+        self.sender.spray = route_dealer(spray_links, self.receiver)
         self.receiver.ack_route = tuple(ack_links) + (self.sender,)
 
     def send_message(self, nbytes: int, on_delivered: Callable[[], None]) -> None:
