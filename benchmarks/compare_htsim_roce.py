@@ -15,7 +15,8 @@ Scenarios (100 Gb/s host links, 1 us per link, PFC at every switch ingress port,
   frames arrive with zero latency).
 - permutation on a 2:1 leaf-spine (16 hosts, 8 a leaf, 2 spines joined by 200 Gb/s links): host i sends
   2 MB (489 packets, wire-aligned) to host i + 8 mod 16, so every flow crosses a spine; `ecmp` (per flow;
-  the two simulators hash differently, so each runs `--seeds` seeds and the table compares the distributions)
+  the two simulators hash differently, so each runs `--seeds` seeds, and a second table compares the runs
+  grouped by the split of flows over the uplinks that each drew)
   and `spray` (per packet; htsim's `ecmp_rr`, netsweep's `network.load_balancing=spray`, skipped with a message
   while that key does not exist); `one_way_spray` sprays leaf 0's 8 flows alone (data only on its uplinks).
 
@@ -47,12 +48,13 @@ from typing import Any
 
 import engine
 from engine.config import ConfigError
+from engine.links import ROCE_HEADER_BYTES
 
 HERE = Path(__file__).resolve().parent
 LINK_GBPS = 100
 LINK_LATENCY_US = 1.0
 PAYLOAD_BYTES = 4096  # netsweep's roce.payload_bytes in every scenario
-OURS_HEADER_BYTES = 44  # IPv4 + UDP + BTH + ICRC (engine/transport/roce.py)
+OURS_HEADER_BYTES = ROCE_HEADER_BYTES  # 44: IPv4 + UDP + BTH + ICRC
 HTSIM_HEADER_BYTES = 64  # htsim's RocePacket::ACKSIZE, added to every -mtu payload and the size of its ACKs
 # htsim's -mtu giving packets of netsweep's wire size: 4,076 + 64 = 4,096 + 44 = 4,140 bytes
 HTSIM_ALIGNED_MTU = PAYLOAD_BYTES + OURS_HEADER_BYTES - HTSIM_HEADER_BYTES
