@@ -58,6 +58,7 @@ OURS_HEADER_BYTES = ROCE_HEADER_BYTES  # 44: IPv4 + UDP + BTH + ICRC
 HTSIM_HEADER_BYTES = 64  # htsim's RocePacket::ACKSIZE, added to every -mtu payload and the size of its ACKs
 # htsim's -mtu giving packets of netsweep's wire size: 4,076 + 64 = 4,096 + 44 = 4,140 bytes
 HTSIM_ALIGNED_MTU = PAYLOAD_BYTES + OURS_HEADER_BYTES - HTSIM_HEADER_BYTES
+SPRAY_SEEDS = 10  # netsweep's sprayed connections start on their ECMP path, so the seed matters (htsim's not)
 PERMUTATION_HOSTS_PER_LEAF = 8  # 2 leaves of 8 hosts, each sending to its peer on the other leaf
 PFC_XOFF_PACKETS, PFC_XON_PACKETS = 15, 12  # htsim_roce's defaults, in multiples of its -mtu (its payload)
 
@@ -155,7 +156,8 @@ def scenarios(seeds: int) -> list[Scenario]:
                  htsim_topo=LEAF_SPINE_TOPO, seeds=tuple(range(1, seeds + 1))),
         Scenario("permutation_spray", perm, perm_packets * PAYLOAD_BYTES, perm_packets * HTSIM_ALIGNED_MTU,
                  HTSIM_ALIGNED_MTU, ("-nodes", "16", "-strat", "ecmp_rr"), leaf_spine,
-                 htsim_topo=LEAF_SPINE_TOPO, ours_extra={"load_balancing": "spray"}),
+                 htsim_topo=LEAF_SPINE_TOPO, ours_extra={"load_balancing": "spray"},
+                 seeds=tuple(range(1, SPRAY_SEEDS + 1))),
         # half of it: leaf 0's hosts to leaf 1's, so that leaf 0's uplinks carry data alone (the ACKs go back
         # over leaf 1's)
         Scenario("one_way_spray", perm[:PERMUTATION_HOSTS_PER_LEAF], perm_packets * PAYLOAD_BYTES,
@@ -251,7 +253,7 @@ def run_ours(scenario: Scenario, seed: int) -> dict[str, Any] | str:
             leaf = int(link["src"].removeprefix("leaf"))
             busiest[leaf] = max(busiest.get(leaf, 0), round(link["bytes"] / wire_bytes(scenario)))
     return {"fcts_us": [fct_us[flow] for flow in scenario.flows], "pause_frames": row["pause_frames"],
-            "retransmits": row["retransmits"], "drops": row["drops"], "wall_s": wall_s,
+            "retransmits": row["retransmits"], "timeouts": row["timeouts"], "drops": row["drops"], "wall_s": wall_s,
             "busiest_uplinks": "+".join(str(n) for n in sorted(busiest.values(), reverse=True)) or None}
 
 
@@ -284,6 +286,7 @@ def summarise(scenario: Scenario, seed: int, ours: dict[str, Any], htsim: dict[s
            "ours_pause_frames": ours["pause_frames"], "htsim_pause_frames": htsim["pause_frames"],
            "ours_drops": ours["drops"], "htsim_drops": htsim["drops"],
            "ours_retransmits": ours["retransmits"], "htsim_retransmits": htsim["retransmits"],
+           "ours_timeouts": ours["timeouts"],
            "htsim_overflow_warnings": htsim["overflow_warnings"],
            "ours_busiest_uplinks": ours["busiest_uplinks"], "ours_busiest_uplinks_from_fcts": None,
            "htsim_busiest_uplinks_from_fcts": None,
@@ -306,9 +309,9 @@ def markdown(rows: list[dict[str, Any]], skipped: dict[str, str], command: str, 
 
     head = ("| scenario | seeds | max FCT ours (us) | max FCT htsim (us) | ratio | median FCT ours (us) "
             "| median FCT htsim (us) | ratio | pause frames ours | pause frames htsim | ratio "
-            "| drops ours/htsim | retransmits ours/htsim |")
+            "| drops ours/htsim | retransmits ours/htsim | timeouts ours (htsim has no timer) |")
     lines = [f"Command: `{command}`", "", f"htsim: {build}", "", f"Load: {load}", "", head,
-             "|" + " --- |" * 2 + " ---: |" * 11]
+             "|" + " --- |" * 2 + " ---: |" * 12]
     for name in dict.fromkeys(row["scenario"] for row in rows):
         group = [row for row in rows if row["scenario"] == name]
 
@@ -325,11 +328,13 @@ def markdown(rows: list[dict[str, Any]], skipped: dict[str, str], command: str, 
             f"| {cell(col('ours_pause_frames'), 0)} | {cell(col('htsim_pause_frames'), 0)} "
             f"| {ratio('ours_pause_frames', 'htsim_pause_frames')} "
             f"| {sum(col('ours_drops')):.0f} / {sum(col('htsim_drops')):.0f} "
-            f"| {sum(col('ours_retransmits')):,.0f} / {sum(col('htsim_retransmits')):,.0f} |")
+            f"| {cell(col('ours_retransmits'), 0)} / {cell(col('htsim_retransmits'), 0)} "
+            f"| {sum(col('ours_timeouts')):.0f} |")
     for name, reason in skipped.items():
-        lines.append(f"| {name} | - | {reason} |" + " |" * 10)
-    lines += ["", "Ratios are netsweep over htsim (over seeds: of the means). FCTs are at the receiver on both sides "
-              "(htsim's from its sinks' log; the module docstring of benchmarks/compare_htsim_roce.py)."]
+        lines.append(f"| {name} | - | {reason} |" + " |" * 11)
+    lines += ["", "Over seeds: the mean (min-max); drops and timeouts summed. Ratios are netsweep over htsim (over "
+              "seeds: of the means). FCTs are at the receiver on both sides (htsim's from its sinks' log; the module "
+              "docstring of benchmarks/compare_htsim_roce.py)."]
     ecmp = [row for row in rows if row["ours_busiest_uplinks"] is not None and row["scenario"].endswith("ecmp")]
     if ecmp:
         lines += ["", by_busiest_uplinks(ecmp)]
