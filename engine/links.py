@@ -644,9 +644,9 @@ class NicSender(PacketSink):
         """When its rate limiter lets it send its next packet (at most now: at once)."""
         raise NotImplementedError
 
-    def next_packet(self) -> Packet | None:
-        """Its next packet to send now, or None when it has nothing more (the NIC then forgets it
-        until it is `activate`d again)."""
+    def next_packet(self, now_ps: int) -> Packet | None:
+        """Its next packet to send at `now_ps` (the NIC's time for it, which may be before the event
+        list's), or None when it has nothing more (the NIC then forgets it until it is `activate`d again)."""
         raise NotImplementedError
 
 
@@ -656,39 +656,94 @@ class RoceNic(PausableLink):
     turn, one packet each (round robin among queue pairs), skipping a sender its rate limiter holds
     back (DCQCN's); with none ready it wakes when the first is. A sender alone at line rate is paced
     by the link itself. A sender's packets are made when they go, so a go-back-N rewind leaves
-    nothing stale queued."""
+    nothing stale queued.
 
-    __slots__ = ("_senders", "_wakeup", "_wakeup_ps")
+    Its ends of serialisation are not events (unless `end_events`): a packet it starts cannot be
+    stopped (a pause stops the port after it), so it goes on the wire at once with its arrival known,
+    and the next is taken when the NIC is next looked at (`catch_up`), as of the time the serialisation
+    ended: by its own wire's next arrival, which always comes after that end, and before anything
+    touches the NIC or its senders (a packet handed to it, a PFC frame, a wake-up, a sender's write,
+    ACK or timer; an end due at the very instant of the event at hand comes after it). The packets it
+    forwards came in by a link into its host, which counts no ingress bytes (hosts never pause their
+    switch), so no switch's ingress count waits on its ends."""
+
+    __slots__ = ("_senders", "_wakeup", "_wakeup_ps", "end_events")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
                  pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0) -> None:
         super().__init__(eventlist, name, rate_bps, latency_ps, pfc_xoff_bytes, pfc_xon_bytes)
+        # True: an event at each end of serialisation, as a switch's port (set for DCQCN's paced senders,
+        # whose gaps make the order of events at one instant depend on when each end was scheduled)
+        self.end_events = False
         self._senders: deque[NicSender] = deque()  # the active senders, the next to serve first
         self._wakeup = _NicWakeup(self)  # scheduled afresh each time (a pending one may be superseded)
         self._wakeup_ps = -1  # when the earliest pending wake-up comes; -1: none pending
 
+    def catch_up(self) -> None:
+        """Run the ends of serialisation due before now, each taking the next packet as of its own time
+        (one due now waits: the event at hand goes first)."""
+        now = self.eventlist.now_ps
+        while self._sending is not None and self.busy_until_ps < now:
+            self._sending = None
+            if not self.paused:
+                self._start(self.busy_until_ps)
+
     def activate(self, sender: NicSender) -> None:
-        """`sender` has packets to send (call once until it runs dry: the caller keeps the flag)."""
+        """`sender` has packets to send (call once until it runs dry: the caller keeps the flag, after
+        `catch_up`)."""
         self._senders.append(sender)
         if self._sending is None and not self.paused:
-            self.transmit_next()
+            self._start(self.eventlist.now_ps)
 
-    def next_packet(self) -> Packet | None:
-        pkt = super().next_packet()
+    def receive_packet(self, pkt: Packet) -> None:
+        """Queue `pkt` (an ACK, NAK or CNP of its host's, or a packet it forwards); start it at once if free."""
+        self.catch_up()
+        super().receive_packet(pkt)
+
+    def transmit_next(self) -> None:
+        """Start the next packet now (the port free and not paused)."""
+        self._start(self.eventlist.now_ps)
+
+    def _start(self, start_ps: int) -> None:
+        """Start serialising the next packet at `start_ps` (the port free and not paused), straight onto
+        the wire."""
+        pkt = self._take(start_ps)
+        if pkt is None:
+            return
+        size = pkt.size_bytes
+        self._sending = pkt
+        end_ps = start_ps + serialisation_ps(size, self.rate_bps)
+        self.busy_until_ps = end_ps
+        self.packets_sent += 1
+        self.bytes_sent += size
+        if self.end_events:
+            self.eventlist.schedule_entry(self._serialised, end_ps)
+            return
+        pkt.arrival_ps = end_ps + self.latency_ps
+        tail = self._wire_tail
+        self._wire_tail = pkt
+        if tail is None:
+            self._wire_head = pkt
+            self.eventlist.schedule_entry(self._event, pkt.arrival_ps)
+        else:
+            tail.next_on_wire = pkt
+
+    def _take(self, now_ps: int) -> Packet | None:
+        """The packet to send at `now_ps`: from the FIFO, else from the senders in turn (None: nothing)."""
+        pkt = self.next_packet()
         if pkt is not None:
             return pkt
         senders = self._senders
-        now = self.eventlist.now_ps
         first_ready_ps = -1
         for _ in range(len(senders)):
             sender = senders.popleft()
             ready_ps = sender.ready_ps()
-            if ready_ps > now:  # held back by its rate limiter: it keeps its place in line
+            if ready_ps > now_ps:  # held back by its rate limiter: it keeps its place in line
                 senders.append(sender)
                 if first_ready_ps < 0 or ready_ps < first_ready_ps:
                     first_ready_ps = ready_ps
                 continue
-            pkt = sender.next_packet()
+            pkt = sender.next_packet(now_ps)
             if pkt is not None:
                 senders.append(sender)  # back in line; it says None when it has run dry
                 return pkt
@@ -697,12 +752,23 @@ class RoceNic(PausableLink):
             self.eventlist.schedule(self._wakeup, first_ready_ps)
         return None
 
+    def do_next_event(self) -> None:
+        """The head packet reaches the switch (after the NIC has taken what it would have by now)."""
+        self.catch_up()
+        super().do_next_event()
+
+    def pfc_frame(self, pause: bool) -> None:
+        """A PAUSE or RESUME reaches the NIC (after the ends due before it)."""
+        self.catch_up()
+        super().pfc_frame(pause)
+
     def wake(self) -> None:
         """A sender's rate limiter may let it send: start if the port is free."""
+        self.catch_up()
         if self._wakeup_ps <= self.eventlist.now_ps:
             self._wakeup_ps = -1
         if self._sending is None and not self.paused:
-            self.transmit_next()
+            self._start(self.eventlist.now_ps)
 
 
 class _NicWakeup(EventSource):
