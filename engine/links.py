@@ -464,8 +464,15 @@ class PausableLink(Link):
     feeds (one class, every packet).
 
     Unlike `Link`, a packet's departure is not known when it is queued (a pause may come first): the
-    port keeps its waiting packets in a FIFO, serialises one at a time (an event at each end of
-    serialisation) and starts none while paused; a pause stops it after the packet being sent.
+    port keeps its waiting packets in a FIFO, serialises one at a time and starts none while paused;
+    a pause stops it after the packet being sent. Its end of serialisation (the packet goes on the
+    wire, its ingress port's count falls, the next packet starts) is an event where the packets come
+    into a switch whose ingress ports count them for PFC, or with `end_events`. Elsewhere (a host's
+    NIC, a port with PFC off) nothing waits on the time of an end: a packet that starts cannot be
+    stopped, so it goes on the wire at once, its arrival known, and the port runs its ends when it is
+    next looked at (`catch_up`), each as of its own time: at its own wire's next arrival (which comes
+    after that end) and before anything touches the port (a packet, a PFC frame). An end due at the
+    very instant of the event at hand comes after it.
 
     As the ingress port of the switch it leads to (`pfc_xoff_bytes` set; not into a host: hosts never
     pause their switch), it counts `ingress_bytes`, the bytes that came in by it and have not finished
@@ -481,9 +488,9 @@ class PausableLink(Link):
     queue it finds (drawn from `red_rng`).
     """
 
-    __slots__ = ("_queue", "_queued_ps", "_sending", "_serialised", "paused", "_paused_since_ps", "paused_ps",
-                 "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes", "ingress_bytes", "_pause_sent", "_red_kmin_ps",
-                 "_red_kmax_ps", "_red_pmax", "_red_rng")
+    __slots__ = ("_queue", "_queued_ps", "_sending", "_end_event", "_serialised", "end_events",
+                 "paused", "_paused_since_ps", "paused_ps", "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes",
+                 "ingress_bytes", "_pause_sent", "_red_kmin_ps", "_red_kmax_ps", "_red_pmax", "_red_rng")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
                  pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0, buffer_bytes: int | None = None,
@@ -499,8 +506,12 @@ class PausableLink(Link):
         self._red_rng = red_rng if red is not None else None
         self._queue: deque[Packet] = deque()
         self._queued_ps = 0  # serialisation time of the packets waiting
-        self._sending: Packet | None = None  # the packet being serialised, done at busy_until_ps
+        self._sending: Packet | None = None  # the packet being sent (or its end not yet run), done at busy_until_ps
+        self._end_event = False  # whether that end is an event (else `catch_up` runs it)
         self._serialised = EventEntry(_SerialisationEnd(self))
+        # True: an event at every end of serialisation (DCQCN's NICs: their paced gaps make the order
+        # of events at one instant depend on when each end was scheduled)
+        self.end_events = False
         self.paused = False
         self._paused_since_ps = 0
         self.paused_ps = 0
@@ -512,6 +523,7 @@ class PausableLink(Link):
 
     def receive_packet(self, pkt: Packet) -> None:
         """Queue `pkt` (or drop it above the buffer; RED may mark it); start it at once if the port is free."""
+        self.catch_up()
         now = self.eventlist.now_ps
         backlog_ps = self._queued_ps + (self.busy_until_ps - now if self._sending is not None else 0)
         if backlog_ps > 0 and not self.admit(pkt, backlog_ps):  # with PFC no buffer limit: never a drop
@@ -525,10 +537,10 @@ class PausableLink(Link):
         self._queue.append(pkt)
         self._queued_ps += serialisation_ps(pkt.size_bytes, self.rate_bps)
         if self._sending is None and not self.paused:
-            self.transmit_next()
+            self.start_next(now)
 
-    def next_packet(self) -> Packet | None:
-        """The packet to serialise next, taken from the queue (None: nothing to send)."""
+    def next_packet(self, now_ps: int) -> Packet | None:
+        """The packet to serialise from `now_ps`, taken from the queue (None: nothing to send)."""
         queue = self._queue
         if not queue:
             return None
@@ -536,24 +548,28 @@ class PausableLink(Link):
         self._queued_ps -= serialisation_ps(pkt.size_bytes, self.rate_bps)
         return pkt
 
-    def transmit_next(self) -> None:
-        """Start serialising the next packet, if there is one (the port is free and not paused)."""
-        pkt = self.next_packet()
+    def start_next(self, start_ps: int) -> None:
+        """Start serialising the next packet, if there is one, at `start_ps` (the port free and not
+        paused): it goes on the wire; its end is an event only where one is needed."""
+        pkt = self.next_packet(start_ps)
         if pkt is None:
             return
         size = pkt.size_bytes
         self._sending = pkt
-        self.busy_until_ps = self.eventlist.now_ps + serialisation_ps(size, self.rate_bps)
+        end_ps = start_ps + serialisation_ps(size, self.rate_bps)
+        self.busy_until_ps = end_ps
         self.packets_sent += 1
         self.bytes_sent += size
-        self.eventlist.schedule_entry(self._serialised, self.busy_until_ps)
+        hop = pkt.hop
+        if self.end_events or (hop and _ingress_counts(pkt.route[hop - 1])):
+            self._end_event = True
+            self.eventlist.schedule_entry(self._serialised, end_ps)
+        else:
+            self._end_event = False
+            self._put_on_wire(pkt)
 
-    def serialisation_done(self) -> None:
-        """The packet being sent has left: it goes on the wire, its ingress port's count falls, and
-        the next starts unless a pause has come."""
-        pkt = self._sending
-        assert pkt is not None  # the event is pending only while a packet is being sent
-        self._sending = None
+    def _put_on_wire(self, pkt: Packet) -> None:
+        """`pkt`, done at busy_until_ps, reaches the next hop a latency later, behind those on the wire."""
         pkt.arrival_ps = self.busy_until_ps + self.latency_ps
         tail = self._wire_tail
         self._wire_tail = pkt
@@ -562,16 +578,37 @@ class PausableLink(Link):
             self.eventlist.schedule_entry(self._event, pkt.arrival_ps)
         else:
             tail.next_on_wire = pkt
+
+    def catch_up(self) -> None:
+        """Run the ends of serialisation that are not events and are due before now, each as of its time."""
+        now = self.eventlist.now_ps
+        while self._sending is not None and not self._end_event and self.busy_until_ps < now:
+            self._end(self.busy_until_ps)
+
+    def serialisation_done(self) -> None:
+        """The end of serialisation that is an event: the packet goes on the wire now."""
+        pkt = self._sending
+        assert pkt is not None  # the event is pending only while a packet is being sent
+        self._put_on_wire(pkt)
+        self._end(self.eventlist.now_ps)
+
+    def _end(self, end_ps: int) -> None:
+        """The packet being sent has left at `end_ps` (on the wire already): its ingress port's count
+        falls, and the next starts unless a pause has come."""
+        pkt = self._sending
+        assert pkt is not None  # an end is run only while a packet is being sent
+        self._sending = None
         hop = pkt.hop
         if hop:  # it came into this switch by the link before it
             ingress = pkt.route[hop - 1]
             if isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
-                ingress.left_switch(pkt.size_bytes)
+                ingress.left_switch(pkt.size_bytes, end_ps)
         if not self.paused:
-            self.transmit_next()
+            self.start_next(end_ps)
 
     def do_next_event(self) -> None:
         """The head packet reaches the next hop; a switch counts it on this, its ingress port."""
+        self.catch_up()
         pkt = self._wire_head
         assert pkt is not None
         if self.pfc_xoff_bytes and pkt.hop + 2 < len(pkt.route):  # the next hop is a switch's egress port
@@ -580,16 +617,19 @@ class PausableLink(Link):
                 self._pause_sent = True
                 self.eventlist.schedule(_PfcFrame(self, True), self.eventlist.now_ps + self.latency_ps)
         super().do_next_event()
+        if self._wire_head is None and self._sending is not None and not self._end_event:
+            self._end(self.busy_until_ps)  # zero latency: the end due now, with no arrival left to run it
 
-    def left_switch(self, size_bytes: int) -> None:
-        """A packet that came in by this link has finished leaving its switch: RESUME below XON."""
+    def left_switch(self, size_bytes: int, at_ps: int) -> None:
+        """A packet that came in by this link finished leaving its switch at `at_ps`: RESUME below XON."""
         self.ingress_bytes -= size_bytes
         if self._pause_sent and self.ingress_bytes < self.pfc_xon_bytes:
             self._pause_sent = False
-            self.eventlist.schedule(_PfcFrame(self, False), self.eventlist.now_ps + self.latency_ps)
+            self.eventlist.schedule(_PfcFrame(self, False), at_ps + self.latency_ps)
 
     def pfc_frame(self, pause: bool) -> None:
         """A PAUSE (or RESUME) from the far end reaches this port's sender."""
+        self.catch_up()
         now = self.eventlist.now_ps
         if pause:
             self.pause_frames += 1
@@ -600,11 +640,17 @@ class PausableLink(Link):
             self.paused = False
             self.paused_ps += now - self._paused_since_ps
             if self._sending is None:
-                self.transmit_next()
+                self.start_next(now)
 
     def time_paused_ps(self, end_ps: int) -> int:
         """Time this port has spent paused up to `end_ps` (a pause still in force counted to then)."""
         return self.paused_ps + (max(0, end_ps - self._paused_since_ps) if self.paused else 0)
+
+
+def _ingress_counts(ingress: PacketSink) -> bool:
+    """Whether `ingress` (the port a packet came into its switch by) counts the bytes in the switch
+    for PFC: then the packet's end of serialisation, which lowers the count, must be an event."""
+    return isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes > 0
 
 
 class _SerialisationEnd(EventSource):
@@ -658,79 +704,29 @@ class RoceNic(PausableLink):
     by the link itself. A sender's packets are made when they go, so a go-back-N rewind leaves
     nothing stale queued.
 
-    Its ends of serialisation are not events (unless `end_events`): a packet it starts cannot be
-    stopped (a pause stops the port after it), so it goes on the wire at once with its arrival known,
-    and the next is taken when the NIC is next looked at (`catch_up`), as of the time the serialisation
-    ended: by its own wire's next arrival, which always comes after that end, and before anything
-    touches the NIC or its senders (a packet handed to it, a PFC frame, a wake-up, a sender's write,
-    ACK or timer; an end due at the very instant of the event at hand comes after it). The packets it
-    forwards came in by a link into its host, which counts no ingress bytes (hosts never pause their
-    switch), so no switch's ingress count waits on its ends."""
+    Its ends of serialisation are run as a `PausableLink`'s, and also before anything touches its
+    senders (a write, an ACK, a timer: `catch_up`). The packets it forwards came in by a link into its
+    host, which counts no ingress bytes (hosts never pause their switch)."""
 
-    __slots__ = ("_senders", "_wakeup", "_wakeup_ps", "end_events")
+    __slots__ = ("_senders", "_wakeup", "_wakeup_ps")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
                  pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0) -> None:
         super().__init__(eventlist, name, rate_bps, latency_ps, pfc_xoff_bytes, pfc_xon_bytes)
-        # True: an event at each end of serialisation, as a switch's port (set for DCQCN's paced senders,
-        # whose gaps make the order of events at one instant depend on when each end was scheduled)
-        self.end_events = False
         self._senders: deque[NicSender] = deque()  # the active senders, the next to serve first
         self._wakeup = _NicWakeup(self)  # scheduled afresh each time (a pending one may be superseded)
         self._wakeup_ps = -1  # when the earliest pending wake-up comes; -1: none pending
-
-    def catch_up(self) -> None:
-        """Run the ends of serialisation due before now, each taking the next packet as of its own time
-        (one due now waits: the event at hand goes first)."""
-        now = self.eventlist.now_ps
-        while self._sending is not None and self.busy_until_ps < now:
-            self._sending = None
-            if not self.paused:
-                self._start(self.busy_until_ps)
 
     def activate(self, sender: NicSender) -> None:
         """`sender` has packets to send (call once until it runs dry: the caller keeps the flag, after
         `catch_up`)."""
         self._senders.append(sender)
         if self._sending is None and not self.paused:
-            self._start(self.eventlist.now_ps)
+            self.start_next(self.eventlist.now_ps)
 
-    def receive_packet(self, pkt: Packet) -> None:
-        """Queue `pkt` (an ACK, NAK or CNP of its host's, or a packet it forwards); start it at once if free."""
-        self.catch_up()
-        super().receive_packet(pkt)
-
-    def transmit_next(self) -> None:
-        """Start the next packet now (the port free and not paused)."""
-        self._start(self.eventlist.now_ps)
-
-    def _start(self, start_ps: int) -> None:
-        """Start serialising the next packet at `start_ps` (the port free and not paused), straight onto
-        the wire."""
-        pkt = self._take(start_ps)
-        if pkt is None:
-            return
-        size = pkt.size_bytes
-        self._sending = pkt
-        end_ps = start_ps + serialisation_ps(size, self.rate_bps)
-        self.busy_until_ps = end_ps
-        self.packets_sent += 1
-        self.bytes_sent += size
-        if self.end_events:
-            self.eventlist.schedule_entry(self._serialised, end_ps)
-            return
-        pkt.arrival_ps = end_ps + self.latency_ps
-        tail = self._wire_tail
-        self._wire_tail = pkt
-        if tail is None:
-            self._wire_head = pkt
-            self.eventlist.schedule_entry(self._event, pkt.arrival_ps)
-        else:
-            tail.next_on_wire = pkt
-
-    def _take(self, now_ps: int) -> Packet | None:
+    def next_packet(self, now_ps: int) -> Packet | None:
         """The packet to send at `now_ps`: from the FIFO, else from the senders in turn (None: nothing)."""
-        pkt = self.next_packet()
+        pkt = super().next_packet(now_ps)
         if pkt is not None:
             return pkt
         senders = self._senders
@@ -752,23 +748,13 @@ class RoceNic(PausableLink):
             self.eventlist.schedule(self._wakeup, first_ready_ps)
         return None
 
-    def do_next_event(self) -> None:
-        """The head packet reaches the switch (after the NIC has taken what it would have by now)."""
-        self.catch_up()
-        super().do_next_event()
-
-    def pfc_frame(self, pause: bool) -> None:
-        """A PAUSE or RESUME reaches the NIC (after the ends due before it)."""
-        self.catch_up()
-        super().pfc_frame(pause)
-
     def wake(self) -> None:
         """A sender's rate limiter may let it send: start if the port is free."""
         self.catch_up()
         if self._wakeup_ps <= self.eventlist.now_ps:
             self._wakeup_ps = -1
         if self._sending is None and not self.paused:
-            self._start(self.eventlist.now_ps)
+            self.start_next(self.eventlist.now_ps)
 
 
 class _NicWakeup(EventSource):
