@@ -472,7 +472,7 @@ class PausableLink(Link):
     stopped, so it goes on the wire at once, its arrival known, and the port runs its ends when it is
     next looked at (`catch_up`), each as of its own time: at its own wire's next arrival (which comes
     after that end) and before anything touches the port (a packet, a PFC frame). An end due at the
-    very instant of the event at hand comes after it.
+    very instant of the event at hand runs first if its packet started before that event was scheduled.
 
     As the ingress port of the switch it leads to (`pfc_xoff_bytes` set; not into a host: hosts never
     pause their switch), it counts `ingress_bytes`, the bytes that came in by it and have not finished
@@ -488,7 +488,7 @@ class PausableLink(Link):
     queue it finds (drawn from `red_rng`).
     """
 
-    __slots__ = ("_queue", "_queued_ps", "_sending", "_end_event", "_serialised", "end_events",
+    __slots__ = ("_queue", "_queued_ps", "_sending", "_started_ps", "_end_event", "_serialised", "end_events",
                  "paused", "_paused_since_ps", "paused_ps", "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes",
                  "ingress_bytes", "_pause_sent", "_red_kmin_ps", "_red_kmax_ps", "_red_pmax", "_red_rng")
 
@@ -507,6 +507,7 @@ class PausableLink(Link):
         self._queue: deque[Packet] = deque()
         self._queued_ps = 0  # serialisation time of the packets waiting
         self._sending: Packet | None = None  # the packet being sent (or its end not yet run), done at busy_until_ps
+        self._started_ps = 0  # when it started
         self._end_event = False  # whether that end is an event (else `catch_up` runs it)
         self._serialised = EventEntry(_SerialisationEnd(self))
         # True: an event at every end of serialisation (DCQCN's NICs: their paced gaps make the order
@@ -556,6 +557,7 @@ class PausableLink(Link):
             return
         size = pkt.size_bytes
         self._sending = pkt
+        self._started_ps = start_ps
         end_ps = start_ps + serialisation_ps(size, self.rate_bps)
         self.busy_until_ps = end_ps
         self.packets_sent += 1
@@ -580,10 +582,16 @@ class PausableLink(Link):
             tail.next_on_wire = pkt
 
     def catch_up(self) -> None:
-        """Run the ends of serialisation that are not events and are due before now, each as of its time."""
-        now = self.eventlist.now_ps
-        while self._sending is not None and not self._end_event and self.busy_until_ps < now:
-            self._end(self.busy_until_ps)
+        """Run the ends of serialisation that are not events and are due by now, each as of its time: one
+        due now only if its packet started before the event at hand was scheduled (the order the end,
+        as an event scheduled when the packet started, would have taken)."""
+        eventlist = self.eventlist
+        now = eventlist.now_ps
+        while self._sending is not None and not self._end_event:
+            end_ps = self.busy_until_ps
+            if end_ps > now or (end_ps == now and self._started_ps > eventlist.scheduled_ps):
+                return
+            self._end(end_ps)
 
     def serialisation_done(self) -> None:
         """The end of serialisation that is an event: the packet goes on the wire now."""
