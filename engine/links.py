@@ -264,6 +264,11 @@ class Link(PacketSink):
         else:
             tail.next_on_wire = pkt
 
+    def serialisation_of_ps(self, size_bytes: int) -> int:
+        """`units.serialisation_ps` at this link's rate: exact integer ps per byte where the rate allows."""
+        ps_per_byte = self._ps_per_byte
+        return size_bytes * ps_per_byte if ps_per_byte else size_bytes * self._ps_per_byte_num // self.rate_bps
+
     def admit(self, pkt: Packet, backlog_ps: int) -> bool:
         """The drop-tail and ECN rules for `pkt` arriving behind `backlog_ps` of queued work: False
         (a drop, counted) above the buffer; else CE-marks it above the threshold, records the backlog
@@ -536,7 +541,7 @@ class PausableLink(Link):
                 pkt.ce = True
                 self.ecn_marks += 1
         self._queue.append(pkt)
-        self._queued_ps += serialisation_ps(pkt.size_bytes, self.rate_bps)
+        self._queued_ps += self.serialisation_of_ps(pkt.size_bytes)
         if self._sending is None and not self.paused:
             self.start_next(now)
 
@@ -546,7 +551,7 @@ class PausableLink(Link):
         if not queue:
             return None
         pkt = queue.popleft()
-        self._queued_ps -= serialisation_ps(pkt.size_bytes, self.rate_bps)
+        self._queued_ps -= self.serialisation_of_ps(pkt.size_bytes)
         return pkt
 
     def start_next(self, start_ps: int) -> None:
@@ -558,12 +563,14 @@ class PausableLink(Link):
         size = pkt.size_bytes
         self._sending = pkt
         self._started_ps = start_ps
-        end_ps = start_ps + serialisation_ps(size, self.rate_bps)
+        end_ps = start_ps + self.serialisation_of_ps(size)
         self.busy_until_ps = end_ps
         self.packets_sent += 1
         self.bytes_sent += size
         hop = pkt.hop
-        if self.end_events or (hop and _ingress_counts(pkt.route[hop - 1])):
+        ingress = pkt.route[hop - 1] if hop else None
+        # an event where its switch's ingress port counts it for PFC (the count falls at the end)
+        if self.end_events or (isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes):
             self._end_event = True
             self.eventlist.schedule_entry(self._serialised, end_ps)
         else:
@@ -653,12 +660,6 @@ class PausableLink(Link):
     def time_paused_ps(self, end_ps: int) -> int:
         """Time this port has spent paused up to `end_ps` (a pause still in force counted to then)."""
         return self.paused_ps + (max(0, end_ps - self._paused_since_ps) if self.paused else 0)
-
-
-def _ingress_counts(ingress: PacketSink) -> bool:
-    """Whether `ingress` (the port a packet came into its switch by) counts the bytes in the switch
-    for PFC: then the packet's end of serialisation, which lowers the count, must be an event."""
-    return isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes > 0
 
 
 class _SerialisationEnd(EventSource):
