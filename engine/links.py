@@ -471,13 +471,16 @@ class PausableLink(Link):
     Unlike `Link`, a packet's departure is not known when it is queued (a pause may come first): the
     port keeps its waiting packets in a FIFO, serialises one at a time and starts none while paused;
     a pause stops it after the packet being sent. Its end of serialisation (the packet goes on the
-    wire, its ingress port's count falls, the next packet starts) is an event where the packets come
-    into a switch whose ingress ports count them for PFC, or with `end_events`. Elsewhere (a host's
-    NIC, a port with PFC off) nothing waits on the time of an end: a packet that starts cannot be
-    stopped, so it goes on the wire at once, its arrival known, and the port runs its ends when it is
-    next looked at (`catch_up`), each as of its own time: at its own wire's next arrival (which comes
-    after that end) and before anything touches the port (a packet, a PFC frame). An end due at the
-    very instant of the event at hand runs first if its packet started before that event was scheduled.
+    wire, its ingress port's count falls, the next packet starts) is an event where a switch's ingress
+    port counts the packet for PFC (its count falls at that end), with `end_events` (DCQCN's ports and
+    NICs), and where the wire is empty by then. Elsewhere (a host's NIC, a port with PFC off, the wire
+    busy) nothing waits on the time of the end: a packet that starts cannot be stopped, so it goes on
+    the wire at once, behind a packet that arrives after its end (its arrival scheduled as it would be
+    at the end), and the port runs its end when it is next looked at (`catch_up`), as of the end's
+    time: at its own wire's next arrival (which comes after that end) and before anything touches the
+    port (a packet, a PFC frame). An end due at the very instant of the event at hand runs first if its
+    packet started no later than that event was scheduled (the order the end, an event scheduled when
+    the packet started, would have taken).
 
     As the ingress port of the switch it leads to (`pfc_xoff_bytes` set; not into a host: hosts never
     pause their switch), it counts `ingress_bytes`, the bytes that came in by it and have not finished
@@ -515,9 +518,9 @@ class PausableLink(Link):
         self._started_ps = 0  # when it started
         self._end_event = False  # whether that end is an event (else `catch_up` runs it)
         self._serialised = EventEntry(_SerialisationEnd(self))
-        # True: an event at every end of serialisation (DCQCN's NICs: their paced gaps make the order
-        # of events at one instant depend on when each end was scheduled)
-        self.end_events = False
+        # True: an event at every end of serialisation (DCQCN's: its RED draws and paced gaps make the
+        # order of events at one instant depend on when each end was scheduled)
+        self.end_events = red is not None
         self.paused = False
         self._paused_since_ps = 0
         self.paused_ps = 0
@@ -567,10 +570,14 @@ class PausableLink(Link):
         self.busy_until_ps = end_ps
         self.packets_sent += 1
         self.bytes_sent += size
+        # No event at the end where nothing waits on its time and the order of events stays as with
+        # one: no ingress port counts the packet for PFC (its count would fall at the end), and the wire
+        # still holds a packet arriving after the end (so this one's arrival is scheduled as at the end).
+        tail = self._wire_tail
         hop = pkt.hop
         ingress = pkt.route[hop - 1] if hop else None
-        # an event where its switch's ingress port counts it for PFC (the count falls at the end)
-        if self.end_events or (isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes):
+        if (self.end_events or tail is None or tail.arrival_ps <= end_ps
+                or (isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes)):
             self._end_event = True
             self.eventlist.schedule_entry(self._serialised, end_ps)
         else:
@@ -590,7 +597,7 @@ class PausableLink(Link):
 
     def catch_up(self) -> None:
         """Run the ends of serialisation that are not events and are due by now, each as of its time: one
-        due now only if its packet started before the event at hand was scheduled (the order the end,
+        due now only if its packet started no later than the event at hand was scheduled (the order the end,
         as an event scheduled when the packet started, would have taken)."""
         eventlist = self.eventlist
         now = eventlist.now_ps
@@ -601,23 +608,21 @@ class PausableLink(Link):
             self._end(end_ps)
 
     def serialisation_done(self) -> None:
-        """The end of serialisation that is an event: the packet goes on the wire now."""
+        """The end of serialisation that is an event: the packet goes on the wire now, and its ingress
+        port's count falls (a RESUME below XON)."""
         pkt = self._sending
         assert pkt is not None  # the event is pending only while a packet is being sent
         self._put_on_wire(pkt)
-        self._end(self.eventlist.now_ps)
-
-    def _end(self, end_ps: int) -> None:
-        """The packet being sent has left at `end_ps` (on the wire already): its ingress port's count
-        falls, and the next starts unless a pause has come."""
-        pkt = self._sending
-        assert pkt is not None  # an end is run only while a packet is being sent
-        self._sending = None
         hop = pkt.hop
         if hop:  # it came into this switch by the link before it
             ingress = pkt.route[hop - 1]
             if isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
-                ingress.left_switch(pkt.size_bytes, end_ps)
+                ingress.left_switch(pkt.size_bytes)
+        self._end(self.eventlist.now_ps)
+
+    def _end(self, end_ps: int) -> None:
+        """The packet being sent has left at `end_ps` (on the wire): the next starts unless a pause has come."""
+        self._sending = None
         if not self.paused:
             self.start_next(end_ps)
 
@@ -632,15 +637,13 @@ class PausableLink(Link):
                 self._pause_sent = True
                 self.eventlist.schedule(_PfcFrame(self, True), self.eventlist.now_ps + self.latency_ps)
         super().do_next_event()
-        if self._wire_head is None and self._sending is not None and not self._end_event:
-            self._end(self.busy_until_ps)  # zero latency: the end due now, with no arrival left to run it
 
-    def left_switch(self, size_bytes: int, at_ps: int) -> None:
-        """A packet that came in by this link finished leaving its switch at `at_ps`: RESUME below XON."""
+    def left_switch(self, size_bytes: int) -> None:
+        """A packet that came in by this link has finished leaving its switch: RESUME below XON."""
         self.ingress_bytes -= size_bytes
         if self._pause_sent and self.ingress_bytes < self.pfc_xon_bytes:
             self._pause_sent = False
-            self.eventlist.schedule(_PfcFrame(self, False), at_ps + self.latency_ps)
+            self.eventlist.schedule(_PfcFrame(self, False), self.eventlist.now_ps + self.latency_ps)
 
     def pfc_frame(self, pause: bool) -> None:
         """A PAUSE (or RESUME) from the far end reaches this port's sender."""
