@@ -471,16 +471,22 @@ class PausableLink(Link):
     Unlike `Link`, a packet's departure is not known when it is queued (a pause may come first): the
     port keeps its waiting packets in a FIFO, serialises one at a time and starts none while paused;
     a pause stops it after the packet being sent. Its end of serialisation (the packet goes on the
-    wire, its ingress port's count falls, the next packet starts) is an event where a switch's ingress
-    port counts the packet for PFC (its count falls at that end), with `end_events` (DCQCN's ports and
-    NICs), and where the wire is empty by then. Elsewhere (a host's NIC, a port with PFC off, the wire
-    busy) nothing waits on the time of the end: a packet that starts cannot be stopped, so it goes on
-    the wire at once, behind a packet that arrives after its end (its arrival scheduled as it would be
-    at the end), and the port runs its end when it is next looked at (`catch_up`), as of the end's
-    time: at its own wire's next arrival (which comes after that end) and before anything touches the
-    port (a packet, a PFC frame). An end due at the very instant of the event at hand runs first if its
-    packet started no later than that event was scheduled (the order the end, an event scheduled when
-    the packet started, would have taken).
+    wire, its ingress port's count falls, the next packet starts) is an event only where one is
+    needed to keep every result and the order of events as they would be with one:
+    - a packet that starts cannot be stopped, so it goes on the wire when it starts if a packet
+      arriving after its end is on the wire already (its arrival then scheduled as it would be at
+      the end); else its end is an event;
+    - if a switch's ingress port counts it for PFC, its count may fall when it starts only if no one
+      reads the count before the end (no arrival by that port, no RESUME pending: `unobserved_until`),
+      the packet starts in an event of its own time and none waits behind it; else its end is an event.
+      A packet queued behind such an end later makes it the event it stands for;
+    - `end_events` (DCQCN's ports and NICs: their RED draws and paced gaps) keeps an event at every end.
+    The port runs the ends that are not events when it is next looked at (`catch_up`), each as of its
+    own time: at its wire's next arrival (which comes after that end) and before anything touches the
+    port (a packet, a PFC frame; a NIC's senders too). An end due at the very instant of the event at
+    hand runs first if it would have as an event: by the seq it would have had (reserved when its
+    packet started), or, for a packet started in a catch_up, if it started no later than that event
+    was scheduled.
 
     As the ingress port of the switch it leads to (`pfc_xoff_bytes` set; not into a host: hosts never
     pause their switch), it counts `ingress_bytes`, the bytes that came in by it and have not finished
@@ -496,7 +502,8 @@ class PausableLink(Link):
     queue it finds (drawn from `red_rng`).
     """
 
-    __slots__ = ("_queue", "_queued_ps", "_sending", "_started_ps", "_end_event", "_serialised", "end_events",
+    __slots__ = ("_queue", "_queued_ps", "_sending", "_started_ps", "_end_event", "_end_seq", "_left_early",
+                 "_serialised", "end_events",
                  "paused", "_paused_since_ps", "paused_ps", "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes",
                  "ingress_bytes", "_pause_sent", "_red_kmin_ps", "_red_kmax_ps", "_red_pmax", "_red_rng")
 
@@ -517,6 +524,8 @@ class PausableLink(Link):
         self._sending: Packet | None = None  # the packet being sent (or its end not yet run), done at busy_until_ps
         self._started_ps = 0  # when it started
         self._end_event = False  # whether that end is an event (else `catch_up` runs it)
+        self._end_seq = -1  # the seq reserved for that end where it was made lazy in real time
+        self._left_early = False  # that end made an event late: on the wire and counted out already
         self._serialised = EventEntry(_SerialisationEnd(self))
         # True: an event at every end of serialisation (DCQCN's: its RED draws and paced gaps make the
         # order of events at one instant depend on when each end was scheduled)
@@ -545,8 +554,14 @@ class PausableLink(Link):
                 self.ecn_marks += 1
         self._queue.append(pkt)
         self._queued_ps += self.serialisation_of_ps(pkt.size_bytes)
-        if self._sending is None and not self.paused:
-            self.start_next(now)
+        if self._sending is None:
+            if not self.paused:
+                self.start_next(now)
+        elif not self._end_event and self._left_early:
+            # behind an end made lazy with its ingress port's count lowered early: that end becomes the
+            # event it stands for (its seq kept), so the next packet starts on time
+            self._end_event = True
+            self.eventlist.schedule_entry_seq(self._serialised, self.busy_until_ps, self._end_seq, self._started_ps)
 
     def next_packet(self, now_ps: int) -> Packet | None:
         """The packet to serialise from `now_ps`, taken from the queue (None: nothing to send)."""
@@ -570,19 +585,24 @@ class PausableLink(Link):
         self.busy_until_ps = end_ps
         self.packets_sent += 1
         self.bytes_sent += size
-        # No event at the end where nothing waits on its time and the order of events stays as with
-        # one: no ingress port counts the packet for PFC (its count would fall at the end), and the wire
-        # still holds a packet arriving after the end (so this one's arrival is scheduled as at the end).
         tail = self._wire_tail
         hop = pkt.hop
         ingress = pkt.route[hop - 1] if hop else None
-        if (self.end_events or tail is None or tail.arrival_ps <= end_ps
-                or (isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes)):
+        lazy = not self.end_events and tail is not None and tail.arrival_ps > end_ps
+        self._left_early = False
+        if lazy and isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
+            lazy = start_ps == self.eventlist.now_ps and not self._queue and ingress.unobserved_until(end_ps)
+            if lazy:
+                ingress.ingress_bytes -= size
+                self._left_early = True
+        if lazy:
+            self._end_event = False
+            # the seq its end would have had as an event, where it starts now (not in a catch_up)
+            self._end_seq = self.eventlist.reserve_seq() if start_ps == self.eventlist.now_ps else -1
+            self._put_on_wire(pkt)
+        else:
             self._end_event = True
             self.eventlist.schedule_entry(self._serialised, end_ps)
-        else:
-            self._end_event = False
-            self._put_on_wire(pkt)
 
     def _put_on_wire(self, pkt: Packet) -> None:
         """`pkt`, done at busy_until_ps, reaches the next hop a latency later, behind those on the wire."""
@@ -603,8 +623,13 @@ class PausableLink(Link):
         now = eventlist.now_ps
         while self._sending is not None and not self._end_event:
             end_ps = self.busy_until_ps
-            if end_ps > now or (end_ps == now and self._started_ps > eventlist.scheduled_ps):
+            if end_ps > now:
                 return
+            if end_ps == now:
+                end_seq = self._end_seq
+                if end_seq >= 0 and end_seq > eventlist.current_seq or (
+                        end_seq < 0 and self._started_ps > eventlist.scheduled_ps):
+                    return
             self._end(end_ps)
 
     def serialisation_done(self) -> None:
@@ -612,13 +637,27 @@ class PausableLink(Link):
         port's count falls (a RESUME below XON)."""
         pkt = self._sending
         assert pkt is not None  # the event is pending only while a packet is being sent
-        self._put_on_wire(pkt)
-        hop = pkt.hop
-        if hop:  # it came into this switch by the link before it
-            ingress = pkt.route[hop - 1]
-            if isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
-                ingress.left_switch(pkt.size_bytes)
+        if not self._left_early:
+            self._put_on_wire(pkt)
+            hop = pkt.hop
+            if hop:  # it came into this switch by the link before it
+                ingress = pkt.route[hop - 1]
+                if isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
+                    ingress.left_switch(pkt.size_bytes)
         self._end(self.eventlist.now_ps)
+
+    def unobserved_until(self, time_ps: int) -> bool:
+        """Whether this ingress port's count goes unread from now up to `time_ps`: no RESUME pending
+        (an end reads it) and no packet arrives by it until after then (each arrival compares it
+        with XOFF)."""
+        if self._pause_sent:
+            return False
+        head = self._wire_head
+        if head is not None:
+            return head.arrival_ps > time_ps
+        if self._sending is not None:  # it reaches the wire at its end (packets behind it come later)
+            return self.busy_until_ps + self.latency_ps > time_ps
+        return self.eventlist.now_ps + self.latency_ps >= time_ps  # one started now arrives after this
 
     def _end(self, end_ps: int) -> None:
         """The packet being sent has left at `end_ps` (on the wire): the next starts unless a pause has come."""
