@@ -503,7 +503,7 @@ class PausableLink(Link):
     """
 
     __slots__ = ("_queue", "_queued_ps", "_sending", "_started_ps", "_end_event", "_end_seq", "_left_early",
-                 "_serialised", "end_events",
+                 "_early_until_ps", "_serialised", "end_events",
                  "paused", "_paused_since_ps", "paused_ps", "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes",
                  "ingress_bytes", "_pause_sent", "_red_kmin_ps", "_red_kmax_ps", "_red_pmax", "_red_rng")
 
@@ -526,6 +526,7 @@ class PausableLink(Link):
         self._end_event = False  # whether that end is an event (else `catch_up` runs it)
         self._end_seq = -1  # the seq reserved for that end where it was made lazy in real time
         self._left_early = False  # that end made an event late: on the wire and counted out already
+        self._early_until_ps = 0  # as an ingress port: the latest end of a packet counted out early
         self._serialised = EventEntry(_SerialisationEnd(self))
         # True: an event at every end of serialisation (DCQCN's: its RED draws and paced gaps make the
         # order of events at one instant depend on when each end was scheduled)
@@ -594,6 +595,8 @@ class PausableLink(Link):
             lazy = start_ps == self.eventlist.now_ps and not self._queue and ingress.unobserved_until(end_ps)
             if lazy:
                 ingress.ingress_bytes -= size
+                if end_ps > ingress._early_until_ps:
+                    ingress._early_until_ps = end_ps
                 self._left_early = True
         if lazy:
             self._end_event = False
@@ -647,17 +650,34 @@ class PausableLink(Link):
         self._end(self.eventlist.now_ps)
 
     def unobserved_until(self, time_ps: int) -> bool:
-        """Whether this ingress port's count goes unread from now up to `time_ps`: no RESUME pending
-        (an end reads it) and no packet arrives by it until after then (each arrival compares it
-        with XOFF)."""
+        """Whether lowering this ingress port's count now, rather than at `time_ps`, changes nothing: no
+        RESUME pending (an end compares the count with XON), and every packet arriving by it until then
+        (each compares the count with XOFF) finds the count at most XOFF either way. A count lowered
+        early before is then still due to fall (`_early_until_ps`): only no arrival at all will do."""
         if self._pause_sent:
             return False
-        head = self._wire_head
-        if head is not None:
-            return head.arrival_ps > time_ps
-        if self._sending is not None:  # it reaches the wire at its end (packets behind it come later)
-            return self.busy_until_ps + self.latency_ps > time_ps
-        return self.eventlist.now_ps + self.latency_ps >= time_ps  # one started now arrives after this
+        now = self.eventlist.now_ps
+        room = self.pfc_xoff_bytes - self.ingress_bytes if now >= self._early_until_ps else -1
+        pkt = self._wire_head
+        while pkt is not None and pkt.arrival_ps <= time_ps:
+            room -= pkt.size_bytes
+            if room < 0:
+                return False
+            pkt = pkt.next_on_wire
+        if pkt is not None:
+            return True  # the others on the wire arrive after it
+        sending = self._sending
+        if sending is not None and self._end_event:  # it reaches the wire at its end
+            arrival_ps = self.busy_until_ps + self.latency_ps
+            if arrival_ps > time_ps:
+                return True
+            room -= sending.size_bytes
+            if room < 0:
+                return False
+            return arrival_ps >= time_ps  # the next arrives after it by at least its serialisation
+        # the next packet starts no sooner than the one on the wire ends (or now), and arrives after
+        start_ps = self.busy_until_ps if sending is not None else now
+        return start_ps + self.latency_ps >= time_ps
 
     def _end(self, end_ps: int) -> None:
         """The packet being sent has left at `end_ps` (on the wire): the next starts unless a pause has come."""
