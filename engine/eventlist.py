@@ -45,12 +45,13 @@ class EventEntry:
     of equal time (the order they were scheduled in). A component with at most one pending event
     (a link) keeps one entry and schedules it again and again; anything else gets a new entry."""
 
-    __slots__ = ("time_ps", "seq", "source")
+    __slots__ = ("time_ps", "seq", "source", "scheduled_ps")
 
     def __init__(self, source: EventSource) -> None:
         self.time_ps = 0
         self.seq = 0
         self.source = source
+        self.scheduled_ps = 0  # when it was scheduled
 
 
 class EventList:
@@ -62,10 +63,15 @@ class EventList:
     items (a quarter of a DLRM run's time), and an entry a link reuses costs no tuple per event.
     """
 
-    __slots__ = ("now_ps", "events_run", "heap", "next_seq", "next_timer_ps", "next_timer_seq", "_timers")
+    __slots__ = ("now_ps", "scheduled_ps", "current_seq", "events_run", "heap", "next_seq", "next_timer_ps",
+                 "next_timer_seq", "_timers")
 
     def __init__(self) -> None:
         self.now_ps = 0
+        # when the event being run was scheduled: among events due at one instant, those scheduled
+        # earlier run first (a component that runs some of its own work lazily orders it by this)
+        self.scheduled_ps = 0
+        self.current_seq = 0  # the seq of the event being run
         self.events_run = 0
         self.heap: list[EventEntry] = []
         self.next_seq = 0  # the seq of the next entry scheduled, on either heap
@@ -84,6 +90,20 @@ class EventList:
         self.next_seq = seq + 1
         entry.time_ps = time_ps
         entry.seq = seq
+        entry.scheduled_ps = self.now_ps
+        _push(self.heap, entry)
+
+    def reserve_seq(self) -> int:
+        """A seq for an entry that may be scheduled later (`schedule_entry_seq`) in the place it has now."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        return seq
+
+    def schedule_entry_seq(self, entry: EventEntry, time_ps: int, seq: int, scheduled_ps: int) -> None:
+        """Put `entry` on the event heap for `time_ps` with a `seq` reserved at `scheduled_ps`."""
+        entry.time_ps = time_ps
+        entry.seq = seq
+        entry.scheduled_ps = scheduled_ps
         _push(self.heap, entry)
 
     def schedule_timer(self, source: EventSource, time_ps: int) -> None:
@@ -94,6 +114,7 @@ class EventList:
         entry = EventEntry(source)
         entry.time_ps = time_ps
         entry.seq = seq
+        entry.scheduled_ps = self.now_ps
         if _push(self._timers, entry) == 0:
             self.next_timer_ps = time_ps
             self.next_timer_seq = seq
@@ -102,6 +123,8 @@ class EventList:
         """Remove the head of the timer heap and return its source."""
         timers = self._timers
         head = _pop(timers)
+        self.scheduled_ps = head.scheduled_ps
+        self.current_seq = head.seq
         if timers:
             self.next_timer_ps = timers[0].time_ps
             self.next_timer_seq = timers[0].seq
@@ -145,6 +168,8 @@ class EventList:
                         break
                     _pop(heap)
                     self.now_ps = time_ps
+                    self.scheduled_ps = entry.scheduled_ps
+                    self.current_seq = entry.seq
                     entry.source.do_next_event()
                     events += 1
                     continue
