@@ -102,7 +102,8 @@ def points(results: Path, sizes: list[int], loads: dict[str, float]) -> pd.DataF
         "oversubscription": runs["network.uplink_gbps"].astype(float).map(OVERSUBSCRIPTION),
         "buffer_kb": [None if protocol == "roce" else float(kb)
                       for protocol, kb in zip(runs["transport.protocol"], runs["network.buffer_kb"])],
-        "load_balancing": runs["network.load_balancing"] if "network.load_balancing" in runs else "ecmp",
+        # null in rows written before the key existed: per flow, as then
+        "load_balancing": runs["network.load_balancing"].fillna("ecmp") if "network.load_balancing" in runs else "ecmp",
         "transport": runs.apply(transport_of, axis=1),
         "status": runs["status"],
         "iteration_ms": runs["iteration_time_s"] * 1e3,
@@ -143,8 +144,8 @@ def table(frame: pd.DataFrame) -> str:
 
 
 def plot(frame: pd.DataFrame, npus: int, path: Path) -> None:
-    """Iteration time by oversubscription and buffer (x) for each transport (a marker style), ECMP filled and
-    spraying hollow; log axis where times span decades (the report's rule)."""
+    """Iteration time by oversubscription and buffer (x) for each transport (a marker style), ECMP hollow and
+    spraying filled; log axis where times span decades (the report's rule)."""
     figure = Figure(figsize=(10, 4.8))
     axes = figure.add_subplot()
     subset = frame[(frame["npus"] == npus) & frame["iteration_ms"].notna()]
@@ -158,11 +159,12 @@ def plot(frame: pd.DataFrame, npus: int, path: Path) -> None:
             for row in points_.itertuples(index=False):
                 buffers = BUFFERS_KB if pd.isna(row.buffer_kb) else (int(row.buffer_kb),)  # RoCE: both columns
                 for kb in buffers:
-                    x.append(labels.index(f"{row.oversubscription}\n{kb} KiB") + (offset - 2.5) * 0.1)
+                    shift = 0.04 if balancing == "spray" else -0.04  # side by side where they tie
+                    x.append(labels.index(f"{row.oversubscription}\n{kb} KiB") + (offset - 2.5) * 0.12 + shift)
                     y.append(row.iteration_ms)
             marker_style = {**style, "linestyle": "none"}
-            if balancing == "spray":
-                marker_style["markerfacecolor"] = "none"
+            if balancing == "spray":  # filled; ECMP's hollow, as the report draws every series
+                marker_style["markerfacecolor"] = style["color"]
             axes.plot(x, y, label=f"{name}, {balancing}", **marker_style)
     axes.set_xticks(range(len(labels)), labels)
     if not subset.empty and subset["iteration_ms"].max() >= LOG_RATIO * subset["iteration_ms"].min():

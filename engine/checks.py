@@ -31,6 +31,10 @@ def check_backend(config: SimConfig) -> None:
         require(not eng.incast_rto, "engine.incast_rto", eng.incast_rto,
                 "false with transport.protocol=roce (it charges TCP's retransmission timeout; phases where PFC "
                 "would pause are counted in pfc_pause_phases)")
+    balancing = config.network.load_balancing
+    require(balancing == "ecmp" or backend.SPRAYS, "network.load_balancing", balancing,
+            f"ecmp with engine.backend={eng.backend} (per-packet spraying is modelled on engine.backend="
+            f"{' or '.join(backends_with('SPRAYS'))} only)")
     if isinstance(config.workload, FlowsWorkload):
         carriers = " or ".join(backends_with("CARRIES_FLOWS"))
         require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,

@@ -56,8 +56,12 @@ FLOW_PATTERNS = ("incast", "permutation", "all_to_all")
 TRANSPORTS = ("tcp", "roce")
 # RoCE's congestion control: none (line rate, stopped only by PFC pauses: htsim's RoCE) or DCQCN.
 ROCE_CCS = ("none", "dcqcn")
-# PFC thresholds when network.pfc_xoff_kb / pfc_xon_kb are null, in full packets of network.mtu_bytes: htsim's
-# main_roce.cpp (high_pfc = 15, low_pfc = 12, times its data packet size), the reference of docs/roce.md
+# Where each packet goes among a route's equal-cost paths: per flow (a hash of the flow: ECMP) or per packet
+# (`spray`: each connection deals its data packets round robin over its paths; engine/topology.py)
+LOAD_BALANCING = ("ecmp", "spray")
+# PFC thresholds when network.pfc_xoff_kb / pfc_xon_kb are null, in full packets of network.mtu_bytes: the counts of
+# htsim's main_roce.cpp (high_pfc = 15, low_pfc = 12), which multiplies them by its payload (-mtu), not by the full
+# packet (docs/roce.md, "Side by side with htsim", sets both sides to htsim's bytes)
 PFC_XOFF_PACKETS = 15
 PFC_XON_PACKETS = 12
 # A host's qdisc: pfifo_fast, Linux's default root qdisc (one FIFO for traffic of one priority).
@@ -128,6 +132,7 @@ class NetworkConfig:
     pfc: bool | None = None
     pfc_xoff_kb: float | None = None
     pfc_xon_kb: float | None = None
+    load_balancing: str = "ecmp"  # `LOAD_BALANCING`: ecmp (per flow) or spray (per packet)
 
     def pfc_thresholds_bytes(self) -> tuple[int, int]:
         """PFC's XOFF and XON thresholds in bytes (`pfc_xoff_kb`, `pfc_xon_kb`; null: htsim's, in full
@@ -140,6 +145,10 @@ class NetworkConfig:
     def node_npus(self) -> int:
         """NPUs that share a scale-up node (1: each NPU is its own node)."""
         return 1
+
+    def has_equal_cost_paths(self) -> bool:
+        """Whether some two hosts may be joined by several equal-cost paths (where `load_balancing` applies)."""
+        return False
 
     def group_sizes(self) -> tuple[int, ...]:
         """NPUs in a collective's group in each of the network's dimensions (one dimension: all of them)."""
@@ -178,6 +187,7 @@ class NetworkConfig:
         for key in ("pfc_xoff_kb", "pfc_xon_kb"):
             if getattr(self, key) is not None:
                 _positive(f"network.{key}", getattr(self, key))
+        _one_of("network.load_balancing", self.load_balancing, LOAD_BALANCING)
 
 
 @dataclass(frozen=True)
@@ -215,6 +225,10 @@ class RingNetwork(NetworkConfig):
 
     topology: str = "ring"
 
+    def has_equal_cost_paths(self) -> bool:
+        """Both ways half-way round an even ring."""
+        return self.npus % 2 == 0
+
     def check(self) -> None:
         super().check()
         require(self.npus >= 3, "network.npus", self.npus, "at least 3 for a ring")
@@ -242,6 +256,10 @@ class LeafSpineNetwork(NetworkConfig):
     def reduced_groups(self) -> tuple[ReducedGroups, ...]:
         return (ReducedGroups(self.hosts_per_leaf, True, "leaf", "leaves"),)
 
+    def has_equal_cost_paths(self) -> bool:
+        """A path through each spine between two leaves."""
+        return self.spines > 1 and self.npus > self.hosts_per_leaf
+
 
 @dataclass(frozen=True)
 class FatTreeNetwork(NetworkConfig):
@@ -268,6 +286,10 @@ class FatTreeNetwork(NetworkConfig):
                     f"{smallest}), or null to choose that one")
         if self.uplink_gbps is not None:
             _gbps("network.uplink_gbps", self.uplink_gbps)
+
+    def has_equal_cost_paths(self) -> bool:
+        """An aggregation switch (and a core) of several between two edge switches."""
+        return self.k >= 4 and self.npus > self.k // 2
 
     def reduced_groups(self) -> tuple[ReducedGroups, ...]:
         half = self.k // 2
@@ -331,12 +353,16 @@ class NodesNetwork(NetworkConfig):
         """The NICs' network as a flat topology's config, host p being the NIC at position p."""
         raise NotImplementedError
 
+    def has_equal_cost_paths(self) -> bool:
+        """Its scale-out's, between nodes."""
+        return self.npus > self.npus_per_node and self.scaleout_network().has_equal_cost_paths()
+
     def _scaleout_common(self) -> dict[str, Any]:
         """The keys a scale-out network takes from this one as they are."""
         return {"npus": self.npus, "link_gbps": self.link_gbps, "link_latency_us": self.link_latency_us,
                 "buffer_kb": self.buffer_kb, "ecn_threshold_kb": self.ecn_threshold_kb, "mtu_bytes": self.mtu_bytes,
                 "loss_rate": self.loss_rate, "pfc": self.pfc, "pfc_xoff_kb": self.pfc_xoff_kb,
-                "pfc_xon_kb": self.pfc_xon_kb}
+                "pfc_xon_kb": self.pfc_xon_kb, "load_balancing": self.load_balancing}
 
     def _leaf_spine(self) -> LeafSpineNetwork:
         """The scale-out as a leaf-spine of `hosts_per_leaf` NICs a leaf."""

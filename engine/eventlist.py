@@ -45,12 +45,13 @@ class EventEntry:
     of equal time (the order they were scheduled in). A component with at most one pending event
     (a link) keeps one entry and schedules it again and again; anything else gets a new entry."""
 
-    __slots__ = ("time_ps", "seq", "source")
+    __slots__ = ("time_ps", "seq", "source", "scheduled_ps")
 
     def __init__(self, source: EventSource) -> None:
         self.time_ps = 0
         self.seq = 0
         self.source = source
+        self.scheduled_ps = 0  # when it was scheduled
 
 
 class EventList:
@@ -62,11 +63,17 @@ class EventList:
     items (a quarter of a DLRM run's time), and an entry a link reuses costs no tuple per event.
     """
 
-    __slots__ = ("now_ps", "events_run", "heap", "next_seq", "next_timer_ps", "next_timer_seq", "_timers",
-                 "_running_seq")
+    __slots__ = ("now_ps", "scheduled_ps", "current_seq", "events_run", "heap", "next_seq", "next_timer_ps",
+                 "next_timer_seq", "_timers")
 
     def __init__(self) -> None:
         self.now_ps = 0
+        # when the event being run was scheduled: among events due at one instant, those scheduled
+        # earlier run first (a component that runs some of its own work lazily orders it by this)
+        self.scheduled_ps = 0
+        # The seq of the event being run. `run` leaves an event's entry at the head of the heap while it
+        # runs; once the entry has left the head or been scheduled again (a new seq), no entry has it.
+        self.current_seq = -1
         self.events_run = 0
         self.heap: list[EventEntry] = []
         self.next_seq = 0  # the seq of the next entry scheduled, on either heap
@@ -74,9 +81,6 @@ class EventList:
         self.next_timer_ps = _NO_TIMER
         self.next_timer_seq = 0
         self._timers: list[EventEntry] = []
-        # the seq of the entry whose event is running (`run` leaves it at the head meanwhile); once it
-        # has left the head or been scheduled again (a new seq), no entry has it
-        self._running_seq = -1
 
     def schedule(self, source: EventSource, time_ps: int) -> None:
         """Wake `source` at absolute time `time_ps` (never earlier than now)."""
@@ -89,6 +93,7 @@ class EventList:
         self.next_seq = seq + 1
         entry.time_ps = time_ps
         entry.seq = seq
+        entry.scheduled_ps = self.now_ps
         heap = self.heap
         if heap and heap[0] is entry:
             # the entry running now, still at the head (`run`), scheduled again (a link with more
@@ -96,6 +101,27 @@ class EventList:
             _sift_down(heap, entry)
         else:
             _push(heap, entry)
+
+    def reserve_seq(self) -> int:
+        """A seq for an entry that may be scheduled later (`schedule_entry_seq`) in the place it has now."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        return seq
+
+    def schedule_entry_seq(self, entry: EventEntry, time_ps: int, seq: int, scheduled_ps: int) -> None:
+        """Put `entry` on the event heap for `time_ps` with a `seq` reserved at `scheduled_ps`."""
+        heap = self.heap
+        if heap:
+            head = heap[0]
+            if head.seq == self.current_seq and (time_ps < head.time_ps or (
+                    time_ps == head.time_ps and seq < head.seq)):
+                # due before the event running now, whose entry `run` keeps at the head: that entry
+                # leaves the heap first (it is not pending), so it can neither run again nor be duplicated
+                _pop(heap)
+        entry.time_ps = time_ps
+        entry.seq = seq
+        entry.scheduled_ps = scheduled_ps
+        _push(heap, entry)
 
     def schedule_timer(self, source: EventSource, time_ps: int) -> None:
         """As `schedule`, on the timer heap: for deadlines that are mostly moved or cancelled before
@@ -105,6 +131,7 @@ class EventList:
         entry = EventEntry(source)
         entry.time_ps = time_ps
         entry.seq = seq
+        entry.scheduled_ps = self.now_ps
         if _push(self._timers, entry) == 0:
             self.next_timer_ps = time_ps
             self.next_timer_seq = seq
@@ -113,6 +140,8 @@ class EventList:
         """Remove the head of the timer heap and return its source."""
         timers = self._timers
         head = _pop(timers)
+        self.scheduled_ps = head.scheduled_ps
+        self.current_seq = head.seq
         if timers:
             self.next_timer_ps = timers[0].time_ps
             self.next_timer_seq = timers[0].seq
@@ -133,7 +162,7 @@ class EventList:
     def pending(self) -> int:
         """Number of entries in both heaps, stale ones included (not the one whose event is running)."""
         heap = self.heap
-        running = 1 if heap and heap[0].seq == self._running_seq else 0
+        running = 1 if heap and heap[0].seq == self.current_seq else 0
         return len(heap) - running + len(self._timers)
 
     def next_time_ps(self) -> int:
@@ -141,7 +170,7 @@ class EventList:
         heap = self.heap
         heap_ps = _NO_TIMER
         if heap:
-            if heap[0].seq != self._running_seq:
+            if heap[0].seq != self.current_seq:
                 heap_ps = heap[0].time_ps
             else:  # the head's event is running: the next is the earlier of its children
                 for position in range(1, min(3, len(heap))):
@@ -165,11 +194,13 @@ class EventList:
                 if time_ps < timer_ps or (time_ps == timer_ps and seq < self.next_timer_seq):
                     if time_ps > until_ps:
                         break
-                    # The entry stays at the head while its source runs: whatever that schedules
-                    # comes after it (a later seq), and `schedule_entry` moves it if it is scheduled
-                    # again. Else it leaves the heap now (unless `stop` emptied it).
+                    # The entry stays at the head while its source runs: whatever that schedules comes
+                    # after it (a later time, or seq; `schedule_entry_seq` takes it out of the heap
+                    # otherwise), and `schedule_entry` moves it if it is scheduled again. Else it
+                    # leaves the heap now (unless `stop` emptied it).
                     self.now_ps = time_ps
-                    self._running_seq = seq
+                    self.scheduled_ps = entry.scheduled_ps
+                    self.current_seq = seq
                     entry.source.do_next_event()
                     if entry.seq == seq and heap and heap[0] is entry:
                         _pop(heap)

@@ -59,6 +59,8 @@ _HOST_STACK = (
     f"engine.backend={'|'.join(sorted(backends_with('MODELS_HOST_STACK')))} on network.topology="
     f"{'|'.join(name for name, cls in TOPOLOGY_CONFIGS.items() if cls.HOST_INTERFACES)}",
     lambda config: backend_class(config.engine.backend).MODELS_HOST_STACK and config.network.HOST_INTERFACES)
+# The backends where spraying can change a simulation: they spray, and model contention
+_CONTENDED_SPRAYS = tuple(name for name in backends_with("SPRAYS") if not backend_class(name).LOWER_BOUND)
 # The topologies whose links queue in switch ports (`NetworkConfig.SWITCH_PORTS`)
 _WITH_SWITCH_PORTS = f"network.topology={'|'.join(name for name, cls in TOPOLOGY_CONFIGS.items() if cls.SWITCH_PORTS)}"
 # Where a key of its variant is read, when it is not read in every config of that variant: outside
@@ -79,6 +81,11 @@ KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
                 backend_class(config.engine.backend).ECN_THRESHOLD_SETS_QUEUE and config.network.buffer_kb is None))),
     **{f"host.{key}": _both(_HOST_STACK, _TCP) for key in ("tsq_bytes", "qdisc", "qdisc_packets", "tx_jitter_ns")},
     "network.pfc": _ROCE,  # with tcp, false is what null means
+    # read by the backends that spray and model contention (alpha_beta accepts it, leaving all contention out)
+    "network.load_balancing": (
+        f"engine.backend={'|'.join(_CONTENDED_SPRAYS)} on a network with equal-cost paths (leaf_spine with "
+        "network.spines > 1, fat_tree, an even ring, or hierarchical and rail_optimized over those)",
+        lambda config: config.engine.backend in _CONTENDED_SPRAYS and config.network.has_equal_cost_paths()),
     "network.pfc_xoff_kb": _PFC,
     "network.pfc_xon_kb": _PFC,
     **{f"network.{key}": _scaleout(*scaleouts) for key, scaleouts in (

@@ -182,6 +182,33 @@ class Packet:
         self.next_below = None
 
 
+class RouteDealer:
+    """A connection's data routes over its equal-cost paths with `network.load_balancing=spray`, dealt
+    round robin: its k-th data packet (a retransmission too) takes `routes[k % len(routes)]`. Route 0 is the
+    path ECMP would give the whole connection (`Topology.spray_routes`): connections start spread as ECMP
+    spreads them."""
+
+    __slots__ = ("routes", "_turn")
+
+    def __init__(self, routes: tuple[tuple[PacketSink, ...], ...]) -> None:
+        self.routes = routes
+        self._turn = 0  # the route of the next packet
+
+    def next_route(self) -> tuple[PacketSink, ...]:
+        """The route of the next data packet."""
+        turn = self._turn
+        route = self.routes[turn]
+        turn += 1
+        self._turn = 0 if turn == len(self.routes) else turn
+        return route
+
+
+def route_dealer(spray_links: tuple[tuple[PacketSink, ...], ...], receiver: PacketSink) -> RouteDealer | None:
+    """The `RouteDealer` of a connection whose data may take the routes `spray_links` to `receiver`
+    (None where it has none: one path, or per-flow ECMP)."""
+    return RouteDealer(tuple(tuple(links) + (receiver,) for links in spray_links)) if spray_links else None
+
+
 class Link(PacketSink):
     """An egress port: drop-tail FIFO of `buffer_bytes`, serialisation at `rate_bps`, then
     `latency_ps` of propagation to the next sink of each packet's route.
@@ -292,6 +319,11 @@ class Link(PacketSink):
             eventlist.schedule_entry(self._event, arrival_ps)
         else:
             tail.next_on_wire = pkt
+
+    def serialisation_of_ps(self, size_bytes: int) -> int:
+        """`units.serialisation_ps` at this link's rate: exact integer ps per byte where the rate allows."""
+        ps_per_byte = self._ps_per_byte
+        return size_bytes * ps_per_byte if ps_per_byte else size_bytes * self._ps_per_byte_num // self.rate_bps
 
     def admit(self, pkt: Packet, backlog_ps: int) -> bool:
         """The drop-tail and ECN rules for `pkt` arriving behind `backlog_ps` of queued work: False
@@ -493,8 +525,24 @@ class PausableLink(Link):
     feeds (one class, every packet).
 
     Unlike `Link`, a packet's departure is not known when it is queued (a pause may come first): the
-    port keeps its waiting packets in a FIFO, serialises one at a time (an event at each end of
-    serialisation) and starts none while paused; a pause stops it after the packet being sent.
+    port keeps its waiting packets in a FIFO, serialises one at a time and starts none while paused;
+    a pause stops it after the packet being sent. Its end of serialisation (the packet goes on the
+    wire, its ingress port's count falls, the next packet starts) is an event only where one is
+    needed to keep every result and the order of events as they would be with one:
+    - a packet that starts cannot be stopped, so it goes on the wire when it starts if a packet
+      arriving after its end is on the wire already (its arrival then scheduled as it would be at
+      the end); else its end is an event;
+    - if a switch's ingress port counts it for PFC, its count may fall when it starts only if no one
+      reads the count before the end (no arrival by that port, no RESUME pending: `unobserved_until`),
+      the packet starts in an event of its own time and none waits behind it; else its end is an event.
+      A packet queued behind such an end later makes it the event it stands for;
+    - `end_events` (DCQCN's ports and NICs: their RED draws and paced gaps) keeps an event at every end.
+    The port runs the ends that are not events when it is next looked at (`catch_up`), each as of its
+    own time: at its wire's next arrival (which comes after that end) and before anything touches the
+    port (a packet, a PFC frame; a NIC's senders too). An end due at the very instant of the event at
+    hand runs first if it would have as an event: by the seq it would have had (reserved when its
+    packet started), or, for a packet started in a catch_up, if it started no later than that event
+    was scheduled.
 
     As the ingress port of the switch it leads to (`pfc_xoff_bytes` set; not into a host: hosts never
     pause their switch), it counts `ingress_bytes`, the bytes that came in by it and have not finished
@@ -510,9 +558,10 @@ class PausableLink(Link):
     queue it finds (drawn from `red_rng`).
     """
 
-    __slots__ = ("_queue", "_queued_ps", "_sending", "_serialised", "paused", "_paused_since_ps", "paused_ps",
-                 "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes", "ingress_bytes", "_pause_sent", "_red_kmin_ps",
-                 "_red_kmax_ps", "_red_pmax", "_red_rng")
+    __slots__ = ("_queue", "_queued_ps", "_sending", "_started_ps", "_end_event", "_end_seq", "_left_early",
+                 "_early_until_ps", "_serialised", "end_events",
+                 "paused", "_paused_since_ps", "paused_ps", "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes",
+                 "ingress_bytes", "_pause_sent", "_red_kmin_ps", "_red_kmax_ps", "_red_pmax", "_red_rng")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
                  pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0, buffer_bytes: int | None = None,
@@ -528,8 +577,16 @@ class PausableLink(Link):
         self._red_rng = red_rng if red is not None else None
         self._queue: deque[Packet] = deque()
         self._queued_ps = 0  # serialisation time of the packets waiting
-        self._sending: Packet | None = None  # the packet being serialised, done at busy_until_ps
+        self._sending: Packet | None = None  # the packet being sent (or its end not yet run), done at busy_until_ps
+        self._started_ps = 0  # when it started
+        self._end_event = False  # whether that end is an event (else `catch_up` runs it)
+        self._end_seq = -1  # the seq reserved for that end where it was made lazy in real time
+        self._left_early = False  # that end made an event late: on the wire and counted out already
+        self._early_until_ps = 0  # as an ingress port: the latest end of a packet counted out early
         self._serialised = EventEntry(_SerialisationEnd(self))
+        # True: an event at every end of serialisation (DCQCN's: its RED draws and paced gaps make the
+        # order of events at one instant depend on when each end was scheduled)
+        self.end_events = red is not None
         self.paused = False
         self._paused_since_ps = 0
         self.paused_ps = 0
@@ -541,6 +598,7 @@ class PausableLink(Link):
 
     def receive_packet(self, pkt: Packet) -> None:
         """Queue `pkt` (or drop it above the buffer; RED may mark it); start it at once if the port is free."""
+        self.catch_up()
         now = self.eventlist.now_ps
         backlog_ps = self._queued_ps + (self.busy_until_ps - now if self._sending is not None else 0)
         if backlog_ps > 0 and not self.admit(pkt, backlog_ps):  # with PFC no buffer limit: never a drop
@@ -552,44 +610,69 @@ class PausableLink(Link):
                 pkt.ce = True
                 self.ecn_marks += 1
         self._queue.append(pkt)
-        self._queued_ps += serialisation_ps(pkt.size_bytes, self.rate_bps)
-        if self._sending is None and not self.paused:
-            self.transmit_next()
+        self._queued_ps += self.serialisation_of_ps(pkt.size_bytes)
+        if self._sending is None:
+            if not self.paused:
+                self.start_next(now)
+        elif not self._end_event and self._left_early:
+            # behind an end made lazy with its ingress port's count lowered early: that end becomes the
+            # event it stands for (its seq kept), so the next packet starts on time
+            self._end_event = True
+            self.eventlist.schedule_entry_seq(self._serialised, self.busy_until_ps, self._end_seq, self._started_ps)
 
     @property
     def queue_bytes(self) -> int:
         """The queue an arriving packet would find now, in bytes: the packets waiting and the unsent
-        part of the one being sent (what RED marks on)."""
+        part of the one being sent (what RED marks on), its ends of serialisation due by now run first."""
+        self.catch_up()
         backlog_ps = self._queued_ps + (self.busy_until_ps - self.eventlist.now_ps if self._sending is not None else 0)
         return bytes_in_duration(backlog_ps, self.rate_bps)
 
-    def next_packet(self) -> Packet | None:
-        """The packet to serialise next, taken from the queue (None: nothing to send)."""
+    def next_packet(self, now_ps: int) -> Packet | None:
+        """The packet to serialise from `now_ps`, taken from the queue (None: nothing to send)."""
         queue = self._queue
         if not queue:
             return None
         pkt = queue.popleft()
-        self._queued_ps -= serialisation_ps(pkt.size_bytes, self.rate_bps)
+        self._queued_ps -= self.serialisation_of_ps(pkt.size_bytes)
         return pkt
 
-    def transmit_next(self) -> None:
-        """Start serialising the next packet, if there is one (the port is free and not paused)."""
-        pkt = self.next_packet()
+    def start_next(self, start_ps: int) -> None:
+        """Start serialising the next packet, if there is one, at `start_ps` (the port free and not
+        paused): it goes on the wire; its end is an event only where one is needed."""
+        pkt = self.next_packet(start_ps)
         if pkt is None:
             return
         size = pkt.size_bytes
         self._sending = pkt
-        self.busy_until_ps = self.eventlist.now_ps + serialisation_ps(size, self.rate_bps)
+        self._started_ps = start_ps
+        end_ps = start_ps + self.serialisation_of_ps(size)
+        self.busy_until_ps = end_ps
         self.packets_sent += 1
         self.bytes_sent += size
-        self.eventlist.schedule_entry(self._serialised, self.busy_until_ps)
+        tail = self._wire_tail
+        hop = pkt.hop
+        ingress = pkt.route[hop - 1] if hop else None
+        lazy = not self.end_events and tail is not None and tail.arrival_ps > end_ps
+        self._left_early = False
+        if lazy and isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
+            lazy = start_ps == self.eventlist.now_ps and not self._queue and ingress.unobserved_until(end_ps)
+            if lazy:
+                ingress.ingress_bytes -= size
+                if end_ps > ingress._early_until_ps:
+                    ingress._early_until_ps = end_ps
+                self._left_early = True
+        if lazy:
+            self._end_event = False
+            # the seq its end would have had as an event, where it starts now (not in a catch_up)
+            self._end_seq = self.eventlist.reserve_seq() if start_ps == self.eventlist.now_ps else -1
+            self._put_on_wire(pkt)
+        else:
+            self._end_event = True
+            self.eventlist.schedule_entry(self._serialised, end_ps)
 
-    def serialisation_done(self) -> None:
-        """The packet being sent has left: it goes on the wire, its ingress port's count falls, and
-        the next starts unless a pause has come."""
-        pkt = self._sending
-        assert pkt is not None  # the event is pending only while a packet is being sent
-        self._sending = None
+    def _put_on_wire(self, pkt: Packet) -> None:
+        """`pkt`, done at busy_until_ps, reaches the next hop a latency later, behind those on the wire."""
         pkt.arrival_ps = self.busy_until_ps + self.latency_ps
         tail = self._wire_tail
         self._wire_tail = pkt
@@ -598,16 +681,77 @@ class PausableLink(Link):
             self.eventlist.schedule_entry(self._event, pkt.arrival_ps)
         else:
             tail.next_on_wire = pkt
-        hop = pkt.hop
-        if hop:  # it came into this switch by the link before it
-            ingress = pkt.route[hop - 1]
-            if isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
-                ingress.left_switch(pkt.size_bytes)
+
+    def catch_up(self) -> None:
+        """Run the ends of serialisation that are not events and are due by now, each as of its time: one
+        due now only if its packet started no later than the event at hand was scheduled (the order the end,
+        as an event scheduled when the packet started, would have taken)."""
+        eventlist = self.eventlist
+        now = eventlist.now_ps
+        while self._sending is not None and not self._end_event:
+            end_ps = self.busy_until_ps
+            if end_ps > now:
+                return
+            if end_ps == now:
+                end_seq = self._end_seq
+                if end_seq >= 0 and end_seq > eventlist.current_seq or (
+                        end_seq < 0 and self._started_ps > eventlist.scheduled_ps):
+                    return
+            self._end(end_ps)
+
+    def serialisation_done(self) -> None:
+        """The end of serialisation that is an event: the packet goes on the wire now, and its ingress
+        port's count falls (a RESUME below XON)."""
+        pkt = self._sending
+        assert pkt is not None  # the event is pending only while a packet is being sent
+        if not self._left_early:
+            self._put_on_wire(pkt)
+            hop = pkt.hop
+            if hop:  # it came into this switch by the link before it
+                ingress = pkt.route[hop - 1]
+                if isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
+                    ingress.left_switch(pkt.size_bytes)
+        self._end(self.eventlist.now_ps)
+
+    def unobserved_until(self, time_ps: int) -> bool:
+        """Whether lowering this ingress port's count now, rather than at `time_ps`, changes nothing: no
+        RESUME pending (an end compares the count with XON), and every packet arriving by it until then
+        (each compares the count with XOFF) finds the count at most XOFF either way. A count lowered
+        early before is then still due to fall (`_early_until_ps`): only no arrival at all will do."""
+        if self._pause_sent:
+            return False
+        now = self.eventlist.now_ps
+        room = self.pfc_xoff_bytes - self.ingress_bytes if now >= self._early_until_ps else -1
+        pkt = self._wire_head
+        while pkt is not None and pkt.arrival_ps <= time_ps:
+            room -= pkt.size_bytes
+            if room < 0:
+                return False
+            pkt = pkt.next_on_wire
+        if pkt is not None:
+            return True  # the others on the wire arrive after it
+        sending = self._sending
+        if sending is not None and self._end_event:  # it reaches the wire at its end
+            arrival_ps = self.busy_until_ps + self.latency_ps
+            if arrival_ps > time_ps:
+                return True
+            room -= sending.size_bytes
+            if room < 0:
+                return False
+            return arrival_ps >= time_ps  # the next arrives after it by at least its serialisation
+        # the next packet starts no sooner than the one on the wire ends (or now), and arrives after
+        start_ps = self.busy_until_ps if sending is not None else now
+        return start_ps + self.latency_ps >= time_ps
+
+    def _end(self, end_ps: int) -> None:
+        """The packet being sent has left at `end_ps` (on the wire): the next starts unless a pause has come."""
+        self._sending = None
         if not self.paused:
-            self.transmit_next()
+            self.start_next(end_ps)
 
     def do_next_event(self) -> None:
         """The head packet reaches the next hop; a switch counts it on this, its ingress port."""
+        self.catch_up()
         pkt = self._wire_head
         assert pkt is not None
         if self.pfc_xoff_bytes and pkt.hop + 2 < len(pkt.route):  # the next hop is a switch's egress port
@@ -626,6 +770,7 @@ class PausableLink(Link):
 
     def pfc_frame(self, pause: bool) -> None:
         """A PAUSE (or RESUME) from the far end reaches this port's sender."""
+        self.catch_up()
         now = self.eventlist.now_ps
         if pause:
             self.pause_frames += 1
@@ -636,7 +781,7 @@ class PausableLink(Link):
             self.paused = False
             self.paused_ps += now - self._paused_since_ps
             if self._sending is None:
-                self.transmit_next()
+                self.start_next(now)
 
     def time_paused_ps(self, end_ps: int) -> int:
         """Time this port has spent paused up to `end_ps` (a pause still in force counted to then)."""
@@ -680,9 +825,9 @@ class NicSender(PacketSink):
         """When its rate limiter lets it send its next packet (at most now: at once)."""
         raise NotImplementedError
 
-    def next_packet(self) -> Packet | None:
-        """Its next packet to send now, or None when it has nothing more (the NIC then forgets it
-        until it is `activate`d again)."""
+    def next_packet(self, now_ps: int) -> Packet | None:
+        """Its next packet to send at `now_ps` (the NIC's time for it, which may be before the event
+        list's), or None when it has nothing more (the NIC then forgets it until it is `activate`d again)."""
         raise NotImplementedError
 
 
@@ -692,7 +837,11 @@ class RoceNic(PausableLink):
     turn, one packet each (round robin among queue pairs), skipping a sender its rate limiter holds
     back (DCQCN's); with none ready it wakes when the first is. A sender alone at line rate is paced
     by the link itself. A sender's packets are made when they go, so a go-back-N rewind leaves
-    nothing stale queued."""
+    nothing stale queued.
+
+    Its ends of serialisation are run as a `PausableLink`'s, and also before anything touches its
+    senders (a write, an ACK, a timer: `catch_up`). The packets it forwards came in by a link into its
+    host, which counts no ingress bytes (hosts never pause their switch)."""
 
     __slots__ = ("_senders", "_wakeup", "_wakeup_ps")
 
@@ -704,27 +853,28 @@ class RoceNic(PausableLink):
         self._wakeup_ps = -1  # when the earliest pending wake-up comes; -1: none pending
 
     def activate(self, sender: NicSender) -> None:
-        """`sender` has packets to send (call once until it runs dry: the caller keeps the flag)."""
+        """`sender` has packets to send (call once until it runs dry: the caller keeps the flag, after
+        `catch_up`)."""
         self._senders.append(sender)
         if self._sending is None and not self.paused:
-            self.transmit_next()
+            self.start_next(self.eventlist.now_ps)
 
-    def next_packet(self) -> Packet | None:
-        pkt = super().next_packet()
+    def next_packet(self, now_ps: int) -> Packet | None:
+        """The packet to send at `now_ps`: from the FIFO, else from the senders in turn (None: nothing)."""
+        pkt = super().next_packet(now_ps)
         if pkt is not None:
             return pkt
         senders = self._senders
-        now = self.eventlist.now_ps
         first_ready_ps = -1
         for _ in range(len(senders)):
             sender = senders.popleft()
             ready_ps = sender.ready_ps()
-            if ready_ps > now:  # held back by its rate limiter: it keeps its place in line
+            if ready_ps > now_ps:  # held back by its rate limiter: it keeps its place in line
                 senders.append(sender)
                 if first_ready_ps < 0 or ready_ps < first_ready_ps:
                     first_ready_ps = ready_ps
                 continue
-            pkt = sender.next_packet()
+            pkt = sender.next_packet(now_ps)
             if pkt is not None:
                 senders.append(sender)  # back in line; it says None when it has run dry
                 return pkt
@@ -735,10 +885,11 @@ class RoceNic(PausableLink):
 
     def wake(self) -> None:
         """A sender's rate limiter may let it send: start if the port is free."""
+        self.catch_up()
         if self._wakeup_ps <= self.eventlist.now_ps:
             self._wakeup_ps = -1
         if self._sending is None and not self.paused:
-            self.transmit_next()
+            self.start_next(self.eventlist.now_ps)
 
 
 class _NicWakeup(EventSource):

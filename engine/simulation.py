@@ -58,6 +58,7 @@ class Simulation:
         self.settings = TcpSettings.from_config(config)
         self.connections: list[TcpConnection] = []
         self.queue_pairs: list[RoceConnection] = []  # RoCE's, in place of the TCP connections
+        self.spray = config.network.load_balancing == "spray"  # data packets dealt over equal-cost paths
         self.time_limit_reached = False
 
     def open_connection(self, src: int, dst: int, flow_id: int | None = None) -> TcpConnection:
@@ -66,7 +67,7 @@ class Simulation:
         if flow_id is None:
             flow_id = len(self.connections)
         data_links, ack_links = self.topology.routes(src, dst, flow_id)
-        connection = self._connection(src, dst, flow_id, data_links, ack_links)
+        connection = self._connection(src, dst, flow_id, data_links, ack_links, self._spray_routes(src, dst, flow_id))
         if self.config.tcp.handshake:
             # opened lazily, but as a training job opens its connections: at start-up, on the idle
             # network, long before the first message (outside the workload's timing)
@@ -83,9 +84,14 @@ class Simulation:
         data_links, ack_links = self.topology.routes(src, dst, flow_id)
         roce = self.config.roce
         queue_pair = RoceConnection(self.eventlist, roce, roce.path_mtu_bytes(self.config.network), flow_id, src, dst,
-                                    data_links, ack_links)
+                                    data_links, ack_links, self._spray_routes(src, dst, flow_id))
         self.queue_pairs.append(queue_pair)
         return queue_pair
+
+    def _spray_routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[PacketSink, ...], ...]:
+        """With `network.load_balancing=spray`, the routes a connection deals its data packets over
+        (`Topology.spray_routes`); else none (its one ECMP route)."""
+        return self.topology.spray_routes(src, dst, flow_id) if self.spray else ()
 
     def open_routed_connection(self, src: int, dst: int, flow_id: int, data_links: tuple[Link, ...],
                                ack_links: tuple[Link, ...]) -> TcpConnection:
@@ -99,11 +105,12 @@ class Simulation:
         return connection
 
     def _connection(self, src: int, dst: int, flow_id: int, data_links: tuple[PacketSink, ...],
-                    ack_links: tuple[PacketSink, ...]) -> TcpConnection:
-        """A connection with a fresh congestion state, not yet opened."""
+                    ack_links: tuple[PacketSink, ...],
+                    spray_links: tuple[tuple[PacketSink, ...], ...] = ()) -> TcpConnection:
+        """A connection with a fresh congestion state, not yet opened (its data dealt over `spray_links`, if any)."""
         tcp = self.config.tcp
         cc = make_congestion_control(tcp.cc, self.settings.mss_bytes, tcp.init_cwnd_pkts, **tcp.cc_constants())
-        return TcpConnection(self.eventlist, self.settings, cc, flow_id, src, dst, data_links, ack_links)
+        return TcpConnection(self.eventlist, self.settings, cc, flow_id, src, dst, data_links, ack_links, spray_links)
 
     def _handshake(self, connection: TcpConnection, syn_links: tuple[Link, ...],
                    syn_ack_links: tuple[Link, ...]) -> None:

@@ -221,6 +221,21 @@ class Topology:
         to src (ACKs)."""
         return self.path(src, dst, flow_id), self.path(dst, src, flow_id)
 
+    def equal_cost_paths(self, src: int, dst: int) -> int:
+        """How many equal-cost paths join `src` to `dst`: `path_for_hash` gives path i for every hash
+        congruent to i modulo this count (1 where the route does not depend on the hash)."""
+        return 1
+
+    def spray_routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[PacketSink, ...], ...]:
+        """The data routes the connection `flow_id` deals its packets over with `network.load_balancing=spray`
+        (`RouteDealer`): every equal-cost path once, from the one ECMP gives it (its hash modulo the count)
+        on in order of hash; empty where one path joins the hosts (spraying changes nothing there)."""
+        count = self.equal_cost_paths(src, dst)
+        if count == 1:
+            return ()
+        first = self.ecmp_hash(src, dst, flow_id) % count
+        return tuple(self.path_for_hash(src, dst, (first + turn) % count) for turn in range(count))
+
     def vector_path(self, src: np.ndarray, dst: np.ndarray, flow_ids: np.ndarray) -> list[np.ndarray] | None:
         """`path` of many connections at once: per hop a row of link indices (into `links`), a route's first
         link in the first row and its last in the last, -1 where a route is shorter; None where this
@@ -368,6 +383,16 @@ class RingTopology(Topology):
             return tuple(self.clockwise[(src + k) % n] for k in range(forward))
         return tuple(self.counter[(src - k) % n] for k in range(backward))
 
+    def spray_routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[PacketSink, ...], ...]:
+        """Half-way round, both directions (the one `path` gives first), each link through its port."""
+        n = self.npus
+        if 2 * ((dst - src) % n) != n:
+            return ()
+        ports = self.ports
+        clockwise = tuple(ports[id(self.clockwise[(src + k) % n])] for k in range(n // 2))
+        counter = tuple(ports[id(self.counter[(src - k) % n])] for k in range(n // 2))
+        return (clockwise, counter) if flow_hash(self._seed, src, dst, flow_id) & 1 else (counter, clockwise)
+
 
 class LeafSpineTopology(Topology):
     """Leaves of `hosts_per_leaf` hosts, each leaf joined to every spine by `uplink_gbps` links;
@@ -406,6 +431,10 @@ class LeafSpineTopology(Topology):
         if src // self.hosts_per_leaf == dst // self.hosts_per_leaf:
             return (self.up[src], self.down[dst])
         return self._via_spine(src, dst, ecmp_hash % len(self.spine_down))
+
+    def equal_cost_paths(self, src: int, dst: int) -> int:
+        """One through each spine between leaves; one within a leaf."""
+        return 1 if src // self.hosts_per_leaf == dst // self.hosts_per_leaf else len(self.spine_down)
 
     def routes(self, src: int, dst: int, flow_id: int) -> tuple[tuple[Link, ...], tuple[Link, ...]]:
         """As `path` both ways, hashing once: both directions cross the same spine (`ecmp_hash` hashes the
@@ -509,6 +538,12 @@ class FatTreeTopology(Topology):
         core = j * half + m
         return up + (self.agg_up[src_agg * half + m], self.core_down[core * self.k + dst_edge // half]) + down
 
+    def equal_cost_paths(self, src: int, dst: int) -> int:
+        """(k/2)^2 across pods (an aggregation switch, then a core), k/2 within a pod, one on an edge switch."""
+        half = self.half
+        if src // half == dst // half:
+            return 1
+        return half if src // (half * half) == dst // (half * half) else half * half
 
     def group_uplinks(self, hosts: int) -> list[list[Link]]:
         """An edge switch's uplinks (`hosts` = k/2); or a pod's: its edge uplinks and its aggregation
@@ -602,6 +637,12 @@ class NodesTopology(Topology):
         if relay == src:
             return across
         return (self.scaleup_up[src], self.scaleup_down[relay]) + across
+
+    def equal_cost_paths(self, src: int, dst: int) -> int:
+        """The scale-out's between the relay's NIC and the receiver's; one within a node."""
+        if src // self.npus_per_node == dst // self.npus_per_node:
+            return 1
+        return self.scaleout.equal_cost_paths(self.position[self.relay(src, dst)], self.position[dst])
 
     def route_class(self, src: int, dst: int) -> int:
         if src // self.npus_per_node == dst // self.npus_per_node:

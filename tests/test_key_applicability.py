@@ -54,6 +54,7 @@ CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.buffer_kb": (FULL_MESH_INCAST, 1.0),  # no switch port: nothing queues in a buffer
     "network.ecn_threshold_kb": (INCAST, 1.0),  # the queue reaches 16 KiB: ECN-capable packets would be marked
     "network.pfc": (INCAST, False),  # with tcp, false is what null means
+    "network.load_balancing": (INCAST, "spray"),  # one switch: one path between two hosts
     "network.pfc_xoff_kb": (INCAST, 64.0),  # PFC off
     "network.pfc_xon_kb": (INCAST, 8.0),
     **{f"roce.{name}": (INCAST, value) for name, value in (
@@ -185,6 +186,7 @@ APPLIED_CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.hosts_per_leaf": (LEAF_SPINE, 4),
     "network.spines": (LEAF_SPINE, 1),
     "network.uplink_gbps": (LEAF_SPINE, 1.0),
+    "network.load_balancing": (LEAF_SPINE, "spray"),
     "network.fat_tree_k": (FAT_TREE, 6),
     "network.npus_per_node": (HIERARCHICAL, 4),
     "network.scaleup_gbps": (HIERARCHICAL, 10.0),

@@ -28,6 +28,8 @@ class AlphaBetaBackend(NetworkBackend):
     ROCE_NEEDS_PFC = True
     LOWER_BOUND = True
     SCREENS = True
+    # it costs a route by its class, whichever equal-cost path it takes: spraying changes nothing it models
+    SPRAYS = True
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
         super().__init__(config, sim)

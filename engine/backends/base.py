@@ -51,6 +51,7 @@ class NetworkBackend:
     CARRIES_ROCE: ClassVar[bool] = False  # models RoCEv2 and PFC (transport.protocol=roce)
     # carries RoCE only on lossless Ethernet (PFC on): a fluid without loss, where go-back-N would never run
     ROCE_NEEDS_PFC: ClassVar[bool] = False
+    SPRAYS: ClassVar[bool] = False  # models per-packet load balancing (network.load_balancing=spray)
     INCAST_RTO: ClassVar[bool] = False  # flags incast phases, and charges them an RTO if `engine.incast_rto`
     # Models a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc): the packet engine's hosts
     MODELS_HOST_STACK: ClassVar[bool] = False

@@ -35,6 +35,7 @@ class PacketBackend(NetworkBackend):
     FILLS: ClassVar[frozenset[str]] = frozenset(PACKET_COLUMNS + MESSAGE_COLUMNS + EVENT_RATE_COLUMNS)
     CARRIES_FLOWS: ClassVar[bool] = True
     CARRIES_ROCE: ClassVar[bool] = True
+    SPRAYS: ClassVar[bool] = True
     MODELS_HOST_STACK: ClassVar[bool] = True
     FIDELITY_RANK: ClassVar[int] = 4
 

@@ -28,7 +28,17 @@ from typing import Callable, Final
 
 from ..config import RoceConfig
 from ..eventlist import EventList
-from ..links import ROCE_ACK_BYTES, ROCE_CNP_BYTES, ROCE_HEADER_BYTES, NicSender, Packet, PacketSink, RoceNic
+from ..links import (
+    ROCE_ACK_BYTES,
+    ROCE_CNP_BYTES,
+    ROCE_HEADER_BYTES,
+    NicSender,
+    Packet,
+    PacketSink,
+    RoceNic,
+    RouteDealer,
+    route_dealer,
+)
 from ..units import BITS_PER_BYTE, PS_PER_S, us_to_ps
 
 # The AETH syndrome an ACK packet carries, in its `seq` field (data packets carry their sequence
@@ -130,7 +140,7 @@ class RoceSender(NicSender):
     """
 
     __slots__ = (
-        "eventlist", "nic", "data_route", "payload_bytes", "rto_ps", "snd_una", "snd_nxt", "snd_max",
+        "eventlist", "nic", "data_route", "spray", "payload_bytes", "rto_ps", "snd_una", "snd_nxt", "snd_max",
         "stream_end", "message_ends", "next_end_index", "active", "rto_deadline_ps", "timer_event_ps",
         "dcqcn", "alpha_timer_ps", "increase_timer_ps", "alpha_deadline_ps", "increase_deadline_ps", "next_send_ps",
         "last_sent_ps", "last_sent_bytes", "pace_deadline_ps",
@@ -143,6 +153,7 @@ class RoceSender(NicSender):
         self.eventlist = eventlist
         self.nic = nic
         self.data_route: tuple[PacketSink, ...] = ()
+        self.spray: RouteDealer | None = None  # network.load_balancing=spray: its data packets' routes
         self.payload_bytes = payload_bytes
         self.rto_ps = rto_ps
         self.snd_una = 0
@@ -175,6 +186,7 @@ class RoceSender(NicSender):
 
     def write(self, nbytes: int) -> None:
         """A message of `nbytes` to send after those written before."""
+        self.nic.catch_up()
         self.stream_end += nbytes
         self.message_ends.append(self.stream_end)
         self._activate()
@@ -184,8 +196,8 @@ class RoceSender(NicSender):
             self.active = True
             self.nic.activate(self)
 
-    def next_packet(self) -> Packet | None:
-        """The NIC's link is free: the next packet (go-back-N resends from snd_nxt), or None."""
+    def next_packet(self, now_ps: int) -> Packet | None:
+        """The NIC's link is free at `now_ps`: the next packet (go-back-N resends from snd_nxt), or None."""
         seq = self.snd_nxt
         if seq >= self.stream_end:
             self.active = False
@@ -196,16 +208,17 @@ class RoceSender(NicSender):
             index += 1
         self.next_end_index = index
         length = min(self.payload_bytes, ends[index] - seq)
-        now = self.eventlist.now_ps
         retransmit = seq < self.snd_max
         dcqcn = self.dcqcn
-        pkt = Packet(self.data_route, length + ROCE_HEADER_BYTES, length, seq, 0, now, retransmit, dcqcn is not None)
+        spray = self.spray
+        pkt = Packet(self.data_route if spray is None else spray.next_route(), length + ROCE_HEADER_BYTES, length, seq,
+                     0, now_ps, retransmit, dcqcn is not None)
         if dcqcn is not None:
-            self.last_sent_ps = now
+            self.last_sent_ps = now_ps
             self.last_sent_bytes = pkt.size_bytes
             if dcqcn.limited:  # the byte counter counts it; the next packet waits its time at the rate then
                 dcqcn.on_bytes_sent(pkt.size_bytes)
-                self.next_send_ps = now + int(pkt.size_bytes * BITS_PER_BYTE * PS_PER_S / dcqcn.rate_bps)
+                self.next_send_ps = now_ps + int(pkt.size_bytes * BITS_PER_BYTE * PS_PER_S / dcqcn.rate_bps)
         self.snd_nxt = seq + length
         if self.snd_nxt > self.snd_max:
             self.snd_max = self.snd_nxt
@@ -214,7 +227,7 @@ class RoceSender(NicSender):
         if retransmit:
             self.retransmits += 1
         if not self.rto_deadline_ps:
-            self._arm_timer(now)
+            self._arm_timer(now_ps)
         return pkt
 
     def ready_ps(self) -> int:
@@ -224,6 +237,7 @@ class RoceSender(NicSender):
     def receive_packet(self, pkt: Packet) -> None:
         """An ACK or NAK: everything below `pkt.ack` has arrived; a NAK also asks for all from there.
         A CNP: DCQCN cuts the rate."""
+        self.nic.catch_up()
         now = self.eventlist.now_ps
         if pkt.seq == CNP:
             self._on_cnp(now)
@@ -296,6 +310,7 @@ class RoceSender(NicSender):
         now = self.eventlist.now_ps
         if self.timer_event_ps != now:
             return  # an older wake-up superseded by an earlier one
+        self.nic.catch_up()
         self.timer_event_ps = _NO_TIMER
         if self.rto_deadline_ps and self.rto_deadline_ps <= now:
             self.timeouts += 1
@@ -383,13 +398,15 @@ class RoceReceiver(PacketSink):
 
 class RoceConnection:
     """A queue pair from host `src` to host `dst`: requester and responder joined by a data route and
-    an ACK route (tuples of links), each starting at its host's `RoceNic`. Persistent: messages
-    written one after another go in order."""
+    an ACK route (tuples of links), each starting at its host's `RoceNic`; with `spray_links`
+    (`Topology.spray_routes`) its data packets are dealt over those routes instead, its ACKs, NAKs and
+    CNPs keeping the one ACK route. Persistent: messages written one after another go in order."""
 
     __slots__ = ("flow_id", "src", "dst", "sender", "receiver")
 
     def __init__(self, eventlist: EventList, roce: RoceConfig, payload_bytes: int, flow_id: int, src: int,
-                 dst: int, data_links: tuple[PacketSink, ...], ack_links: tuple[PacketSink, ...]) -> None:
+                 dst: int, data_links: tuple[PacketSink, ...], ack_links: tuple[PacketSink, ...],
+                 spray_links: tuple[tuple[PacketSink, ...], ...] = ()) -> None:
         nic = data_links[0]
         if not isinstance(nic, RoceNic):
             raise TypeError(f"a RoCE connection starts at its host's RoceNic, not at {type(nic).__name__}")
@@ -403,10 +420,17 @@ class RoceConnection:
                           roce.dcqcn_min_rate_mbps * 1e6, roce.dcqcn_fast_recovery_steps,
                           roce.dcqcn_byte_counter_bytes, roce.dcqcn_clamp_target_rate)
             cnp_interval_ps = us_to_ps(roce.dcqcn_cnp_interval_us)
+            # DCQCN's paced gaps make the order of events at an instant depend on when each end of
+            # serialisation was scheduled: its NICs keep an event at each (links.RoceNic)
+            nic.end_events = True
+            ack_nic = ack_links[0]
+            if isinstance(ack_nic, RoceNic):
+                ack_nic.end_events = True
         self.sender = RoceSender(eventlist, nic, payload_bytes, us_to_ps(roce.rto_us), dcqcn,
                                  us_to_ps(roce.dcqcn_alpha_timer_us), us_to_ps(roce.dcqcn_increase_timer_us))
         self.receiver = RoceReceiver(eventlist, cnp_interval_ps)
         self.sender.data_route = tuple(data_links) + (self.receiver,)
+        self.sender.spray = route_dealer(spray_links, self.receiver)
         self.receiver.ack_route = tuple(ack_links) + (self.sender,)
 
     def send_message(self, nbytes: int, on_delivered: Callable[[], None]) -> None:

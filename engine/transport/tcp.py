@@ -25,7 +25,16 @@ from typing import Callable, Final
 
 from ..config import SimConfig
 from ..eventlist import EventList
-from ..links import TCP_IP_HEADER_BYTES, TCP_TIMESTAMP_OPTION_BYTES, HostNic, HostSender, Packet, PacketSink
+from ..links import (
+    TCP_IP_HEADER_BYTES,
+    TCP_TIMESTAMP_OPTION_BYTES,
+    HostNic,
+    HostSender,
+    Packet,
+    PacketSink,
+    RouteDealer,
+    route_dealer,
+)
 from ..units import BYTES_PER_KB, PS_PER_S, ms_to_ps, s_to_ps, us_to_ps
 from .cc import UNSET_SSTHRESH, CongestionControl, HyStartPlusPlus
 from .recovery import ProportionalRateReduction, RackState
@@ -218,7 +227,7 @@ class TcpSender(HostSender):
     """
 
     __slots__ = (
-        "eventlist", "settings", "cc", "rtt", "data_route", "mss_bytes", "header_bytes", "rwnd_bytes",
+        "eventlist", "settings", "cc", "rtt", "data_route", "spray", "mss_bytes", "header_bytes", "rwnd_bytes",
         "snd_una", "snd_nxt", "snd_max", "stream_end",
         "in_recovery", "rto_recovery", "recover_seq", "dupacks", "sacked", "high_rxt", "recovery_retransmits",
         "lost_retransmits",
@@ -238,6 +247,7 @@ class TcpSender(HostSender):
         self.rtt = RttEstimator(settings.initial_rto_ps, settings.min_rto_ps, settings.max_rto_ps,
                                 settings.clock_granularity_ps)
         self.data_route: tuple[PacketSink, ...] = ()
+        self.spray: RouteDealer | None = None  # network.load_balancing=spray: its data packets' routes
         self.mss_bytes = settings.mss_bytes
         self.header_bytes = TCP_IP_HEADER_BYTES + (TCP_TIMESTAMP_OPTION_BYTES if settings.timestamps else 0)
         self.rwnd_bytes = settings.rcv_wnd_bytes if settings.rcv_wnd_bytes else _NO_RWND_LIMIT
@@ -344,13 +354,14 @@ class TcpSender(HostSender):
         now = self.eventlist.now_ps
         is_retransmit = seq < self.snd_max
         header_bytes = self.header_bytes
+        spray = self.spray
+        route = self.data_route if spray is None else spray.next_route()
         pkt = self.spare
         if pkt is None:
-            pkt = Packet(self.data_route, length + header_bytes, length, seq, 0, now, is_retransmit,
-                         self.settings.ecn)
+            pkt = Packet(route, length + header_bytes, length, seq, 0, now, is_retransmit, self.settings.ecn)
         else:
             self.spare = None
-            pkt.renew(self.data_route, length + header_bytes, length, seq, 0, now, is_retransmit, self.settings.ecn)
+            pkt.renew(route, length + header_bytes, length, seq, 0, now, is_retransmit, self.settings.ecn)
         if self.cwr_pending:
             pkt.cwr = True
             self.cwr_pending = False
@@ -1210,7 +1221,9 @@ class TcpReceiver(PacketSink):
 
 
 class TcpConnection:
-    """A sender and a receiver joined by a data route and an ACK route (tuples of links).
+    """A sender and a receiver joined by a data route and an ACK route (tuples of links); with
+    `spray_links` (`Topology.spray_routes`), its data packets are dealt over those routes instead, and
+    its ACKs keep the one ACK route (`network.load_balancing=spray`).
 
     The connection persists: messages written one after another share its window and timers.
     """
@@ -1218,13 +1231,15 @@ class TcpConnection:
     __slots__ = ("flow_id", "src", "dst", "sender", "receiver")
 
     def __init__(self, eventlist: EventList, settings: TcpSettings, cc: CongestionControl,
-                 flow_id: int, src: int, dst: int, data_links: tuple, ack_links: tuple) -> None:
+                 flow_id: int, src: int, dst: int, data_links: tuple, ack_links: tuple,
+                 spray_links: tuple[tuple[PacketSink, ...], ...] = ()) -> None:
         self.flow_id = flow_id
         self.src = src
         self.dst = dst
         self.sender = TcpSender(eventlist, settings, cc)
         self.receiver = TcpReceiver(eventlist, settings)
         self.sender.data_route = tuple(data_links) + (self.receiver,)
+        self.sender.spray = route_dealer(spray_links, self.receiver)
         first_hop = data_links[0]
         if isinstance(first_hop, HostNic):
             self.sender.host_nic = first_hop
