@@ -16,7 +16,7 @@ import pytest
 from scenario import build_path
 
 from engine import load_config, run
-from engine.eventlist import EventList, EventSource, StopFlag, run_together
+from engine.eventlist import EventEntry, EventList, EventSource, StopFlag, run_together
 from engine.simulation import Simulation
 from engine.system.messages import MessageLog, flow_rows
 from engine.transport import TcpReceiver, TcpSender
@@ -74,6 +74,86 @@ def test_timer_heap_and_event_heap_run_in_the_order_of_one_heap():
         assert eventlist.run(10**9)
         assert log == _one_heap_order(seed, 40)
         assert eventlist.events_run == len(log) and eventlist.pending() == 0
+
+
+class _EntryReuser(EventSource):
+    """As `_Recorder` on the event heap, but scheduling its one `EventEntry` again and again (a link's
+    way), from within its own event; it also records what `pending()` and `next_time_ps()` say then."""
+
+    __slots__ = ("name", "eventlist", "log", "rng", "entry", "seen")
+
+    def __init__(self, name: int, eventlist: EventList, log: list, rng: Random, seen: list) -> None:
+        self.name, self.eventlist, self.log, self.rng, self.seen = name, eventlist, log, rng, seen
+        self.entry = EventEntry(self)
+
+    def do_next_event(self) -> None:
+        self.log.append((self.eventlist.now_ps, self.name))
+        self.seen.append((self.eventlist.pending(), self.eventlist.next_time_ps() if self.eventlist.pending() else -1))
+        if len(self.log) < 3_000:
+            self.eventlist.schedule_entry(self.entry, self.eventlist.now_ps + self.rng.choice((0, 0, 1, 5, 40)))
+
+
+def test_an_entry_scheduled_again_in_its_own_event_runs_in_the_order_of_one_heap():
+    """The running entry stays at the head of the heap while its source runs (EventList.run): scheduled
+    again from there, the order is still the single heap's (time, seq) order, and `pending()` and
+    `next_time_ps()` leave the running entry out (the reference: what is left on the single heap)."""
+    for seed in range(5):
+        eventlist, rng, log, seen = EventList(), Random(seed), [], []
+        reusers = [_EntryReuser(name, eventlist, log, rng, seen) for name in range(40)]
+        for reuser in reusers:
+            eventlist.schedule_entry(reuser.entry, rng.randrange(10))
+        assert eventlist.run(10**9)
+        assert log == _one_heap_order(seed, 40)
+        # the reference: what the single heap holds once the event is popped, before it schedules again
+        rng, sequence, heap, expected_seen = Random(seed), count(), [], []
+        for name in range(40):
+            heapq.heappush(heap, (rng.randrange(10), next(sequence), name))
+        while heap:
+            now_ps, _, name = heapq.heappop(heap)
+            expected_seen.append((len(heap), heap[0][0] if heap else -1))
+            if len(expected_seen) < 3_000:
+                heapq.heappush(heap, (now_ps + rng.choice((0, 0, 1, 5, 40)), next(sequence), name))
+        assert seen == expected_seen
+        assert eventlist.pending() == 0
+
+
+class _Reserver(EventSource):
+    """At its event, schedules `early` at the same instant with a seq reserved before its own."""
+
+    __slots__ = ("eventlist", "log", "early", "reserved_seq", "entry")
+
+    def __init__(self, eventlist: EventList, log: list, early: EventEntry, reserved_seq: int) -> None:
+        self.eventlist, self.log, self.early, self.reserved_seq = eventlist, log, early, reserved_seq
+        self.entry = EventEntry(self)
+
+    def do_next_event(self) -> None:
+        self.log.append("reserver")
+        now_ps = self.eventlist.now_ps
+        self.eventlist.schedule_entry_seq(self.early, now_ps, self.reserved_seq, now_ps)
+
+
+class _Named(EventSource):
+    __slots__ = ("name", "log")
+
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log = name, log
+
+    def do_next_event(self) -> None:
+        self.log.append(self.name)
+
+
+def test_an_entry_given_a_seq_before_the_running_one_runs_next_and_the_running_one_not_again():
+    """`schedule_entry_seq` at the current instant with a seq reserved earlier than the running
+    event's: it runs right after it (the single heap's order), and the running event once."""
+    eventlist, log = EventList(), []
+    reserved_seq = eventlist.reserve_seq()  # 0: before everything scheduled below
+    early = EventEntry(_Named("early", log))
+    reserver = _Reserver(eventlist, log, early, reserved_seq)
+    eventlist.schedule_entry(reserver.entry, 10)
+    eventlist.schedule(_Named("later", log), 10)
+    assert eventlist.run(100)
+    assert log == ["reserver", "early", "later"]
+    assert eventlist.pending() == 0
 
 
 def test_run_stops_at_the_time_limit_and_resumes_in_order():
