@@ -14,6 +14,8 @@ Each family is one `python -m sweep -m` grid over one Parquet dataset (`--result
 other; a point already in the dataset is not run again. Run it under `nice`:
 
     nice -n 10 python benchmarks/study_tcp_roce.py --npus 64 256       # runs, then the CSV, table, plots
+    nice -n 10 python benchmarks/study_tcp_roce.py --npus 1024 --load-balancing ecmp --uplink-gbps 200 \
+        --tcp newreno dctcp --buffer-kb 128                           # a part of the grid
     python benchmarks/study_tcp_roce.py --replot                       # table and plots from the CSV only
 
 Writes benchmarks/study_tcp_roce.csv (a row per point: its settings, iteration time, drops, timeouts,
@@ -42,15 +44,20 @@ DATASET = "tcp_or_roce"
 COMMON = ("network=leaf_spine", "network.hosts_per_leaf=16", "network.spines=4", "network.link_gbps=100",
           "workload=astra_dlrm", "workload.iterations=1", "engine.max_sim_time_s=100000")
 OVERSUBSCRIPTION = {400.0: "1:1", 200.0: "2:1", 100.0: "4:1"}  # uplink Gb/s -> 16 x 100 : 4 x uplink
-UPLINKS = "network.uplink_gbps=" + ",".join(f"{gbps:g}" for gbps in OVERSUBSCRIPTION)
 BUFFERS_KB = (128, 512)
-# the transport families, each one grid: its name in the table, and its overrides
-FAMILIES = {
-    "tcp": ("transport=tcp", "tcp=newreno,cubic,linux", f"network.buffer_kb={','.join(map(str, BUFFERS_KB))}"),
-    "dctcp": ("transport=tcp", "tcp=dctcp", "network.ecn_threshold_kb=32",
-              f"network.buffer_kb={','.join(map(str, BUFFERS_KB))}"),
-    "roce": ("transport=roce", "roce.cc=none,dcqcn"),
-}
+LOSS_BASED_TCP = ("newreno", "cubic", "linux")  # the `tcp` family's variants (DCTCP is a family of its own)
+
+
+def families(tcp_variants: list[str], buffers_kb: list[int], roce_cc: list[str]) -> dict[str, tuple[str, ...]]:
+    """The transport families, each one grid: its name, and its overrides (a family left out where it has
+    nothing to run)."""
+    buffers = f"network.buffer_kb={','.join(map(str, buffers_kb))}"
+    loss_based = [name for name in tcp_variants if name != "dctcp"]
+    grids = {"tcp": ("transport=tcp", f"tcp={','.join(loss_based)}", buffers) if loss_based else None,
+             "dctcp": ("transport=tcp", "tcp=dctcp", "network.ecn_threshold_kb=32", buffers)
+             if "dctcp" in tcp_variants else None,
+             "roce": ("transport=roce", f"roce.cc={','.join(roce_cc)}") if roce_cc else None}
+    return {name: overrides for name, overrides in grids.items() if overrides is not None}
 SERIES = ("newreno", "cubic", "linux", "dctcp", "RoCE PFC", "RoCE PFC+DCQCN")
 FIELDS = ("npus", "oversubscription", "buffer_kb", "load_balancing", "transport", "status", "iteration_ms",
           "drops", "timeouts", "retransmits", "pause_frames", "ecn_marks", "wall_s", "load_1min")
@@ -65,15 +72,17 @@ def load_balancings() -> list[str]:
     return ["ecmp", "spray"]
 
 
-def run_grids(sizes: list[int], results: Path) -> dict[str, float]:
-    """Each family's grid at each size, one command after the other; the load when each started, by size
-    and family."""
-    balancing = load_balancings()
+def run_grids(sizes: list[int], results: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Each family's grid at each size, one command after the other, over the uplinks, TCP variants, buffers,
+    RoCE congestion controls and load balancings `args` asks for (load balancing None: every one the engine
+    has); the load when each started, by size and family."""
+    balancing = [name for name in load_balancings() if args.load_balancing is None or name in args.load_balancing]
     lb = [f"network.load_balancing={','.join(balancing)}"] if balancing != ["ecmp"] else []
+    uplinks = "network.uplink_gbps=" + ",".join(f"{gbps:g}" for gbps in args.uplink_gbps)
     loads = {}
     for npus in sizes:
-        for family, overrides in FAMILIES.items():
-            argv = [sys.executable, "-m", "sweep", "-m", *COMMON, f"network.npus={npus}", UPLINKS, *overrides, *lb,
+        for family, overrides in families(args.tcp, args.buffer_kb, args.roce_cc).items():
+            argv = [sys.executable, "-m", "sweep", "-m", *COMMON, f"network.npus={npus}", uplinks, *overrides, *lb,
                     f"results_dir={results}", f"name={DATASET}"]
             loads[f"{npus} {family}"] = os.getloadavg()[0]
             print("$", " ".join(argv[1:]), file=sys.stderr, flush=True)
@@ -89,7 +98,7 @@ def transport_of(row: pd.Series) -> str:
 
 
 def family_of(transport: str) -> str:
-    """The grid (`FAMILIES`) a series was run in."""
+    """The grid (`families`) a series was run in."""
     return "roce" if transport.startswith("RoCE") else "dctcp" if transport == "dctcp" else "tcp"
 
 
@@ -189,9 +198,16 @@ def main() -> None:
                         help=f"results_dir of the Parquet dataset `{DATASET}`")
     parser.add_argument("--csv", type=Path, default=HERE / "study_tcp_roce.csv")
     parser.add_argument("--replot", action="store_true", help="run nothing: table and plots from --csv")
+    parser.add_argument("--load-balancing", nargs="+", choices=["ecmp", "spray"], default=None,
+                        help="run only these (default: every one the engine has)")
+    parser.add_argument("--uplink-gbps", type=float, nargs="+", choices=list(OVERSUBSCRIPTION),
+                        default=list(OVERSUBSCRIPTION), help="leaf uplinks (400, 200, 100: 1:1, 2:1, 4:1)")
+    parser.add_argument("--tcp", nargs="+", choices=[*LOSS_BASED_TCP, "dctcp"], default=[*LOSS_BASED_TCP, "dctcp"])
+    parser.add_argument("--buffer-kb", type=int, nargs="+", default=list(BUFFERS_KB), help="TCP's switch buffers")
+    parser.add_argument("--roce-cc", nargs="*", choices=["none", "dcqcn"], default=["none", "dcqcn"])
     args = parser.parse_args()
     if not args.replot:
-        loads = run_grids(args.npus, args.results.resolve())
+        loads = run_grids(args.npus, args.results.resolve(), args)
         fresh = points(args.results.resolve(), args.npus, loads)
         kept = pd.read_csv(args.csv) if args.csv.exists() else pd.DataFrame(columns=FIELDS)
         kept = kept[~kept["npus"].isin(args.npus)]
