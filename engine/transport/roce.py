@@ -143,7 +143,7 @@ class RoceSender(NicSender):
         "eventlist", "nic", "data_route", "spray", "payload_bytes", "rto_ps", "snd_una", "snd_nxt", "snd_max",
         "stream_end", "message_ends", "next_end_index", "active", "rto_deadline_ps", "timer_event_ps",
         "dcqcn", "alpha_timer_ps", "increase_timer_ps", "alpha_deadline_ps", "increase_deadline_ps", "next_send_ps",
-        "last_sent_ps", "last_sent_bytes", "pace_deadline_ps",
+        "last_sent_ps", "last_sent_bytes", "pace_deadline_ps", "spare",
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "naks_received", "cnps_received", "loss_probes",
         "rack_lost_segments",
     )
@@ -174,6 +174,7 @@ class RoceSender(NicSender):
         self.last_sent_ps = 0  # when the last packet started, and its size: the limiter's reference
         self.last_sent_bytes = 0
         self.pace_deadline_ps = 0  # 0: none; else a rate rise moved next_send_ps earlier: wake the NIC then
+        self.spare: Packet | None = None  # the last ACK received, to be renewed as the next packet sent
         self.packets_sent = 0
         self.bytes_sent = 0  # on the wire, headers included (as TCP's)
         self.retransmits = 0  # packets sent again
@@ -211,8 +212,13 @@ class RoceSender(NicSender):
         retransmit = seq < self.snd_max
         dcqcn = self.dcqcn
         spray = self.spray
-        pkt = Packet(self.data_route if spray is None else spray.next_route(), length + ROCE_HEADER_BYTES, length, seq,
-                     0, now_ps, retransmit, dcqcn is not None)
+        route = self.data_route if spray is None else spray.next_route()
+        pkt = self.spare
+        if pkt is None:
+            pkt = Packet(route, length + ROCE_HEADER_BYTES, length, seq, 0, now_ps, retransmit, dcqcn is not None)
+        else:
+            self.spare = None
+            pkt.renew(route, length + ROCE_HEADER_BYTES, length, seq, 0, now_ps, retransmit, dcqcn is not None)
         if dcqcn is not None:
             self.last_sent_ps = now_ps
             self.last_sent_bytes = pkt.size_bytes
@@ -236,12 +242,19 @@ class RoceSender(NicSender):
 
     def receive_packet(self, pkt: Packet) -> None:
         """An ACK or NAK: everything below `pkt.ack` has arrived; a NAK also asks for all from there.
-        A CNP: DCQCN cuts the rate."""
+        A CNP: DCQCN cuts the rate. At the end of its route nothing else holds `pkt`: once done with it
+        the sender keeps it as its next packet, unless everything written is acknowledged."""
         self.nic.catch_up()
         now = self.eventlist.now_ps
         if pkt.seq == CNP:
             self._on_cnp(now)
-            return
+        else:
+            self._on_ack(pkt)
+        self.spare = pkt if self.snd_una < self.stream_end else None
+
+    def _on_ack(self, pkt: Packet) -> None:
+        """An ACK or NAK."""
+        now = self.eventlist.now_ps
         ack = pkt.ack
         if ack > self.snd_una:
             self.snd_una = ack
@@ -376,7 +389,7 @@ class RoceReceiver(PacketSink):
         if seq == self.rcv_nxt:
             self.rcv_nxt = rcv_nxt = seq + pkt.payload_bytes
             self.nak_sent = False
-            self._send(ACK)
+            self._send(pkt, ACK)
             messages = self.messages
             while messages and messages[0][0] <= rcv_nxt:
                 messages.popleft()[1]()
@@ -385,12 +398,14 @@ class RoceReceiver(PacketSink):
             if not self.nak_sent:
                 self.nak_sent = True
                 self.naks_sent += 1
-                self._send(NAK)
+                self._send(pkt, NAK)
         else:
-            self._send(ACK)  # a duplicate: say again where we are
+            self._send(pkt, ACK)  # a duplicate: say again where we are
 
-    def _send(self, syndrome: int) -> None:
-        pkt = Packet(self.ack_route, ROCE_ACK_BYTES, 0, syndrome, self.rcv_nxt, self.eventlist.now_ps, False, False)
+    def _send(self, pkt: Packet, syndrome: int) -> None:
+        """Answer the data packet `pkt` with an ACK or NAK: `pkt` itself, renewed (at the end of its
+        route nothing else holds it)."""
+        pkt.renew(self.ack_route, ROCE_ACK_BYTES, 0, syndrome, self.rcv_nxt, self.eventlist.now_ps, False, False)
         if syndrome == ACK:
             self.acks_sent += 1
         pkt.route[0].receive_packet(pkt)
