@@ -858,7 +858,7 @@ class RoceNic(PausableLink):
     senders (a write, an ACK, a timer: `catch_up`). The packets it forwards came in by a link into its
     host, which counts no ingress bytes (hosts never pause their switch)."""
 
-    __slots__ = ("_senders", "_turn", "_wakeup", "_wakeup_ps")
+    __slots__ = ("_senders", "_turn", "_wakeup", "_wakeup_entry", "_wakeups_pending", "_wakeup_ps")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
                  pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0) -> None:
@@ -867,7 +867,12 @@ class RoceNic(PausableLink):
         # whose popleft and append compiled code calls by name: one each a packet)
         self._senders: list[NicSender] = []
         self._turn = 0
-        self._wakeup = _NicWakeup(self)  # scheduled afresh each time (a pending one may be superseded)
+        self._wakeup = _NicWakeup(self)
+        # A wake-up is scheduled on this entry when none of the NIC's is in the heap, else (an earlier one
+        # supersedes one pending, which stays until it comes) on a new entry: a DCQCN sender paced below
+        # line rate needs a wake-up a packet, and an entry less to allocate each time
+        self._wakeup_entry = EventEntry(self._wakeup)
+        self._wakeups_pending = 0  # the NIC's wake-up entries in the heap
         self._wakeup_ps = -1  # when the earliest pending wake-up comes; -1: none pending
 
     def activate(self, sender: NicSender) -> None:
@@ -905,8 +910,17 @@ class RoceNic(PausableLink):
         self._turn = turn
         if first_ready_ps >= 0 and not 0 <= self._wakeup_ps <= first_ready_ps:
             self._wakeup_ps = first_ready_ps  # a wake-up no later than any pending (a later one stays, harmless)
-            self.eventlist.schedule(self._wakeup, first_ready_ps)
+            if self._wakeups_pending:
+                self.eventlist.schedule(self._wakeup, first_ready_ps)
+            else:
+                self.eventlist.schedule_entry(self._wakeup_entry, first_ready_ps)
+            self._wakeups_pending += 1
         return None
+
+    def wake_up(self) -> None:
+        """A wake-up entry has come: one less in the heap; then as `wake`."""
+        self._wakeups_pending -= 1
+        self.wake()
 
     def wake(self) -> None:
         """A sender's rate limiter may let it send: start if the port is free."""
@@ -927,4 +941,4 @@ class _NicWakeup(EventSource):
 
     def do_next_event(self) -> None:
         """A sender may be ready."""
-        self.nic.wake()
+        self.nic.wake_up()
