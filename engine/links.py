@@ -614,6 +614,9 @@ class PausableLink(Link):
                     backlog_ps - self._red_kmin_ps) / (self._red_kmax_ps - self._red_kmin_ps):
                 pkt.ce = True
                 self.ecn_marks += 1
+        if self._sending is None and self._queue_head is None and not self.paused:
+            self._start(pkt, now)  # as start_next would take it from the queue, where it would be alone
+            return
         tail = self._queue_tail
         self._queue_tail = pkt
         if tail is None:
@@ -656,8 +659,11 @@ class PausableLink(Link):
         """Start serialising the next packet, if there is one, at `start_ps` (the port free and not
         paused): it goes on the wire; its end is an event only where one is needed."""
         pkt = self.next_packet(start_ps)
-        if pkt is None:
-            return
+        if pkt is not None:
+            self._start(pkt, start_ps)
+
+    def _start(self, pkt: Packet, start_ps: int) -> None:
+        """Start serialising `pkt`, the next packet, at `start_ps` (see `start_next`)."""
         size = pkt.size_bytes
         self._sending = pkt
         self._started_ps = start_ps
