@@ -112,8 +112,9 @@ class Packet:
     and the detection of lost retransmissions); `ts_echo_ps` is the TSecr of the timestamp option
     (RFC 7323; only with `tcp.timestamps`, whose TSval is the send time). `arrival_ps` and
     `next_on_wire` are set by the link carrying the packet: when it reaches the next hop, and the
-    packet behind it on that link's wire. `below_end_ps` and `next_below` are its sender's (TCP Small
-    Queues): when its host interface will have sent it, and the sender's next packet handed down.
+    packet behind it on that link's wire (or in a `PausableLink`'s queue, where it waits on no wire).
+    `below_end_ps` and `next_below` are its sender's (TCP Small Queues): when its host interface will
+    have sent it, and the sender's next packet handed down.
     """
 
     # Compiled, attributes lie in the object in this order: what every hop reads (route, hop, the
@@ -558,8 +559,8 @@ class PausableLink(Link):
     queue it finds (drawn from `red_rng`).
     """
 
-    __slots__ = ("_queue", "_queued_ps", "_sending", "_started_ps", "_end_event", "_end_seq", "_left_early",
-                 "_early_until_ps", "_serialised", "end_events",
+    __slots__ = ("_queue_head", "_queue_tail", "_queued_ps", "_sending", "_started_ps", "_end_event", "_end_seq",
+                 "_left_early", "_early_until_ps", "_serialised", "end_events",
                  "paused", "_paused_since_ps", "paused_ps", "pause_frames", "pfc_xoff_bytes", "pfc_xon_bytes",
                  "ingress_bytes", "_pause_sent", "_red_kmin_ps", "_red_kmax_ps", "_red_pmax", "_red_rng")
 
@@ -575,7 +576,11 @@ class PausableLink(Link):
         self._red_kmax_ps = serialisation_ps(kmax, rate_bps)
         self._red_pmax = pmax
         self._red_rng = red_rng if red is not None else None
-        self._queue: deque[Packet] = deque()
+        # the packets waiting, in order, linked through `next_on_wire` (none is on a wire while it
+        # waits): the first and the last (None if none); a list of the packets' own, not a deque,
+        # whose append and popleft compiled code calls by name
+        self._queue_head: Packet | None = None
+        self._queue_tail: Packet | None = None
         self._queued_ps = 0  # serialisation time of the packets waiting
         self._sending: Packet | None = None  # the packet being sent (or its end not yet run), done at busy_until_ps
         self._started_ps = 0  # when it started
@@ -609,7 +614,15 @@ class PausableLink(Link):
                     backlog_ps - self._red_kmin_ps) / (self._red_kmax_ps - self._red_kmin_ps):
                 pkt.ce = True
                 self.ecn_marks += 1
-        self._queue.append(pkt)
+        if self._sending is None and self._queue_head is None and not self.paused:
+            self._start(pkt, now)  # as start_next would take it from the queue, where it would be alone
+            return
+        tail = self._queue_tail
+        self._queue_tail = pkt
+        if tail is None:
+            self._queue_head = pkt
+        else:
+            tail.next_on_wire = pkt
         self._queued_ps += self.serialisation_of_ps(pkt.size_bytes)
         if self._sending is None:
             if not self.paused:
@@ -630,10 +643,15 @@ class PausableLink(Link):
 
     def next_packet(self, now_ps: int) -> Packet | None:
         """The packet to serialise from `now_ps`, taken from the queue (None: nothing to send)."""
-        queue = self._queue
-        if not queue:
+        pkt = self._queue_head
+        if pkt is None:
             return None
-        pkt = queue.popleft()
+        following = pkt.next_on_wire
+        self._queue_head = following
+        if following is None:
+            self._queue_tail = None
+        else:
+            pkt.next_on_wire = None
         self._queued_ps -= self.serialisation_of_ps(pkt.size_bytes)
         return pkt
 
@@ -641,8 +659,11 @@ class PausableLink(Link):
         """Start serialising the next packet, if there is one, at `start_ps` (the port free and not
         paused): it goes on the wire; its end is an event only where one is needed."""
         pkt = self.next_packet(start_ps)
-        if pkt is None:
-            return
+        if pkt is not None:
+            self._start(pkt, start_ps)
+
+    def _start(self, pkt: Packet, start_ps: int) -> None:
+        """Start serialising `pkt`, the next packet, at `start_ps` (see `start_next`)."""
         size = pkt.size_bytes
         self._sending = pkt
         self._started_ps = start_ps
@@ -656,7 +677,7 @@ class PausableLink(Link):
         lazy = not self.end_events and tail is not None and tail.arrival_ps > end_ps
         self._left_early = False
         if lazy and isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
-            lazy = start_ps == self.eventlist.now_ps and not self._queue and ingress.unobserved_until(end_ps)
+            lazy = start_ps == self.eventlist.now_ps and self._queue_head is None and ingress.unobserved_until(end_ps)
             if lazy:
                 ingress.ingress_bytes -= size
                 if end_ps > ingress._early_until_ps:
@@ -843,19 +864,29 @@ class RoceNic(PausableLink):
     senders (a write, an ACK, a timer: `catch_up`). The packets it forwards came in by a link into its
     host, which counts no ingress bytes (hosts never pause their switch)."""
 
-    __slots__ = ("_senders", "_wakeup", "_wakeup_ps")
+    __slots__ = ("_senders", "_turn", "_wakeup", "_wakeup_entry", "_wakeups_pending", "_wakeup_ps")
 
     def __init__(self, eventlist: EventList, name: str, rate_bps: int, latency_ps: int,
                  pfc_xoff_bytes: int = 0, pfc_xon_bytes: int = 0) -> None:
         super().__init__(eventlist, name, rate_bps, latency_ps, pfc_xoff_bytes, pfc_xon_bytes)
-        self._senders: deque[NicSender] = deque()  # the active senders, the next to serve first
-        self._wakeup = _NicWakeup(self)  # scheduled afresh each time (a pending one may be superseded)
+        # the active senders in a ring, `_turn` the index of the next to serve (a list, not a deque,
+        # whose popleft and append compiled code calls by name: one each a packet)
+        self._senders: list[NicSender] = []
+        self._turn = 0
+        self._wakeup = _NicWakeup(self)
+        # A wake-up is scheduled on this entry when none of the NIC's is in the heap, else (an earlier one
+        # supersedes one pending, which stays until it comes) on a new entry: a DCQCN sender paced below
+        # line rate needs a wake-up a packet, and an entry less to allocate each time
+        self._wakeup_entry = EventEntry(self._wakeup)
+        self._wakeups_pending = 0  # the NIC's wake-up entries in the heap
         self._wakeup_ps = -1  # when the earliest pending wake-up comes; -1: none pending
 
     def activate(self, sender: NicSender) -> None:
         """`sender` has packets to send (call once until it runs dry: the caller keeps the flag, after
         `catch_up`)."""
-        self._senders.append(sender)
+        turn = self._turn
+        self._senders.insert(turn, sender)  # last in line: just before the next to serve
+        self._turn = 0 if turn + 1 == len(self._senders) else turn + 1
         if self._sending is None and not self.paused:
             self.start_next(self.eventlist.now_ps)
 
@@ -865,23 +896,37 @@ class RoceNic(PausableLink):
         if pkt is not None:
             return pkt
         senders = self._senders
+        turn = self._turn
         first_ready_ps = -1
-        for _ in range(len(senders)):
-            sender = senders.popleft()
+        for _ in range(len(senders)):  # each sender once at most
+            sender = senders[turn]
             ready_ps = sender.ready_ps()
             if ready_ps > now_ps:  # held back by its rate limiter: it keeps its place in line
-                senders.append(sender)
+                turn = 0 if turn + 1 == len(senders) else turn + 1
                 if first_ready_ps < 0 or ready_ps < first_ready_ps:
                     first_ready_ps = ready_ps
                 continue
             pkt = sender.next_packet(now_ps)
-            if pkt is not None:
-                senders.append(sender)  # back in line; it says None when it has run dry
+            if pkt is not None:  # back in line, the next one served next
+                self._turn = 0 if turn + 1 == len(senders) else turn + 1
                 return pkt
+            del senders[turn]  # it has run dry: out of line, the next takes its place
+            if turn == len(senders):
+                turn = 0
+        self._turn = turn
         if first_ready_ps >= 0 and not 0 <= self._wakeup_ps <= first_ready_ps:
             self._wakeup_ps = first_ready_ps  # a wake-up no later than any pending (a later one stays, harmless)
-            self.eventlist.schedule(self._wakeup, first_ready_ps)
+            if self._wakeups_pending:
+                self.eventlist.schedule(self._wakeup, first_ready_ps)
+            else:
+                self.eventlist.schedule_entry(self._wakeup_entry, first_ready_ps)
+            self._wakeups_pending += 1
         return None
+
+    def wake_up(self) -> None:
+        """A wake-up entry has come: one less in the heap; then as `wake`."""
+        self._wakeups_pending -= 1
+        self.wake()
 
     def wake(self) -> None:
         """A sender's rate limiter may let it send: start if the port is free."""
@@ -902,4 +947,4 @@ class _NicWakeup(EventSource):
 
     def do_next_event(self) -> None:
         """A sender may be ready."""
-        self.nic.wake()
+        self.nic.wake_up()

@@ -16,7 +16,7 @@ import pytest
 
 from engine import ConfigError, load_config, prepare, run
 from engine.eventlist import EventList, EventSource
-from engine.links import ROCE_CNP_BYTES, ROCE_HEADER_BYTES, Packet, PacketSink, PausableLink
+from engine.links import ROCE_CNP_BYTES, ROCE_HEADER_BYTES, NicSender, Packet, PacketSink, PausableLink, RoceNic
 from engine.transport.roce import CNP, Dcqcn
 
 PS_PER_BYTE = 80  # 100 Gb/s
@@ -293,6 +293,51 @@ def test_red_marks_none_below_kmin_and_every_packet_above_kmax() -> None:
     marked = [pkt.ce for pkt in sorted(tap.packets, key=lambda pkt: pkt.seq)]
     assert marked[:3] == [False] * 3 and marked[4:] == [True] * 6
     assert link.ecn_marks == sum(marked)
+
+
+class _Sender(NicSender):
+    """A queue pair of `count` packets named `name` + k, its limiter letting them go from `ready_ps`."""
+
+    def __init__(self, name: str, count: int, ready_ps: int = 0) -> None:
+        self.name = name
+        self.count = count
+        self.sent = 0
+        self.ready = ready_ps
+
+    def ready_ps(self) -> int:
+        return self.ready
+
+    def next_packet(self, now_ps: int) -> Packet | None:
+        if self.sent == self.count:
+            return None
+        self.sent += 1
+        pkt = Packet((), 1000, 956, self.sent, 0, now_ps, False, False)
+        pkt.sack_blocks = (self.name + str(self.sent),)
+        return pkt
+
+
+def test_a_nic_serves_its_queue_pairs_round_robin() -> None:
+    # RoceNic's rule: the active senders in line, one packet each in turn; a sender its limiter holds
+    # keeps its place; one with nothing left leaves the line; one activated goes last. Paused, the NIC
+    # starts nothing by itself: each next_packet below is one turn.
+    nic = RoceNic(EventList(), "nic", 100_000_000_000, LATENCY_PS)
+    nic.paused = True
+    a, b, c, d = _Sender("a", 2), _Sender("b", 2, ready_ps=100), _Sender("c", 1), _Sender("d", 1)
+    for sender in (a, b, c):
+        nic.activate(sender)
+
+    def turn(now_ps: int) -> str | None:
+        pkt = nic.next_packet(now_ps)
+        return None if pkt is None else pkt.sack_blocks[0]
+
+    # line a b c: a1; b held, c1; a2; b held, c and a dry: none ready until 100
+    assert [turn(0), turn(0), turn(0), turn(0)] == ["a1", "c1", "a2", None]
+    nic.activate(d)  # line b d
+    # b1; d1; b2; then d and b dry
+    assert [turn(100), turn(100), turn(100), turn(100)] == ["b1", "d1", "b2", None]
+    nic.activate(c)  # c alone: served again
+    c.count = 2
+    assert turn(100) == "c2"
 
 
 def _incast(cc: str, nbytes: int) -> dict:

@@ -47,6 +47,8 @@ ACK: Final = 0
 NAK: Final = 1
 CNP: Final = 2  # a congestion notification packet (its own opcode in IB; here on the ACK route)
 _NO_TIMER: Final = -1  # `timer_event_ps` with no wake-up in the heap
+# a message end with no message: above any sequence number, below 2**62 (a native integer compiled)
+_NO_MESSAGE: Final = 1 << 61
 
 
 class Dcqcn:
@@ -137,13 +139,16 @@ class RoceSender(NicSender):
     [snd_una, snd_max) is sent and unacknowledged, snd_nxt the next byte to send (below snd_max after a
     rewind), stream_end the end of what was written; `message_ends` the ends of the messages not yet
     acknowledged in full (a packet stops at one), `next_end_index` the first of them above snd_nxt.
+    `first_end_seq` and `next_end_seq` are `message_ends[0]` and `message_ends[next_end_index]` (a
+    deque's items are read by a generic call compiled: these are read at every packet and ACK).
     """
 
     __slots__ = (
         "eventlist", "nic", "data_route", "spray", "payload_bytes", "rto_ps", "snd_una", "snd_nxt", "snd_max",
-        "stream_end", "message_ends", "next_end_index", "active", "rto_deadline_ps", "timer_event_ps",
+        "stream_end", "message_ends", "next_end_index", "first_end_seq", "next_end_seq", "active", "rto_deadline_ps",
+        "timer_event_ps",
         "dcqcn", "alpha_timer_ps", "increase_timer_ps", "alpha_deadline_ps", "increase_deadline_ps", "next_send_ps",
-        "last_sent_ps", "last_sent_bytes", "pace_deadline_ps",
+        "last_sent_ps", "last_sent_bytes", "pace_deadline_ps", "spare",
         "packets_sent", "bytes_sent", "retransmits", "timeouts", "naks_received", "cnps_received", "loss_probes",
         "rack_lost_segments",
     )
@@ -162,6 +167,8 @@ class RoceSender(NicSender):
         self.stream_end = 0
         self.message_ends: deque[int] = deque()
         self.next_end_index = 0
+        self.first_end_seq = _NO_MESSAGE  # none written
+        self.next_end_seq = 0  # 0: to be read again from message_ends
         self.active = False  # in the NIC's line of senders
         self.rto_deadline_ps = 0  # 0: timer not armed
         self.timer_event_ps = _NO_TIMER  # when its one live timer entry comes (later ones are stale)
@@ -174,6 +181,7 @@ class RoceSender(NicSender):
         self.last_sent_ps = 0  # when the last packet started, and its size: the limiter's reference
         self.last_sent_bytes = 0
         self.pace_deadline_ps = 0  # 0: none; else a rate rise moved next_send_ps earlier: wake the NIC then
+        self.spare: Packet | None = None  # the last ACK received, to be renewed as the next packet sent
         self.packets_sent = 0
         self.bytes_sent = 0  # on the wire, headers included (as TCP's)
         self.retransmits = 0  # packets sent again
@@ -189,6 +197,8 @@ class RoceSender(NicSender):
         self.nic.catch_up()
         self.stream_end += nbytes
         self.message_ends.append(self.stream_end)
+        if len(self.message_ends) == 1:
+            self.first_end_seq = self.stream_end
         self._activate()
 
     def _activate(self) -> None:
@@ -202,17 +212,25 @@ class RoceSender(NicSender):
         if seq >= self.stream_end:
             self.active = False
             return None
-        ends = self.message_ends
-        index = self.next_end_index
-        while ends[index] <= seq:
-            index += 1
-        self.next_end_index = index
-        length = min(self.payload_bytes, ends[index] - seq)
+        end = self.next_end_seq
+        if end <= seq:  # the packet is in a later message than the last one sent (or read again)
+            ends = self.message_ends
+            index = self.next_end_index
+            while ends[index] <= seq:
+                index += 1
+            self.next_end_index = index
+            end = self.next_end_seq = ends[index]
+        length = min(self.payload_bytes, end - seq)
         retransmit = seq < self.snd_max
         dcqcn = self.dcqcn
         spray = self.spray
-        pkt = Packet(self.data_route if spray is None else spray.next_route(), length + ROCE_HEADER_BYTES, length, seq,
-                     0, now_ps, retransmit, dcqcn is not None)
+        route = self.data_route if spray is None else spray.next_route()
+        pkt = self.spare
+        if pkt is None:
+            pkt = Packet(route, length + ROCE_HEADER_BYTES, length, seq, 0, now_ps, retransmit, dcqcn is not None)
+        else:
+            self.spare = None
+            pkt.renew(route, length + ROCE_HEADER_BYTES, length, seq, 0, now_ps, retransmit, dcqcn is not None)
         if dcqcn is not None:
             self.last_sent_ps = now_ps
             self.last_sent_bytes = pkt.size_bytes
@@ -236,21 +254,31 @@ class RoceSender(NicSender):
 
     def receive_packet(self, pkt: Packet) -> None:
         """An ACK or NAK: everything below `pkt.ack` has arrived; a NAK also asks for all from there.
-        A CNP: DCQCN cuts the rate."""
+        A CNP: DCQCN cuts the rate. At the end of its route nothing else holds `pkt`: once done with it
+        the sender keeps it as its next packet, unless everything written is acknowledged."""
         self.nic.catch_up()
         now = self.eventlist.now_ps
         if pkt.seq == CNP:
             self._on_cnp(now)
-            return
+        else:
+            self._on_ack(pkt)
+        self.spare = pkt if self.snd_una < self.stream_end else None
+
+    def _on_ack(self, pkt: Packet) -> None:
+        """An ACK or NAK."""
+        now = self.eventlist.now_ps
         ack = pkt.ack
         if ack > self.snd_una:
             self.snd_una = ack
-            ends = self.message_ends
-            while ends and ends[0] <= ack:
-                ends.popleft()
-                self.next_end_index -= 1
-            if self.next_end_index < 0:
-                self.next_end_index = 0
+            if ack >= self.first_end_seq:  # messages acknowledged in full
+                ends = self.message_ends
+                while ends and ends[0] <= ack:
+                    ends.popleft()
+                    self.next_end_index -= 1
+                if self.next_end_index < 0:
+                    self.next_end_index = 0
+                self.first_end_seq = ends[0] if ends else _NO_MESSAGE
+                self.next_end_seq = 0
             if self.snd_nxt < ack:
                 self.snd_nxt = ack
             if ack >= self.snd_max:
@@ -265,6 +293,7 @@ class RoceSender(NicSender):
         """Send everything again from `seq` (the first unacknowledged byte)."""
         self.snd_nxt = seq
         self.next_end_index = 0
+        self.next_end_seq = 0
         self._activate()
 
     def _on_cnp(self, now_ps: int) -> None:
@@ -340,7 +369,8 @@ class RoceReceiver(PacketSink):
     first out of order once; calls each message's callback when its last byte is in. With DCQCN
     (`cnp_interval_ps`) it answers a CE-marked packet with a CNP, at most one per interval."""
 
-    __slots__ = ("eventlist", "ack_route", "rcv_nxt", "nak_sent", "messages", "cnp_interval_ps", "last_cnp_ps",
+    __slots__ = ("eventlist", "ack_route", "rcv_nxt", "nak_sent", "messages", "first_end_seq", "cnp_interval_ps",
+                 "last_cnp_ps",
                  "ce_received", "acks_sent", "naks_sent", "cnps_sent", "out_of_order_dropped")
 
     def __init__(self, eventlist: EventList, cnp_interval_ps: int = 0) -> None:
@@ -351,6 +381,7 @@ class RoceReceiver(PacketSink):
         self.rcv_nxt = 0
         self.nak_sent = False  # a NAK for rcv_nxt is out: packets out of order are dropped silently
         self.messages: deque[tuple[int, Callable[[], None]]] = deque()  # (end_seq, on_delivered), in order
+        self.first_end_seq = _NO_MESSAGE  # the first message's end_seq (read at every packet)
         self.ce_received = 0
         self.acks_sent = 0
         self.naks_sent = 0
@@ -360,6 +391,8 @@ class RoceReceiver(PacketSink):
     def expect_message_end(self, end_seq: int, on_delivered: Callable[[], None]) -> None:
         """Call `on_delivered` once every byte below `end_seq` has arrived."""
         self.messages.append((end_seq, on_delivered))
+        if len(self.messages) == 1:
+            self.first_end_seq = end_seq
 
     def receive_packet(self, pkt: Packet) -> None:
         """A data packet arrives."""
@@ -376,21 +409,25 @@ class RoceReceiver(PacketSink):
         if seq == self.rcv_nxt:
             self.rcv_nxt = rcv_nxt = seq + pkt.payload_bytes
             self.nak_sent = False
-            self._send(ACK)
-            messages = self.messages
-            while messages and messages[0][0] <= rcv_nxt:
-                messages.popleft()[1]()
+            self._send(pkt, ACK)
+            if rcv_nxt >= self.first_end_seq:
+                messages = self.messages
+                while messages and messages[0][0] <= rcv_nxt:
+                    messages.popleft()[1]()
+                self.first_end_seq = messages[0][0] if messages else _NO_MESSAGE
         elif seq > self.rcv_nxt:
             self.out_of_order_dropped += 1
             if not self.nak_sent:
                 self.nak_sent = True
                 self.naks_sent += 1
-                self._send(NAK)
+                self._send(pkt, NAK)
         else:
-            self._send(ACK)  # a duplicate: say again where we are
+            self._send(pkt, ACK)  # a duplicate: say again where we are
 
-    def _send(self, syndrome: int) -> None:
-        pkt = Packet(self.ack_route, ROCE_ACK_BYTES, 0, syndrome, self.rcv_nxt, self.eventlist.now_ps, False, False)
+    def _send(self, pkt: Packet, syndrome: int) -> None:
+        """Answer the data packet `pkt` with an ACK or NAK: `pkt` itself, renewed (at the end of its
+        route nothing else holds it)."""
+        pkt.renew(self.ack_route, ROCE_ACK_BYTES, 0, syndrome, self.rcv_nxt, self.eventlist.now_ps, False, False)
         if syndrome == ACK:
             self.acks_sent += 1
         pkt.route[0].receive_packet(pkt)
