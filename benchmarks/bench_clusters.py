@@ -15,7 +15,7 @@ rail leaf, 8 spines of 200 Gb/s over 100 Gb/s NICs (2:1 at the rail leaves), 128
 one astra_dlrm iteration, on phase (target <= 30 s, <= 4 GiB) and hybrid (<= 60 s, <= 4 GiB); the same
 design at 1,024 GPUs (128 nodes) on packet (<= 10 minutes, <= 8 GiB).
 
-Usage: python benchmarks/bench_clusters.py [--cases NAME ...]
+Usage: python benchmarks/bench_clusters.py [--cases NAME ...]   (the other cases' rows are kept)
            [--out benchmarks/bench_clusters.md] [--csv benchmarks/bench_clusters.csv]
 Run it with nothing else of yours running: the wall times depend on the machine's load, which the
 table gives (`uptime`'s load averages) before and after each case.
@@ -97,19 +97,19 @@ def measure(case: Case) -> dict[str, object]:
             "target": f"<= {case.target_s:g} s, <= {case.target_mib / MIB_PER_GIB:g} GiB",
             "met": "yes" if met else ("no" if row is not None else "no (refused)"),
             "exit_status": measured.returncode, "iteration_time": result, "load_before": load_before,
-            "load_after": load_after,
+            "load_after": load_after, "finished_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
             "command": " ".join(["python -m sweep", *case.overrides(), "results_dir=<tmp> name=bench"])}
 
 
 def markdown(rows: list[dict[str, object]]) -> str:
     """The table of `rows` and the commands behind it."""
     header = ("| case | backend | NPUs | wall s | peak MiB | target | met? | exit status | iteration time | "
-              "load before (uptime) | load after |")
-    lines = [header, "| --- | --- | ---: | ---: | ---: | --- | --- | ---: | --- | --- | --- |"]
+              "load before (uptime) | load after | finished (UTC) |")
+    lines = [header, "| --- | --- | ---: | ---: | ---: | --- | --- | ---: | --- | --- | --- | --- |"]
     for row in rows:
-        lines.append(f"| {row['case']} | {row['backend']} | {row['npus']:,} | {row['wall_s']} | {row['peak_mib']:,} | "
-                     f"{row['target']} | {row['met']} | {row['exit_status']} | {row['iteration_time']} | "
-                     f"{row['load_before']} | {row['load_after']} |")
+        lines.append(f"| {row['case']} | {row['backend']} | {int(row['npus']):,} | {row['wall_s']} | "
+                     f"{int(row['peak_mib']):,} | {row['target']} | {row['met']} | {row['exit_status']} | "
+                     f"{row['iteration_time']} | {row['load_before']} | {row['load_after']} | {row['finished_utc']} |")
     commands = [f"- {row['case']}: `{row['command']}`" for row in rows]
     return "\n".join([*lines, "", "Commands (each in a fresh temporary folder):", "", *commands])
 
@@ -121,19 +121,24 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "bench_clusters.md", help="the Markdown table")
     parser.add_argument("--csv", type=Path, default=HERE / "bench_clusters.csv")
     args = parser.parse_args()
-    rows = []
+    # the cases not run this time keep their last row
+    kept: dict[str, dict[str, object]] = {}
+    if args.csv.exists():
+        with args.csv.open(newline="") as handle:
+            kept = {row["case"]: row for row in csv.DictReader(handle)}
     for name in args.cases:
-        rows.append(measure(CASES[name]))
-        print(rows[-1], file=sys.stderr, flush=True)
+        kept[name] = measure(CASES[name])
+        print(kept[name], file=sys.stderr, flush=True)
+    rows = [kept[name] for name in CASES if name in kept]
     with args.csv.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=list(rows[-1]))
         writer.writeheader()
         writer.writerows(rows)
     text = (f"# Issue 42's clusters, timed as a user waits for them\n\n{markdown(rows)}\n\n"
-            f"`python benchmarks/bench_clusters.py --cases {' '.join(args.cases)}`, finished "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; wall clock from start to exit of the whole "
-            "command, peak = the largest resident memory of its process tree (sampled every 50 ms) or of its "
-            "largest process; the machine has 2 cores shared with other developers.\n")
+            "`python benchmarks/bench_clusters.py --cases CASE ...` (a row per case, kept until the case is run "
+            "again); wall clock from start to exit of the whole command, peak = the largest resident memory of "
+            "its process tree (sampled every 50 ms) or of its largest process; the machine has 2 cores shared "
+            "with other developers.\n")
     print(text)
     args.out.write_text(text)
 

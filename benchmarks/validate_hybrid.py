@@ -20,7 +20,8 @@ The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NI
 - `hierarchical`: astra_dlrm on nodes of 8 GPUs whose NICs are on a leaf-spine of 16 NICs (two nodes) a leaf,
   128, 256 and 512 GPUs, 2, 4 or 16 spines x 128 KiB or 1 MiB (hybrid: groups of whole nodes);
 - `rails`: astra_dlrm on rail-optimized nodes of 8 GPUs, 2 nodes a rail leaf, 1 spine (2:1) or 2 (1:1) at
-  100 Gb/s, 64 KiB or 1 MiB, PXN, 128, 256 and 512 GPUs (hybrid: groups of nodes, one rail replayed).
+  100 Gb/s, 64 KiB or 1 MiB, PXN, 128, 256 and 512 GPUs (hybrid: groups of nodes, every rail replayed: at
+  these sizes they fit its connections' limit).
 
     python benchmarks/validate_hybrid.py                    # every case not in the CSV yet, on packet, hybrid, phase
     python benchmarks/validate_hybrid.py --backends hybrid --rerun   # hybrid again (after a change), packet kept

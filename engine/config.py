@@ -95,12 +95,17 @@ class ReducedGroups:
     """A way the hybrid backend reduces a network (engine/backends/reduction.py): groups of `hosts`
     consecutive NPUs, each behind its links to the rest of the fabric (`Topology.group_uplinks`), the
     simulated ones in one reduced network (`together`: a leaf-spine's leaves) or in mirrored pairs (a fat
-    tree's pods or edge switches). `name`: a group, in words; `plural`: several."""
+    tree's pods or edge switches). `name`: a group, in words; `plural`: several. `rails` > 1: the
+    network's scale-out carries every message between nodes on the rail of its receiver's local index (NPU
+    mod `rails`), from the NIC of its sender's node on that rail (PXN), the rails alike and sharing no link:
+    the reduction replays the messages to rail 0's NPUs only, each from that NIC, and they stand for the
+    others."""
 
     hosts: int
     together: bool
     name: str
     plural: str
+    rails: int = 1
 
 
 @dataclass(frozen=True)
@@ -439,8 +444,10 @@ class RailOptimizedNetwork(NodesNetwork):
 
     def reduced_groups(self) -> tuple[ReducedGroups, ...]:
         """Groups of `hosts_per_leaf` whole nodes (their rail leaves: a group's GPUs reach the rest through
-        its rail leaves' uplinks alone, with PXN or without)."""
-        return (ReducedGroups(self.hosts_per_leaf * self.npus_per_node, True, "group of nodes", "groups of nodes"),)
+        its rail leaves' uplinks alone); with PXN a message crosses the scale-out on its receiver's rail
+        alone, so one rail is replayed, else every rail."""
+        return (ReducedGroups(self.hosts_per_leaf * self.npus_per_node, True, "group of nodes", "groups of nodes",
+                              self.npus_per_node if self.pxn else 1),)
 
     def nic_position(self, npu: int) -> int:
         node, rail = divmod(npu, self.npus_per_node)

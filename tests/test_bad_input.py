@@ -197,8 +197,8 @@ MISTAKES = [
             ("hydra.sweeper.objective='retransmits'", "engine.backend=phase", "leaves retransmits empty"),
             multirun=True),
     Mistake("search-value-backend-refuses", "hydra/sweeper=optuna engine.backend=hybrid "
-            "network.npus=16,1025", EXIT_BAD_CONFIG,
-            ("network.npus=1025", "engine.backend=hybrid", "(search point: "), multirun=True),
+            "network.npus=16,1087", EXIT_BAD_CONFIG,
+            ("network.npus=1087", "engine.backend=hybrid", "(search point: "), multirun=True),
     Mistake("search-interval-end-wrong", "hydra/sweeper=optuna network.link_gbps=interval(-5,100)", EXIT_BAD_CONFIG,
             ("network.link_gbps=-5.0", "a number > 0", "(search point: "), multirun=True),
     Mistake("search-direction-typo", "hydra/sweeper=optuna hydra.sweeper.direction=minimise seed=1,2",

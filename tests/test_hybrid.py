@@ -201,26 +201,38 @@ def test_hierarchical_scaleouts_reduce_in_groups_of_whole_nodes(scaleout: dict[s
     assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [waves_of(ms) for ms in all_to_all_ms(packet)]
 
 
-def test_rails_reduce_to_groups_of_nodes() -> None:
+def test_rails_reduce_to_groups_of_nodes_every_rail_or_one_from_its_relays(monkeypatch: pytest.MonkeyPatch) -> None:
     # 128 GPUs: 8 groups of 2 nodes of 8 on their 8 rail leaves, 1 spine at 100 Gb/s (2:1 at the rail leaves).
-    # A group's GPUs reach the others through its rail leaves' uplinks alone, PXN or not: four groups are
-    # simulated together, as a leaf-spine's leaves, 4 x 16 ranks each to every other GPU; each all-to-all
-    # waits as many RTO waves as the packet run's
+    # A group's GPUs reach the others through its rail leaves' uplinks alone: four groups are simulated
+    # together, as a leaf-spine's leaves, 4 x 16 ranks each to every other GPU; each all-to-all waits as many
+    # RTO waves as the packet run's (two: 200 + 400 ms)
     network = {"topology": "rail_optimized", "npus": 128, "npus_per_node": 8, "hosts_per_leaf": 2, "spines": 1,
                "uplink_gbps": 100, "buffer_kb": 64}
     config = load_config({"engine": {"backend": "hybrid"}, "network": network})
-    assert reduction_module.reduced_connections(config) == 4 * 16 * 127
+    every_rail = 4 * 16 * 127
+    assert reduction_module.reduced_connections(config) == every_rail
     workload = {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2}
     hybrid, packet = hybrid_and_packet(network, workload)
     assert hybrid["runs"][0]["hybrid_packet_sims"] == 2 and packet["runs"][0]["drops"] > 0
-    assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [waves_of(ms) for ms in all_to_all_ms(packet)]
-    dlrm = {**ASTRA_DLRM, "iterations": 1}
-    hybrid, packet = hybrid_and_packet(network, dlrm)
-    assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [waves_of(ms) for ms in all_to_all_ms(packet)]
-    # at 1:1 (2 spines) nothing is lost: phase's figure, as the packet run loses nothing
+    assert [waves_of(ms) for ms in all_to_all_ms(packet)] == [2, 2]
+    assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [2, 2]
+    # Where every rail would pass the connections' limit, PXN's rails are alike and share no link: only the
+    # messages to rail 0's GPUs are replayed, each from the NIC that relays it, an eighth of the connections
+    # (4 x 16 ranks to the 16 GPUs of rail 0), with the same RTO waves
+    monkeypatch.setattr(reduction_module, "REDUCED_CONNECTIONS_MAX", every_rail - 1)
+    assert reduction_module.replayed_rails(config) == 8
+    assert reduction_module.reduced_connections(config) == 4 * 16 * (128 // 8)
+    one_rail = engine.run({"engine": {"backend": "hybrid"}, "network": network, "workload": workload})
+    assert [waves_of(ms) for ms in all_to_all_ms(one_rail)] == [2, 2]
+    # at 1:1 (2 spines) nothing is lost on the packet engine, nor on one rail from its relays (from each GPU's
+    # own scale-up link at its full rate, seven of them filled a relay's scale-up port and dropped packets)
     lossless = {**network, "spines": 2}
-    hybrid, packet = hybrid_and_packet(lossless, dlrm)
-    assert hybrid["runs"][0]["drops"] == packet["runs"][0]["drops"] == 0
+    one_rail = engine.run({"engine": {"backend": "hybrid"}, "network": lossless, "workload": workload})
+    packet = engine.run({"engine": {"backend": "packet"}, "network": lossless, "workload": workload})
+    assert one_rail["runs"][0]["drops"] == packet["runs"][0]["drops"] == 0
+    # without PXN a message leaves by its sender's rail and arrives by its receiver's: every rail, always
+    no_pxn = load_config({"engine": {"backend": "hybrid"}, "network": {**network, "pxn": False}})
+    assert reduction_module.replayed_rails(no_pxn) == 1
 
 
 @pytest.mark.parametrize("group", ["pod", "edge"])
@@ -415,7 +427,7 @@ def test_same_config_and_seed_same_result() -> None:
                   "hosts_per_leaf": 2}}, "network.npus"),
     ({"network": {"topology": "leaf_spine", "npus": 16, "hosts_per_leaf": 16, "spines": 2, "uplink_gbps": 100}},
      "network.npus"),
-    ({"network": {"topology": "switch", "npus": 1_025}}, "network.npus"),
+    ({"network": {"topology": "switch", "npus": 1_087}}, "network.npus"),  # 1,087 x 1,086 connections
     ({"engine": {"backend": "hybrid", "incast_rto": True}}, "engine.incast_rto"),  # its RTOs are simulated
     # k = 8 with nodes of 8: an edge switch's 4 NICs hold half a node, so only pods (16 NICs, 2 nodes) reduce
     ({"engine": {"backend": "hybrid", "hybrid_fat_tree_group": "edge"},

@@ -25,7 +25,7 @@ real hosts and every switch above them, and the run's link rates, latencies, buf
   instead (`XorFold`); a double binary tree (whole networks only) and a Chakra process group's collectives
   wait only for the messages that reach their own receiver (`replay_phase`).
 - `switch`, and a leaf_spine or fat_tree of no more hosts than the pairs would hold: the whole network (no
-  reduction; on a switch up to 1,024 NPUs, `REDUCED_CONNECTIONS_MAX`).
+  reduction; on a switch up to 1,086 NPUs, `REDUCED_CONNECTIONS_MAX`).
 Connections persist from episode to episode (cwnd, ssthresh, RTT estimate, RTO backoff, idle restart).
 
 Memoisation (`engine.hybrid_memoise`): an episode is keyed by its opening phases (kinds, starts after
@@ -69,6 +69,7 @@ from .reduction import (
     reduced_connections,
     reduced_groups,
     replay_phase,
+    replayed_rails,
     simulated_pairs,
 )
 
@@ -594,8 +595,8 @@ class HybridPhases(FluidPhases):
         pairs = simulated_pairs(self.config.network.npus, self._group_size)
         groups = reduced_groups(self.config)
         assert groups is not None  # as `_group_size`
-        # the full run's groups each simulated group stands for
-        scale = self.config.network.npus / self._group_size / (2 * pairs)
+        # the full run's groups each simulated group stands for, and the rails the replayed one does
+        scale = self.config.network.npus / self._group_size / (2 * pairs) * replayed_rails(self.config)
         if groups.together:
             return [Reduction(self.config, tuple(sorted(order[:LEAF_SPINE_GROUPS])), scale)]
         return [Reduction(self.config, tuple(sorted(order[2 * i:2 * i + 2])), scale) for i in range(pairs)]

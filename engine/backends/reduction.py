@@ -18,11 +18,13 @@ from ..system.collectives import MessageCarrier, ProgramRun, Receipt
 from ..topology import flow_hash
 from ..transport import TcpConnection, TcpSender
 
-# connections the reduced networks may hold at most (each simulated rank to every other NPU):
-# 589,760 at 9,216 NPUs, 16 a leaf (1.9 GiB peak); a switch is simulated whole up to 1,024 NPUs; a fat
-# tree's pods grow as k^2 / 4: pod pairs pass it from 4,096 NPUs (k = 26: 2 pairs x 338 x 4,095), edge
-# pairs (k / 2 hosts each) from 13,719 NPUs (k = 40: 2 pairs x 40 x 13,718)
-REDUCED_CONNECTIONS_MAX = 1_048_576
+# connections the reduced networks may hold at most (each simulated rank to every other NPU, or to every
+# NPU of the one rail replayed): 589,760 at 9,216 NPUs, 16 a leaf (1.9 GiB peak); 1,179,648 on 9,216
+# rail-optimized GPUs with 32 nodes a rail leaf, one rail replayed (3.9 GiB peak with phase's model); a
+# switch is simulated whole up to 1,086 NPUs; a fat tree's pods grow as k^2 / 4: pod pairs pass it from
+# 2,439 NPUs (k = 22: 2 pairs x 242 x 2,438), edge pairs (k / 2 hosts each) from 14,747 NPUs (k = 40: 2
+# pairs x 40 x 14,746)
+REDUCED_CONNECTIONS_MAX = 1_179_648
 # `engine.hybrid_fat_tree_group=auto` reduces a fat tree to pod pairs while they hold at most this many
 # connections, else to edge-switch pairs: the lossy 1,024-NPU iteration (k = 16, two pod pairs of 261,888
 # connections) took 10 s on pods and 1.2 s on edge pairs, whose lossy iterations on the validation grid's fat
@@ -43,9 +45,24 @@ def simulated_pairs(npus: int, group_size: int) -> int:
     return min(PAIRS, npus // group_size // 2)
 
 
-def _pair_connections(npus: int, group_size: int) -> int:
-    """The connections of the simulated groups of `group_size` (two a pair): each rank to every other NPU."""
-    return 2 * group_size * simulated_pairs(npus, group_size) * (npus - 1)
+def _pair_connections(npus: int, group_size: int, rails: int = 1) -> int:
+    """The connections of the simulated groups of `group_size` (two a pair): each rank to every other NPU,
+    or, one of `rails` rails replayed, to every NPU of that rail."""
+    peers = npus - 1 if rails == 1 else -(-npus // rails)
+    return 2 * group_size * simulated_pairs(npus, group_size) * peers
+
+
+def replayed_rails(config: SimConfig) -> int:
+    """How many rails each replayed rail stands for: 1 (every rail replayed), but on a network whose
+    scale-out carries each message on its receiver's rail (`ReducedGroups.rails`: rail-optimized with PXN)
+    where replaying every rail would pass `REDUCED_CONNECTIONS_MAX` connections: then its rails, rail 0
+    replayed alone (`Reduction.routes`). Every rail where it fits: on the validation grid one rail missed
+    a loss the packet engine and every rail saw (docs/hybrid-backend.md)."""
+    groups = reduced_groups(config)
+    size = group_size(config)
+    if groups is None or size is None or groups.rails == 1:
+        return 1
+    return 1 if _pair_connections(config.network.npus, size) <= REDUCED_CONNECTIONS_MAX else groups.rails
 
 
 def reduced_groups(config: SimConfig) -> ReducedGroups | None:
@@ -103,7 +120,7 @@ def reduced_connections(config: SimConfig) -> int:
     of the whole network) to every other NPU."""
     npus = config.network.npus
     size = group_size(config)
-    return npus * (npus - 1) if size is None else _pair_connections(npus, size)
+    return npus * (npus - 1) if size is None else _pair_connections(npus, size, replayed_rails(config))
 
 
 class Reduction:
@@ -119,6 +136,9 @@ class Reduction:
         size = group_size(config)
         self.index: dict[int, int] = {}  # the simulated groups' order in the reduced network
         self.groups = 1  # the full run's groups (a fat tree's last may be partial)
+        # the rails each replayed one stands for (`replayed_rails`): > 1, only the messages to rail 0's
+        # NPUs are replayed
+        self.rails = replayed_rails(config) if groups is not None else 1
         if size is None or groups is None:  # the whole network
             self.ranks = list(range(self.npus))
             self.group_size = self.npus
@@ -134,6 +154,10 @@ class Reduction:
             if len(groups) == 2:
                 first_hosts[1] = second_group_host(config)
             self.hosts = [first + i for first in first_hosts for i in range(size)]
+
+    def replays(self, npu: int) -> bool:
+        """Whether messages to the full run's `npu` are replayed: on the rail replayed (`rails`), or every one."""
+        return npu % self.rails == 0
 
     def position(self, sender: int, npu: int) -> int:
         """The run rank standing for the full run's `npu`, as a peer of `sender` (a simulated NPU): itself
@@ -158,8 +182,17 @@ class Reduction:
                flow_id: int) -> tuple[tuple[int, int], tuple[Link, ...], tuple[Link, ...]]:
         """The reduced hosts of the full-run pair (`sender`, `npu`) and its data and ACK routes there:
         the paths the full run's ECMP hash (its unordered pair of NPUs and flow id) picks. (Where the
-        network is simulated whole, `PacketEpisodes` opens its connections as the packet engine does.)"""
-        src, dst = self.hosts[self.position(sender, sender)], self.hosts[self.position(sender, npu)]
+        network is simulated whole, `PacketEpisodes` opens its connections as the packet engine does.)
+        With one rail replayed (`rails` > 1), a message to another node starts at the NIC that relays it
+        (its sender's node's NPU on the receiver's rail, as PXN sends it) and its ACKs end there: the
+        scale-up hop before it is left out, since the replay leaves out the other rails' messages that
+        share that hop (kept at their full rate, seven relays' worth of messages met at one scale-up port
+        and dropped packets the full run does not; at a fixed share of it, retransmissions after an RTO were
+        paced where the full run's burst: docs/hybrid-backend.md)."""
+        origin = sender
+        if self.rails > 1 and npu // self.rails != sender // self.rails:
+            origin = sender - sender % self.rails + npu % self.rails
+        src, dst = self.hosts[self.position(sender, origin)], self.hosts[self.position(sender, npu)]
         topology = reduced.topology
         ecmp_hash = flow_hash(self.seed, min(sender, npu), max(sender, npu), flow_id)
         return (src, dst), topology.path_for_hash(src, dst, ecmp_hash), topology.path_for_hash(dst, src, ecmp_hash)
@@ -174,9 +207,10 @@ class PacketEpisodes:
         self.reduction = reduction
         self.xor_fold = XorFold(reduction)
         self.sim = Simulation(reduced_config(config), models_host_stack)
-        # by full-run pair and the run rank it lands on: a pair that XOR exchanges fold elsewhere than other
-        # patterns do has a connection for each
-        self._connections: dict[tuple[int, int, int], TcpConnection] = {}
+        # by full-run pair and the run rank it lands on (one integer: a tuple key costs about 150 bytes more,
+        # 170 MiB over a million connections): a pair that XOR exchanges fold elsewhere than other patterns do
+        # has a connection for each
+        self._connections: dict[int, TcpConnection] = {}
 
     def connection(self, pair: tuple[int, int], fold: Reduction, target: int,
                    flow_ids: dict[tuple[int, int], int]) -> TcpConnection:
@@ -184,7 +218,8 @@ class PacketEpisodes:
         network, to run rank `target` (where `fold`, the reduction or its `xor_fold`, puts the receiver),
         opened under its flow id in `flow_ids` on first use."""
         sender, npu = pair
-        key = (sender, npu, target)
+        npus = self.reduction.npus
+        key = (sender * npus + npu) * npus + target
         connection = self._connections.get(key)
         if connection is None:
             flow_id = flow_ids[pair]
@@ -232,6 +267,7 @@ class XorFold(Reduction):
         self.group_size = reduction.group_size
         self.ranks = reduction.ranks
         self.hosts = reduction.hosts
+        self.rails = reduction.rails
 
     def position(self, sender: int, npu: int) -> int:
         """The run rank standing for `npu` as the XOR partner of `sender` (class docstring)."""
@@ -275,6 +311,8 @@ class ReducedCarrier(MessageCarrier):
         rank = self.ranks[index]
         group = self.groups[index]
         peer = group[(self.local[index] + send.peer_offset) % len(group)]
+        if not self.episodes.reduction.replays(peer):
+            return
         target = self.fold.position(rank, peer)
         connection = self.episodes.connection((rank, peer), self.fold, target, self.flow_ids)
         if self.exact and self.ranks[target] != peer:
@@ -349,6 +387,8 @@ def replay_phase(episodes: PacketEpisodes, groups: tuple[tuple[int, ...], ...], 
             for step in rank_steps:
                 for send in step.sends:
                     peer = group[(position + send.peer_offset) % len(group)]
+                    if not reduction.replays(peer):
+                        continue
                     target = fold.position(rank, peer)
                     if not exact or ranks[target] == peer:
                         expected[target][send.peer_step] += 1
