@@ -21,7 +21,9 @@ The grid (`grid()`, published in docs/hybrid-backend.md), every case 100 Gb/s NI
   128, 256 and 512 GPUs, 2, 4 or 16 spines x 128 KiB or 1 MiB (hybrid: groups of whole nodes);
 - `rails`: astra_dlrm on rail-optimized nodes of 8 GPUs, 2 nodes a rail leaf, 1 spine (2:1) or 2 (1:1) at
   100 Gb/s, 64 KiB or 1 MiB, PXN, 128, 256 and 512 GPUs (hybrid: groups of nodes, every rail replayed: at
-  these sizes they fit its connections' limit).
+  these sizes they fit its connections' limit), and all-to-alls of 256 KiB and 1 MiB an NPU (2 iterations)
+  on 2, 4 and 8 nodes a rail leaf at 2:1 and 1:1, 128-512 GPUs, 64 KiB;
+- `rails_one`: the same, hybrid replaying one rail (`engine.hybrid_rails=one`), against the same packet runs.
 
     python benchmarks/validate_hybrid.py                    # every case not in the CSV yet, on packet, hybrid, phase
     python benchmarks/validate_hybrid.py --backends hybrid --rerun   # hybrid again (after a change), packet kept
@@ -216,7 +218,22 @@ def nodes_grid() -> Iterator[dict[str, Any]]:
             for buffer_kb in (64.0, 1024.0):
                 network = {"topology": "rail_optimized", "npus": npus, "npus_per_node": 8, "hosts_per_leaf": 2,
                            "spines": spines, "uplink_gbps": 100.0, "buffer_kb": buffer_kb}
-                yield case("rails", f"rails {npus} s{spines} b{buffer_kb:.0f}", network, ASTRA_DLRM)
+                yield from rails_cases(f"rails {npus} s{spines} b{buffer_kb:.0f}", network, ASTRA_DLRM)
+    # all-to-alls alone, on 2, 4 and 8 nodes a rail leaf, 2:1 and 1:1 (`rails_cases`)
+    for npus, nodes_per_leaf, spines, kib in ((128, 2, 1, 256), (256, 2, 1, 256), (256, 4, 2, 1024),
+                                              (512, 8, 4, 1024), (512, 8, 8, 1024)):
+        network = {"topology": "rail_optimized", "npus": npus, "npus_per_node": 8, "hosts_per_leaf": nodes_per_leaf,
+                   "spines": spines, "uplink_gbps": 100.0, "buffer_kb": 64.0}
+        yield from rails_cases(f"rails a2a {kib} KiB {npus} n{nodes_per_leaf} s{spines} b64", network,
+                               {"type": "collective", "op": "all_to_all", "bytes": kib * 1024, "iterations": 2})
+
+
+def rails_cases(label: str, network: dict[str, Any], workload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A rail-optimized case (`rails`: hybrid replays every rail) and its `rails_one` twin (one rail replayed,
+    `engine.hybrid_rails=one`; against the same packet and phase runs)."""
+    yield case("rails", label, network, workload)
+    yield case("rails_one", label.replace("rails", "rails one"), network, workload, hybrid={"hybrid_rails": "one"},
+               reference=label)
 
 
 def run(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
@@ -271,7 +288,8 @@ def loses(row: dict[str, Any]) -> bool:
     return row["status"] == "timeout" or (row["drops"] or 0) > 0
 
 
-ALTERNATIVE_KINDS = ("fat_tree_edge", "algorithm")  # a non-default reduction, or other algorithms: on their own
+# a non-default reduction, or other algorithms: on their own
+ALTERNATIVE_KINDS = ("fat_tree_edge", "rails_one", "algorithm")
 
 
 def summary(rows: list[dict[str, Any]]) -> str:

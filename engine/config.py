@@ -40,6 +40,7 @@ SACK_AFTER_RTO = ("keep", "discard")
 LINK_STATS = ("none", "switch_ports", "all")
 # what the hybrid backend reduces a fat tree to: pairs of pods or of edge switches, or pods while they fit
 HYBRID_FAT_TREE_GROUPS = ("auto", "pod", "edge")
+HYBRID_RAILS = ("auto", "every", "one")
 # dlrm: how the bottom MLP's output meets the embeddings: pairwise dot products (DLRM 2019) or DCNv2's
 # low-rank cross layers (MLPerf Training's DLRM-DCNv2).
 INTERACTIONS = ("dot", "dcn")
@@ -817,6 +818,7 @@ class EngineConfig:
     link_stats: str = "none"
     incast_rto: bool = False  # phase backend: charge an RTO to every phase flagged as an incast
     hybrid_fat_tree_group: str = "auto"  # hybrid backend on a fat tree: its reduced networks' groups
+    hybrid_rails: str = "auto"  # hybrid backend on rails with PXN: the rails its reduced networks replay
     hybrid_memoise: bool = True  # hybrid backend: an episode whose outcome has settled is not simulated again
 
 
@@ -1083,6 +1085,7 @@ def _validate(config: SimConfig) -> None:
     _positive("engine.max_sim_time_s", eng.max_sim_time_s)
     _one_of("engine.link_stats", eng.link_stats, LINK_STATS)
     _one_of("engine.hybrid_fat_tree_group", eng.hybrid_fat_tree_group, HYBRID_FAT_TREE_GROUPS)
+    _one_of("engine.hybrid_rails", eng.hybrid_rails, HYBRID_RAILS)
     net.check()
 
     tcp.check()

@@ -201,7 +201,7 @@ def test_hierarchical_scaleouts_reduce_in_groups_of_whole_nodes(scaleout: dict[s
     assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [waves_of(ms) for ms in all_to_all_ms(packet)]
 
 
-def test_rails_reduce_to_groups_of_nodes_every_rail_or_one_from_its_relays(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rails_reduce_to_groups_of_nodes_every_rail_or_one_from_its_relays() -> None:
     # 128 GPUs: 8 groups of 2 nodes of 8 on their 8 rail leaves, 1 spine at 100 Gb/s (2:1 at the rail leaves).
     # A group's GPUs reach the others through its rail leaves' uplinks alone: four groups are simulated
     # together, as a leaf-spine's leaves, 4 x 16 ranks each to every other GPU; each all-to-all waits as many
@@ -209,30 +209,36 @@ def test_rails_reduce_to_groups_of_nodes_every_rail_or_one_from_its_relays(monke
     network = {"topology": "rail_optimized", "npus": 128, "npus_per_node": 8, "hosts_per_leaf": 2, "spines": 1,
                "uplink_gbps": 100, "buffer_kb": 64}
     config = load_config({"engine": {"backend": "hybrid"}, "network": network})
-    every_rail = 4 * 16 * 127
-    assert reduction_module.reduced_connections(config) == every_rail
+    assert reduction_module.replayed_rails(config) == 1  # `auto`: every rail fits
+    assert reduction_module.reduced_connections(config) == 4 * 16 * 127
     workload = {"type": "collective", "op": "all_to_all", "bytes": 262_144, "iterations": 2}
     hybrid, packet = hybrid_and_packet(network, workload)
     assert hybrid["runs"][0]["hybrid_packet_sims"] == 2 and packet["runs"][0]["drops"] > 0
     assert [waves_of(ms) for ms in all_to_all_ms(packet)] == [2, 2]
     assert [waves_of(ms) for ms in all_to_all_ms(hybrid)] == [2, 2]
-    # Where every rail would pass the connections' limit, PXN's rails are alike and share no link: only the
-    # messages to rail 0's GPUs are replayed, each from the NIC that relays it, an eighth of the connections
-    # (4 x 16 ranks to the 16 GPUs of rail 0), with the same RTO waves
-    monkeypatch.setattr(reduction_module, "REDUCED_CONNECTIONS_MAX", every_rail - 1)
-    assert reduction_module.replayed_rails(config) == 8
-    assert reduction_module.reduced_connections(config) == 4 * 16 * (128 // 8)
-    one_rail = engine.run({"engine": {"backend": "hybrid"}, "network": network, "workload": workload})
+    # One rail (`engine.hybrid_rails=one`; `auto` where every rail would pass the connections' limit): with
+    # PXN the rails are alike and share no link, so only the messages to rail 0's GPUs are replayed, each from
+    # the NIC that relays it, an eighth of the connections (4 x 16 ranks to the 16 GPUs of rail 0), with the
+    # same RTO waves
+    one = {"backend": "hybrid", "hybrid_rails": "one"}
+    assert reduction_module.reduced_connections(load_config({"engine": one, "network": network})) == 4 * 16 * 16
+    one_rail = engine.run({"engine": one, "network": network, "workload": workload})
     assert [waves_of(ms) for ms in all_to_all_ms(one_rail)] == [2, 2]
     # at 1:1 (2 spines) nothing is lost on the packet engine, nor on one rail from its relays (from each GPU's
     # own scale-up link at its full rate, seven of them filled a relay's scale-up port and dropped packets)
     lossless = {**network, "spines": 2}
-    one_rail = engine.run({"engine": {"backend": "hybrid"}, "network": lossless, "workload": workload})
+    one_rail = engine.run({"engine": one, "network": lossless, "workload": workload})
     packet = engine.run({"engine": {"backend": "packet"}, "network": lossless, "workload": workload})
     assert one_rail["runs"][0]["drops"] == packet["runs"][0]["drops"] == 0
     # without PXN a message leaves by its sender's rail and arrives by its receiver's: every rail, always
-    no_pxn = load_config({"engine": {"backend": "hybrid"}, "network": {**network, "pxn": False}})
+    no_pxn = load_config({"engine": one, "network": {**network, "pxn": False}})
     assert reduction_module.replayed_rails(no_pxn) == 1
+    # `auto` at 9,216 GPUs with 32 nodes a rail leaf: every rail would be 4 x 256 ranks x 9,215 peers; one rail
+    # is 4 x 256 x 1,152, which the limit holds
+    cluster = load_config({"engine": {"backend": "hybrid"}, "network": {
+        "topology": "rail_optimized", "npus": 9216, "npus_per_node": 8, "hosts_per_leaf": 32, "spines": 8}})
+    assert reduction_module.replayed_rails(cluster) == 8
+    assert reduction_module.reduced_connections(cluster) == 4 * 256 * 1152 <= reduction_module.REDUCED_CONNECTIONS_MAX
 
 
 @pytest.mark.parametrize("group", ["pod", "edge"])

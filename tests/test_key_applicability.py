@@ -51,6 +51,7 @@ CHANGES: dict[str, tuple[dict[str, Any], Any]] = {
     "network.scaleup_latency_us": (INCAST, 50.0),
     "network.scaleout": (INCAST, "leaf_spine"),
     "network.pxn": (INCAST, False),
+    "engine.hybrid_rails": (INCAST, "one"),  # the packet backend, one switch: nothing reduced
     "network.buffer_kb": (FULL_MESH_INCAST, 1.0),  # no switch port: nothing queues in a buffer
     "network.ecn_threshold_kb": (INCAST, 1.0),  # the queue reaches 16 KiB: ECN-capable packets would be marked
     "network.pfc": (INCAST, False),  # with tcp, false is what null means

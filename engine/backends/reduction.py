@@ -55,13 +55,17 @@ def _pair_connections(npus: int, group_size: int, rails: int = 1) -> int:
 def replayed_rails(config: SimConfig) -> int:
     """How many rails each replayed rail stands for: 1 (every rail replayed), but on a network whose
     scale-out carries each message on its receiver's rail (`ReducedGroups.rails`: rail-optimized with PXN)
-    where replaying every rail would pass `REDUCED_CONNECTIONS_MAX` connections: then its rails, rail 0
-    replayed alone (`Reduction.routes`). Every rail where it fits: on the validation grid one rail missed
-    a loss the packet engine and every rail saw (docs/hybrid-backend.md)."""
+    with `engine.hybrid_rails=one`, or `auto` where replaying every rail would pass
+    `REDUCED_CONNECTIONS_MAX` connections: then its rails, rail 0 replayed alone (`Reduction.routes`).
+    `auto` replays every rail where they fit: on the validation grid one rail missed a loss that the packet
+    engine and every rail saw (docs/hybrid-backend.md)."""
     groups = reduced_groups(config)
     size = group_size(config)
-    if groups is None or size is None or groups.rails == 1:
+    choice = config.engine.hybrid_rails
+    if groups is None or size is None or groups.rails == 1 or choice == "every":
         return 1
+    if choice == "one":
+        return groups.rails
     return 1 if _pair_connections(config.network.npus, size) <= REDUCED_CONNECTIONS_MAX else groups.rails
 
 
