@@ -811,6 +811,7 @@ class EngineConfig:
     incast_rto: bool = False  # phase backend: charge an RTO to every phase flagged as an incast
     hybrid_fat_tree_group: str = "auto"  # hybrid backend on a fat tree: its reduced networks' groups
     hybrid_memoise: bool = True  # hybrid backend: an episode whose outcome has settled is not simulated again
+    fast_forward: bool = False  # packet backend: skip whole periods of a repeating state (engine/fastforward.py)
 
 
 @dataclass(frozen=True)
