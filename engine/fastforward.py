@@ -108,6 +108,7 @@ class FastForward:
                 self._gap_events = min(2 * self._gap_events, MAX_GAP_EVENTS)
 
     def _label_connections(self) -> None:
+        """Label the senders and receivers of the connections opened since the last call."""
         connections = self.connections
         for index in range(self._labelled_connections, len(connections)):
             self._labels[id(connections[index].sender)] = (_SENDER, index)
@@ -195,6 +196,7 @@ class FastForward:
     # -- the state, relative to an instant ----------------------------------------------------
 
     def _active(self, connection: TcpConnection) -> bool:
+        """Whether `connection` has anything out or to do (else its state is left as it is)."""
         sender, receiver = connection.sender, connection.receiver
         return bool(sender.snd_max > sender.snd_una or sender.snd_nxt < sender.stream_end
                     or receiver.unacked_segments or sender.tsq_wake_ps or sender.waiting_for_room)
@@ -202,6 +204,7 @@ class FastForward:
     def _summary(self, now_ps: int) -> tuple:
         """A part of `_snapshot`'s signature that is cheap to take (no packet-by-packet walk): the busy
         connections' windows, timers and RTT estimates, and the busy links' backlogs and wire ends."""
+        self._label_connections()  # connections opened since the attempt began
         parts: list[tuple] = []
         self.work += len(self.connections) + len(self.links)
         for index, connection in enumerate(self.connections):
@@ -223,6 +226,7 @@ class FastForward:
     def _snapshot(self, now_ps: int) -> tuple[tuple, dict[str, Any]]:
         """(signature, counters) at `now_ps`: the signature holds everything that decides what
         happens next, relative to `now_ps`; the counters are absolute, for the jump."""
+        self._label_connections()
         labels = self._labels
         eventlist = self.eventlist
         self.work += len(self.connections) + len(self.links) + len(eventlist.heap) + len(eventlist._timers)
