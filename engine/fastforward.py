@@ -46,11 +46,12 @@ _NO_TIMER: Final = 1 << 61  # `EventList.next_timer_ps` with no timer pending
 FIRST_GAP_EVENTS: Final = 1 << 14  # events run between two attempts at first, and after a jump
 MAX_GAP_EVENTS: Final = 1 << 16  # the gap doubles after each failed attempt, up to this
 SNAPSHOTS_PER_ATTEMPT: Final = 256  # instants of the anchor link looked at in one attempt
+EARLIER_INSTANTS: Final = 4  # instants of a fingerprint whose distance from the latest is a candidate period
 REPEATED_INSTANTS: Final = 16  # a candidate period must have repeated the fingerprints of this many instants
 CANDIDATES_PER_ATTEMPT: Final = 4  # candidate periods checked (a summary, then the full state) in one attempt
 MIN_JUMP_PERIODS: Final = 2  # fewer periods to skip than this: not worth a jump
-# detection work allowed per event run or skipped (an item of state looked at in Python costs about 5 events)
-DETECTION_WORK_PER_EVENT: Final = 0.1
+# detection work allowed per event run or skipped (an item of state looked at in Python costs 10-20 events)
+DETECTION_WORK_PER_EVENT: Final = 0.01
 WORK_PER_INSTANT: Final = 4  # an instant stepped through on its own (a call of `run`, its fingerprint)
 SRTT_MARGIN: Final = 2  # the smoothed RTT may grow by this factor within a period (TSQ pacing check)
 
@@ -85,9 +86,9 @@ class FastForward:
         self.skipped_ps = 0
         self.skipped_events = 0
         self.refusals: dict[str, int] = {}  # why attempts found no jump, and how often
-        # connections, links, entries and packets the summaries and snapshots looked at: kept within
-        # DETECTION_WORK_PER_EVENT of the events run or skipped, so that a run with nothing to skip pays
-        # little for looking
+        # connections, links, entries and packets the summaries and snapshots of attempts that found no
+        # jump looked at: kept within DETECTION_WORK_PER_EVENT of the events run or skipped, so that a run
+        # with nothing to skip pays little for looking
         self.work = 0
 
     # -- the run loop -----------------------------------------------------------------------
@@ -102,7 +103,9 @@ class FastForward:
             if self.work > DETECTION_WORK_PER_EVENT * (eventlist.events_run + self.skipped_events):
                 continue  # over the detection budget: simulate on until the events (run or skipped) catch up
             self.attempts += 1
+            work_before = self.work
             if self._attempt(until_ps):
+                self.work = work_before  # a jump pays for the looking that found it
                 self._gap_events = FIRST_GAP_EVENTS
             else:
                 self._gap_events = min(2 * self._gap_events, MAX_GAP_EVENTS)
@@ -139,10 +142,10 @@ class FastForward:
             self.work += WORK_PER_INSTANT
             fingerprint = self._fingerprint(anchor, now)
             instants = seen.setdefault(fingerprint, [])
-            # a candidate period: the shortest one not tried yet since an instant of the same fingerprint,
-            # over which the last instants' fingerprints repeated too
-            period_ps = next((now - earlier for earlier in reversed(instants) if now - earlier not in tried
-                              and self._repeats(fingerprints, order, now - earlier)), 0)
+            # a candidate period: the shortest one not tried yet since one of the last few instants of the
+            # same fingerprint, over which the last instants' fingerprints repeated too
+            period_ps = next((now - earlier for earlier in reversed(instants[-EARLIER_INSTANTS:])
+                              if now - earlier not in tried and self._repeats(fingerprints, order, now - earlier)), 0)
             instants.append(now)
             fingerprints[now] = fingerprint
             order.append(now)
