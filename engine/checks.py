@@ -48,8 +48,9 @@ def _check_fast_forward(config: SimConfig) -> None:
     """`engine.fast_forward` (engine/fastforward.py) covers the packet backend's TCP NewReno on a lossless,
     jitter-free network: the keys it cannot honour yet are refused, naming what is allowed."""
     allowed = "false (fast-forward covers only "
-    require(config.engine.backend == "packet", "engine.fast_forward", True,
-            allowed + "engine.backend=packet; the other backends have no packets to skip)")
+    fast_forwards = " or ".join(backends_with("FAST_FORWARDS"))
+    require(backend_class(config.engine.backend).FAST_FORWARDS, "engine.fast_forward", True,
+            allowed + f"engine.backend={fast_forwards}; the other backends have no packets to skip)")
     require(config.transport.protocol == "tcp", "engine.fast_forward", True, allowed + "transport.protocol=tcp)")
     require(config.tcp.cc == "newreno", "engine.fast_forward", True,
             allowed + f"tcp.cc=newreno, not {config.tcp.cc}: its window credit is NewReno's)")
