@@ -12,6 +12,15 @@ clock to `t_b + k P`. k is the largest that keeps the next period clear of every
 pattern, so each connection's TCP state is the one the exact run would reach: consistent by
 construction, not estimated.
 
+Looking for a period: every so many events (`FIRST_GAP_EVENTS`, doubling while nothing is found) the
+run steps instant by instant through the packets the busiest host interface hands on, and takes a cheap
+fingerprint of each (that link's backlog and wire, the number of pending events); a gap between two
+instants of one fingerprint over which the last instants' fingerprints repeated too is a candidate
+period, checked first on a summary of every busy connection and link, then on the full state, twice one
+period apart. The work of attempts that find nothing is kept within `DETECTION_WORK_PER_EVENT` of the
+events run or skipped (counted in items of state looked at, never in wall time: a run's rows do not
+depend on the machine).
+
 What is not periodic is handled so:
 - the congestion window, which NewReno grows on every ACK whether or not it limits the sender, is
   credited for the k periods' ACKs (slow start: one MSS each, exactly; congestion avoidance: the
