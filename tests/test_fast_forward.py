@@ -23,7 +23,7 @@ ACK_PS = 52 * 80  # a pure ACK with the timestamp option
 
 def simulate(workload: dict[str, Any], fast_forward: bool, npus: int = 2, **sections: Any) -> engine.PreparedRun:
     """A run of `workload` on one switch without transmit jitter, simulated to its end."""
-    config = {"engine": {"fast_forward": fast_forward}, "host": {"tx_jitter_ns": 0},
+    config = {"engine": {"fast_forward": fast_forward}, "host": sections.pop("host", {"tx_jitter_ns": 0}),
               "network": {"npus": npus, **sections.pop("network", {})}, "workload": workload, **sections}
     prepared = engine.prepare(config)
     prepared.start()
@@ -123,6 +123,24 @@ def test_a_ring_all_reduce_of_long_steps_is_the_exact_one() -> None:
     bandwidth_ps = 2 * (npus - 1) * (nbytes // npus) * PACKET_PS // SEGMENT_BYTES
     assert rows_without_wall(fast)[0]["iteration_time_s"] * 1e12 >= bandwidth_ps
     assert fast.sim.eventlist.events_run * 1.8 < exact.sim.eventlist.events_run
+
+
+@pytest.mark.parametrize("sections", [
+    {"tcp": {"delayed_ack": True}},
+    {"tcp": {"delayed_ack": True, "linux_delayed_ack": True}},
+    {"tcp": {"timestamps": False, "sack": False}},
+    {"tcp": {"rcv_wnd_kb": 512}},  # the receive window, not TCP Small Queues, limits the senders
+    {"host": {"tx_jitter_ns": 0, "tsq_bytes": None}},  # the qdisc's 1,000 packets hold TCP back
+])
+def test_tcp_and_host_options_keep_the_exact_rows(sections: dict[str, Any]) -> None:
+    # the ring of 4 with 16 MB steps, and a long flow beside a shorter one starting later: without timestamps and
+    # SACK the ring jumps, so do the flows held back by the receive window or the qdisc; with delayed ACKs
+    # no period is found so far, and looking for one must leave the rows alone
+    for workload in ({"type": "collective", "op": "all_reduce", "bytes": 64_000_000, "iterations": 1},
+                     flows_workload((0, 1, 32_000_000, 0.0), (2, 3, 20_000_000, 300.0))):
+        exact = simulate(workload, False, npus=4, **sections)
+        fast = simulate(workload, True, npus=4, **sections)
+        assert rows_without_wall(fast) == rows_without_wall(exact)
 
 
 @pytest.mark.parametrize(("sections", "allowed"), [
