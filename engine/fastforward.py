@@ -164,9 +164,14 @@ class FastForward:
             # confirm it: first on a summary of the state one period on, then on the full state
             try:
                 summary = self._summary(now)
+                una = self._busy_una()
                 if not self._run_to(now + period_ps, until_ps):
                     return self._refuse("the run ended")
                 if summary == self._summary(now + period_ps):
+                    moved = {index: snd_una - una.get(index, snd_una) for index, snd_una in self._busy_una().items()}
+                    # room for a jump after the period the full check takes, before paying for that check
+                    if self._room_periods(now + period_ps, period_ps, moved, until_ps) < MIN_JUMP_PERIODS + 1:
+                        return self._refuse("fewer than MIN_JUMP_PERIODS periods before an event outside the pattern")
                     state_a = self._snapshot(now + period_ps)
                     if not self._run_to(now + 2 * period_ps, until_ps):
                         return self._refuse("the run ended")
@@ -234,6 +239,11 @@ class FastForward:
             if head is not None and tail is not None:
                 parts.append((index, link.busy_until_ps - now_ps, head.arrival_ps - now_ps, tail.arrival_ps - now_ps))
         return tuple(parts)
+
+    def _busy_una(self) -> dict[int, int]:
+        """snd_una of every busy connection, by its index."""
+        return {index: connection.sender.snd_una for index, connection in enumerate(self.connections)
+                if self._active(connection)}
 
     def _snapshot(self, now_ps: int) -> tuple[tuple, dict[str, Any]]:
         """(signature, counters) at `now_ps`: the signature holds everything that decides what
@@ -348,18 +358,9 @@ class FastForward:
         for before, after in zip(links_a, links_b):
             if after[2] != before[2] or after[3] != before[3]:
                 return self._refuse("a drop or an ECN mark in the period")
-        periods = (until_ps - time_b_ps) // period_ps - 1
-        # the next event outside the pattern (a message, a compute delay's end) must come after a
-        # whole period beyond the jump
-        labels = self._labels
-        outside_ps = min((entry.time_ps for entry in self.eventlist.heap if id(entry.source) not in labels),
-                         default=None)
-        if outside_ps is not None:
-            periods = min(periods, (outside_ps - time_b_ps) // period_ps - 2)
         moved: dict[int, int] = {}  # connection -> bytes it moves in a period
         for index, una_b in counters_b["una"].items():
-            connection = self.connections[index]
-            sender, receiver = connection.sender, connection.receiver
+            sender = self.connections[index].sender
             count_a, count_b = counters_a["connections"][index], counters_b["connections"][index]
             if count_b[5:8] != count_a[5:8] or count_b[12] != count_a[12]:
                 return self._refuse("retransmissions, timeouts or ECN echoes in the period")
@@ -382,10 +383,7 @@ class FastForward:
                                         mss + sender.header_bytes, nic.tsq_bytes)
                 if limit < nic.tsq_bytes:
                     return self._refuse("TCP Small Queues' pacing limit may move with the window")
-            # the stream must not run out, nor a message be delivered, within a period after the jump
-            periods = min(periods, (sender.stream_end - mss - count_b[0]) // moved_bytes - 1)
-            if receiver.on_next_message is not None:
-                periods = min(periods, (receiver.next_message_end_seq - 1 - receiver.rcv_nxt) // moved_bytes - 1)
+        periods = self._room_periods(time_b_ps, period_ps, moved, until_ps)
         if periods < MIN_JUMP_PERIODS:
             return self._refuse("fewer than MIN_JUMP_PERIODS periods before an event outside the pattern")
         self._shift(periods, period_ps, time_b_ps, counters_a, counters_b, moved)
@@ -393,6 +391,26 @@ class FastForward:
         self.skipped_ps += periods * period_ps
         self.skipped_events += periods * (counters_b["events"] - counters_a["events"])
         return True
+
+    def _room_periods(self, now_ps: int, period_ps: int, moved: dict[int, int], until_ps: int) -> int:
+        """How many periods of `period_ps` may be skipped from `now_ps` so that the period after them is
+        still clear of the time limit, of every event outside the pattern (a message, a compute delay's
+        end), of the end of each busy connection's stream and of its next message's delivery, the
+        connections moving `moved` bytes a period."""
+        periods = (until_ps - now_ps) // period_ps - 1
+        labels = self._labels
+        outside_ps = min((entry.time_ps for entry in self.eventlist.heap if id(entry.source) not in labels),
+                         default=None)
+        if outside_ps is not None:
+            periods = min(periods, (outside_ps - now_ps) // period_ps - 2)
+        for index, moved_bytes in moved.items():
+            if not moved_bytes:
+                continue
+            sender, receiver = self.connections[index].sender, self.connections[index].receiver
+            periods = min(periods, (sender.stream_end - sender.mss_bytes - sender.snd_max) // moved_bytes - 1)
+            if receiver.on_next_message is not None:
+                periods = min(periods, (receiver.next_message_end_seq - 1 - receiver.rcv_nxt) // moved_bytes - 1)
+        return periods
 
     def _shift(self, periods: int, period_ps: int, now_ps: int, counters_a: dict[str, Any],
                counters_b: dict[str, Any], moved: dict[int, int]) -> None:

@@ -133,9 +133,9 @@ def test_a_ring_all_reduce_of_long_steps_is_the_exact_one() -> None:
     {"host": {"tx_jitter_ns": 0, "tsq_bytes": None}},  # the qdisc's 1,000 packets hold TCP back
 ])
 def test_tcp_and_host_options_keep_the_exact_rows(sections: dict[str, Any]) -> None:
-    # the ring of 4 with 16 MB steps, and a long flow beside a shorter one starting later: without timestamps and
-    # SACK the ring jumps, so do the flows held back by the receive window or the qdisc; with delayed ACKs
-    # no period is found so far, and looking for one must leave the rows alone
+    # the ring of 4 with 16 MB steps, and a long flow beside a shorter one starting later: the ring jumps with
+    # delayed ACKs and without timestamps and SACK, the flows held back by the receive window or the qdisc
+    # jump; where no period is found, looking for one must leave the rows alone
     for workload in ({"type": "collective", "op": "all_reduce", "bytes": 64_000_000, "iterations": 1},
                      flows_workload((0, 1, 32_000_000, 0.0), (2, 3, 20_000_000, 300.0))):
         exact = simulate(workload, False, npus=4, **sections)
