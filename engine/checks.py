@@ -20,6 +20,8 @@ def check_backend(config: SimConfig) -> None:
     require(not eng.incast_rto or backend.INCAST_RTO, "engine.incast_rto", eng.incast_rto,
             f"false unless engine.backend={' or '.join(backends_with('INCAST_RTO'))} (the backend that flags "
             "incast phases)")
+    if eng.fast_forward:
+        _check_fast_forward(config)
     backend.check_config(config)
     require(config.transport.protocol == "tcp" or backend.CARRIES_ROCE, "engine.backend", eng.backend,
             f"{' or '.join(backends_with('CARRIES_ROCE'))} with transport.protocol={config.transport.protocol} "
@@ -40,3 +42,23 @@ def check_backend(config: SimConfig) -> None:
         require(backend.CARRIES_FLOWS, "engine.backend", eng.backend,
                 f"{carriers} for workload.type=flows (TCP flows need the {carriers} backend)")
 
+
+
+def _check_fast_forward(config: SimConfig) -> None:
+    """`engine.fast_forward` (engine/fastforward.py) covers the packet backend's TCP NewReno on a lossless,
+    jitter-free network: the keys it cannot honour yet are refused, naming what is allowed."""
+    allowed = "false (fast-forward covers only "
+    fast_forwards = " or ".join(backends_with("FAST_FORWARDS"))
+    require(backend_class(config.engine.backend).FAST_FORWARDS, "engine.fast_forward", True,
+            allowed + f"engine.backend={fast_forwards}; the other backends have no packets to skip)")
+    require(config.transport.protocol == "tcp", "engine.fast_forward", True, allowed + "transport.protocol=tcp)")
+    require(config.tcp.cc == "newreno", "engine.fast_forward", True,
+            allowed + f"tcp.cc=newreno, not {config.tcp.cc}: its window credit is NewReno's)")
+    require(not config.tcp.rack_tlp and not config.tcp.hystart, "engine.fast_forward", True,
+            allowed + "tcp.rack_tlp=false and tcp.hystart=false)")
+    require(config.network.loss_rate == 0, "engine.fast_forward", True,
+            allowed + "network.loss_rate=0: random losses never repeat)")
+    require(config.host.tx_jitter_ns == 0, "engine.fast_forward", True,
+            allowed + "host.tx_jitter_ns=0: the jitter's random draws keep any state from repeating exactly)")
+    require(config.network.topology != "ring", "engine.fast_forward", True,
+            allowed + "network.topology other than ring, whose NPUs forward packets)")

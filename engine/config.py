@@ -820,6 +820,7 @@ class EngineConfig:
     hybrid_fat_tree_group: str = "auto"  # hybrid backend on a fat tree: its reduced networks' groups
     hybrid_rails: str = "auto"  # hybrid backend on rails with PXN: the rails its reduced networks replay
     hybrid_memoise: bool = True  # hybrid backend: an episode whose outcome has settled is not simulated again
+    fast_forward: bool = False  # packet backend: skip whole periods of a repeating state (engine/fastforward.py)
 
 
 @dataclass(frozen=True)

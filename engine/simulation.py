@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from random import Random
+from typing import TYPE_CHECKING
 
 from .config import SimConfig
 from .eventlist import EventList
@@ -11,6 +12,9 @@ from .topology import Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
 from .transport.roce import RoceConnection
 from .units import s_to_ps
+
+if TYPE_CHECKING:
+    from .fastforward import FastForward
 
 EVENTS_PER_SLICE = 1 << 16  # about 20 ms of the compiled kernel's work
 SYN_RETRIES = 6  # Linux net.ipv4.tcp_syn_retries (ns-3's ConnCount is 6 too): SYNs after the first
@@ -60,6 +64,11 @@ class Simulation:
         self.queue_pairs: list[RoceConnection] = []  # RoCE's, in place of the TCP connections
         self.spray = config.network.load_balancing == "spray"  # data packets dealt over equal-cost paths
         self.time_limit_reached = False
+        # engine.fast_forward: the run loop that skips repeating periods (imported here: it builds on this module)
+        self.fast_forward: FastForward | None = None
+        if config.engine.fast_forward:
+            from .fastforward import FastForward
+            self.fast_forward = FastForward(self)
 
     def open_connection(self, src: int, dst: int, flow_id: int | None = None) -> TcpConnection:
         """A new TCP connection from host `src` to host `dst`, with a fresh congestion state, on the
@@ -128,6 +137,9 @@ class Simulation:
     def run(self) -> None:
         """Run until no event is left or `engine.max_sim_time_s` (then `time_limit_reached`)."""
         until_ps = s_to_ps(self.config.engine.max_sim_time_s)
+        if self.fast_forward is not None:
+            self.fast_forward.run(until_ps)
+            return
         eventlist = self.eventlist
         # In slices: the compiled kernel runs no bytecode, and Python runs signal handlers (Ctrl-C, a
         # sweep's wall-time budget) only between bytecodes, so each return here lets them fire.

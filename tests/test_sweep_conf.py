@@ -42,7 +42,7 @@ def test_default_config() -> None:
     assert config["seed"] == 0
     assert config["engine"] == {"backend": "packet", "max_sim_time_s": 10.0, "link_stats": "none", "incast_rto": False,
                                 "hybrid_fat_tree_group": "auto", "hybrid_rails": "auto",
-                                "hybrid_memoise": True}
+                                "hybrid_memoise": True, "fast_forward": False}
     assert config["ray"] == {"address": None, "num_cpus": None}
     assert (config["network"]["topology"], config["tcp"]["cc"], config["workload"]["type"]) == (
         "switch", "newreno", "dlrm")

@@ -37,6 +37,7 @@ class PacketBackend(NetworkBackend):
     CARRIES_ROCE: ClassVar[bool] = True
     SPRAYS: ClassVar[bool] = True
     MODELS_HOST_STACK: ClassVar[bool] = True
+    FAST_FORWARDS: ClassVar[bool] = True
     FIDELITY_RANK: ClassVar[int] = 4
 
     def __init__(self, config: SimConfig, sim: Simulation) -> None:
