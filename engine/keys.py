@@ -67,11 +67,13 @@ _WITH_SWITCH_PORTS = f"network.topology={'|'.join(name for name, cls in TOPOLOGY
 # Where a key of its variant is read, when it is not read in every config of that variant: outside
 # its condition it cannot change the simulation (a setting of an option that is off, a flows pattern,
 # a topology without switch ports). Evaluated only for configs whose variant has the key.
+_REDUCERS = backends_with("REDUCES_NETWORKS")
 KEY_CONDITIONS: dict[str, tuple[str, Callable[[SimConfig], bool]]] = {
     # only a rail-optimized network with PXN carries each message on its receiver's rail alone
-    "engine.hybrid_rails": ("engine.backend=hybrid on network.topology=rail_optimized with network.pxn=true",
-                            lambda config: config.engine.backend == "hybrid"
-                            and isinstance(config.network, RailOptimizedNetwork) and config.network.pxn),
+    "engine.hybrid_rails": (
+        f"engine.backend={'|'.join(_REDUCERS)} on network.topology=rail_optimized with network.pxn=true",
+        lambda config: config.engine.backend in _REDUCERS and isinstance(config.network, RailOptimizedNetwork)
+        and config.network.pxn),
     # with PFC the switches are lossless: their egress queues are bounded by the pauses, not by a buffer
     "network.buffer_kb": (f"{_WITH_SWITCH_PORTS} with PFC off",
                           lambda config: config.network.SWITCH_PORTS and not config.pfc_on),

@@ -53,6 +53,7 @@ class NetworkBackend:
     ROCE_NEEDS_PFC: ClassVar[bool] = False
     SPRAYS: ClassVar[bool] = False  # models per-packet load balancing (network.load_balancing=spray)
     INCAST_RTO: ClassVar[bool] = False  # flags incast phases, and charges them an RTO if `engine.incast_rto`
+    REDUCES_NETWORKS: ClassVar[bool] = False  # replays phases on reduced packet networks (`engine.hybrid_rails`)
     FAST_FORWARDS: ClassVar[bool] = False  # can skip repeating periods of its packets (`engine.fast_forward`)
     # Models a host's transmit path below TCP (`host.*`: TCP Small Queues, the qdisc): the packet engine's hosts
     MODELS_HOST_STACK: ClassVar[bool] = False

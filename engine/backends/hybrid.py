@@ -625,6 +625,7 @@ class HybridBackend(PhaseBackend):
     FILLS = frozenset(SCREEN_RISK_COLUMNS + PACKET_COUNTERS)
     INCAST_RTO = False  # its risky phases get the packet engine's time, not a charged RTO
     CARRIES_ROCE = False  # its reduced networks replay TCP only
+    REDUCES_NETWORKS = True
     MODELS_HOST_STACK = True  # its reduced networks' hosts are the packet engine's
     FIDELITY_RANK = 3
     # The default screen from 256 NPUs: phase exactly where nothing risks loss, the packet engine's RTO chains
