@@ -42,13 +42,15 @@ order than the exact run's; event counts differ (the skipped events are not coun
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .eventlist import EventEntry, EventList
 from .links import HostNic, Link, Packet
-from .simulation import Simulation
 from .transport.cc import UNSET_SSTHRESH
 from .transport.tcp import TcpConnection, tsq_limit_bytes
+
+if TYPE_CHECKING:  # the simulation builds its FastForward: a type here, not an import at run time
+    from .simulation import Simulation
 
 _NO_EVENT: Final = -1  # `TcpSender.timer_event_ps` / `TcpReceiver.timer_event_ps` with no wake-up pending
 _NO_TIMER: Final = 1 << 61  # `EventList.next_timer_ps` with no timer pending
