@@ -71,6 +71,14 @@ class EventList:
     __slots__ = ("now_ps", "scheduled_ps", "current_seq", "events_run", "heap", "next_seq", "next_timer_ps",
                  "next_timer_seq", "_timers")
 
+    # native 64-bit integers, as the entries' (compiled, `run` compares and copies them without tag checks)
+    now_ps: i64
+    scheduled_ps: i64
+    current_seq: i64
+    next_seq: i64
+    next_timer_ps: i64
+    next_timer_seq: i64
+
     def __init__(self) -> None:
         self.now_ps = 0
         # when the event being run was scheduled: among events due at one instant, those scheduled
