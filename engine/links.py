@@ -672,11 +672,11 @@ class PausableLink(Link):
         self.packets_sent += 1
         self.bytes_sent += size
         tail = self._wire_tail
-        hop = pkt.hop
-        ingress = pkt.route[hop - 1] if hop else None
         lazy = not self.end_events and tail is not None and tail.arrival_ps > end_ps
         self._left_early = False
-        if lazy and isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
+        hop = pkt.hop
+        ingress = pkt.route[hop - 1] if lazy and hop else None  # looked up only where it matters
+        if isinstance(ingress, PausableLink) and ingress.pfc_xoff_bytes:
             lazy = start_ps == self.eventlist.now_ps and self._queue_head is None and ingress.unobserved_until(end_ps)
             if lazy:
                 ingress.ingress_bytes -= size
