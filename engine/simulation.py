@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from random import Random
-from typing import TYPE_CHECKING
 
 from .config import SimConfig
 from .eventlist import EventList
+from .fastforward import FastForward
 from .links import Link, PacketSink, idle_transit_ps, syn_bytes
 from .topology import Topology, build_topology, flow_hash
 from .transport import TcpConnection, TcpSettings, make_congestion_control
 from .transport.roce import RoceConnection
 from .units import s_to_ps
-
-if TYPE_CHECKING:
-    from .fastforward import FastForward
 
 EVENTS_PER_SLICE = 1 << 16  # about 20 ms of the compiled kernel's work
 SYN_RETRIES = 6  # Linux net.ipv4.tcp_syn_retries (ns-3's ConnCount is 6 too): SYNs after the first
@@ -64,11 +61,8 @@ class Simulation:
         self.queue_pairs: list[RoceConnection] = []  # RoCE's, in place of the TCP connections
         self.spray = config.network.load_balancing == "spray"  # data packets dealt over equal-cost paths
         self.time_limit_reached = False
-        # engine.fast_forward: the run loop that skips repeating periods (imported here: it builds on this module)
-        self.fast_forward: FastForward | None = None
-        if config.engine.fast_forward:
-            from .fastforward import FastForward
-            self.fast_forward = FastForward(self)
+        # engine.fast_forward: the run loop that skips repeating periods
+        self.fast_forward = FastForward(self) if config.engine.fast_forward else None
 
     def open_connection(self, src: int, dst: int, flow_id: int | None = None) -> TcpConnection:
         """A new TCP connection from host `src` to host `dst`, with a fresh congestion state, on the
